@@ -1,0 +1,7 @@
+"""``python -m xccl`` is the ``xccl`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

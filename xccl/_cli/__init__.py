@@ -1,0 +1,1 @@
+"""Subcommands of the ``xccl`` command, one module each (see ``xccl/cli.py``)."""

@@ -1,0 +1,137 @@
+"""Every error xccl raises.
+
+One flat hierarchy, at most two levels deep: ``XcclError`` and its direct subclasses. Each error keeps its
+context as attributes (which op, which backend, which file) and its message says what was wrong, where, and
+what to do about it. Errors that describe bad input also derive from the matching builtin (``ValueError``,
+``TypeError``) so that code written against ``torch.distributed`` keeps catching them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "BackendNotFound",
+    "BackendUnavailable",
+    "CollectiveMismatch",
+    "CollectiveTimeout",
+    "ConstraintViolation",
+    "InitError",
+    "InvalidArgument",
+    "PeerFailure",
+    "RankTableError",
+    "RendezvousTimeout",
+    "UnsupportedCollective",
+    "XcclError",
+]
+
+
+class XcclError(Exception):
+    """Base class of every error raised by xccl."""
+
+
+class InitError(XcclError):
+    """``xccl.init`` cannot proceed: bad environment, conflicting re-initialisation, no process group yet."""
+
+
+class BackendNotFound(XcclError, LookupError):
+    """No plugin of that name was discovered."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        self.name: Final = name
+        self.known: Final = tuple(known)
+        super().__init__(
+            f"no xccl plugin named {name!r}; discovered: {', '.join(known) or 'none'}. "
+            "Install the plugin's distribution (e.g. `pip install xccl-ascend`) or pick one of those listed; "
+            "`xccl doctor` shows every plugin and why it is or is not available."
+        )
+
+
+class BackendUnavailable(XcclError):
+    """A plugin exists but cannot run here; ``reason`` says why and ``fix`` what to do."""
+
+    def __init__(self, backend: str, reason: str, fix: str = "") -> None:
+        self.backend: Final = backend
+        self.reason: Final = reason
+        self.fix: Final = fix
+        msg = f"xccl plugin {backend!r} is unavailable: {reason}"
+        super().__init__(f"{msg}. Fix: {fix}" if fix else msg)
+
+
+class UnsupportedCollective(XcclError):
+    """The selected backend cannot run this collective (natively, or emulated under the fallback policy)."""
+
+    def __init__(self, op: str, backend: str, detail: str) -> None:
+        self.op: Final = op
+        self.backend: Final = backend
+        self.detail: Final = detail
+        super().__init__(f"{op} is not supported on {backend}: {detail}")
+
+
+class ConstraintViolation(XcclError, ValueError):
+    """A vendor kernel's documented constraint does not hold for these arguments."""
+
+    def __init__(self, op: str, backend: str, constraint: str, detail: str) -> None:
+        self.op: Final = op
+        self.backend: Final = backend
+        self.constraint: Final = constraint
+        self.detail: Final = detail
+        super().__init__(f"{op} on {backend} violates constraint {constraint!r}: {detail}")
+
+
+class InvalidArgument(XcclError, ValueError):
+    """A collective was called with arguments every rank can see are wrong (dtype, device, shape, sizes)."""
+
+    def __init__(self, op: str, detail: str) -> None:
+        self.op: Final = op
+        self.detail: Final = detail
+        super().__init__(f"{op}: {detail}")
+
+
+class RankTableError(XcclError, ValueError):
+    """A rank table file is missing, unreadable or malformed."""
+
+    def __init__(self, path: str, field: str, problem: str) -> None:
+        self.path: Final = path
+        self.field: Final = field
+        self.problem: Final = problem
+        super().__init__(f"rank table {path}: {field}: {problem}")
+
+
+class _FaultError(XcclError):
+    """Shared shape of the runtime faults: who saw it, in which op and group, after how long."""
+
+    def __init__(self, message: str, *, rank: int, op: str, group: str, elapsed: float) -> None:
+        self.rank: Final = rank
+        self.op: Final = op
+        self.group: Final = group
+        self.elapsed: Final = elapsed
+        super().__init__(f"rank {rank}, {op} on group {group!r} after {elapsed:.1f}s: {message}")
+
+
+class PeerFailure(_FaultError):
+    """A peer of the group died or closed its connection during a collective."""
+
+
+class CollectiveTimeout(_FaultError):
+    """A collective did not complete within the timeout: a peer is silent or called something else."""
+
+
+class RendezvousTimeout(XcclError):
+    """Not every rank joined the process group before the timeout."""
+
+    def __init__(self, message: str, *, rank: int, world_size: int, elapsed: float) -> None:
+        self.rank: Final = rank
+        self.world_size: Final = world_size
+        self.elapsed: Final = elapsed
+        super().__init__(f"rank {rank} of {world_size}: rendezvous did not complete after {elapsed:.1f}s: {message}")
+
+
+class CollectiveMismatch(XcclError):
+    """Ranks of one group called different collectives (op, shape, dtype, root...) at the same step."""
+
+    def __init__(self, message: str, *, group: str, calls: dict[int, str]) -> None:
+        self.group: Final = group
+        self.calls: Final = dict(calls)
+        lines = "\n".join(f"  rank {r}: {c}" for r, c in sorted(calls.items()))
+        super().__init__(f"collective mismatch on group {group!r}: {message}\n{lines}")

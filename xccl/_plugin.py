@@ -1,0 +1,162 @@
+"""The plugin contract.
+
+A plugin is a separate distribution that declares one entry point in the ``xccl.plugins`` namespace. The entry
+point's target is a :class:`Plugin` instance (or a zero-argument callable returning one) in a module that imports
+no vendor SDK: identity, a cheap :meth:`Plugin.probe`, and the capability table. Everything heavy lives behind
+:meth:`Plugin.runtime`, which is only called once the plugin is selected, and may import the SDK there.
+
+The split, by concern:
+
+* :class:`Plugin` - identity, probe, capability table, simulation profile (all cheap).
+* :class:`Runtime` - device setup, process-group options, communicator names, native kernels beyond
+  ``torch.distributed``, graph converters. The base class is plain ``torch.distributed`` with working defaults,
+  so a vendor overrides only what differs.
+
+Plugins never monkeypatch xccl: where a plugin needs a hook, the hook is a method here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Final, final
+
+import torch
+
+from ._capabilities import CapabilityTable, Collective
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
+
+    from ._sim import SimProfile
+
+__all__ = ["PLUGIN_API_VERSION", "Plugin", "ProbeResult", "Runtime"]
+
+#: The version of this contract. A plugin states the one it targets in ``Plugin.api_version``; a plugin built for
+#: another version is listed as incompatible rather than loaded.
+PLUGIN_API_VERSION: Final = 1
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """Whether a plugin can run on this machine, and if not why and how to fix it."""
+
+    #: True when the SDK and devices are present.
+    available: bool
+    #: Why not, when unavailable (one sentence).
+    reason: str = ""
+    #: What to do about it (a command, an env var, a package).
+    fix: str = ""
+    #: What the probe found, for ``xccl doctor`` (versions, device counts, paths).
+    facts: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def ok(cls, **facts: str) -> ProbeResult:
+        """An available result carrying what was found."""
+        return cls(True, facts=facts)
+
+    @classmethod
+    def unavailable(cls, reason: str, fix: str = "", **facts: str) -> ProbeResult:
+        """An unavailable result: the reason and the fix."""
+        return cls(False, reason, fix, facts)
+
+
+class Plugin:
+    """Identity, probe and capability table of one backend. Cheap: no SDK import anywhere in this class.
+
+    Subclasses set the class attributes and override :meth:`capabilities`, and usually :meth:`probe` and
+    :meth:`runtime`.
+    """
+
+    #: Entry-point name, e.g. ``"sophgo"``.
+    name: ClassVar[str] = ""
+    #: Human-readable vendor, e.g. ``"Sophgo"``.
+    vendor: ClassVar[str] = ""
+    #: torch device type of its tensors: ``"cpu"``, ``"cuda"``, ``"npu"``, ``"tpu"``.
+    device_type: ClassVar[str] = "cpu"
+    #: torch.distributed backend name: ``"gloo"``, ``"nccl"``, ``"hccl"``, ``"sccl"``.
+    backend: ClassVar[str] = "gloo"
+    #: True for accelerator plugins; auto-detection prefers an available accelerator over the CPU.
+    accelerator: ClassVar[bool] = True
+    #: Environment variable that restricts visible devices, if the vendor has one.
+    visible_devices_env: ClassVar[str | None] = None
+    #: The plugin contract version this plugin was written for.
+    api_version: ClassVar[int] = PLUGIN_API_VERSION
+
+    def probe(self) -> ProbeResult:
+        """Say whether this plugin can run here. Must be cheap and must not import the vendor SDK."""
+        return ProbeResult.ok()
+
+    def capabilities(self) -> CapabilityTable:
+        """The capability table (data; built once and cached by the plugin)."""
+        raise NotImplementedError(f"plugin {self.name!r} does not define capabilities()")
+
+    def simulation(self) -> SimProfile | None:
+        """The profile the CPU simulation enforces, or None when the plugin cannot be simulated."""
+        return None
+
+    def runtime(self, *, simulate: bool) -> Runtime:
+        """Build the runtime once this plugin is selected; may import the SDK unless ``simulate``."""
+        return Runtime(self, simulate=simulate)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+class Runtime:
+    """What a selected plugin does at run time. The defaults are plain ``torch.distributed``.
+
+    Args:
+        plugin: the plugin this runtime belongs to.
+        simulate: True when running the vendor's code path on CPU over gloo.
+    """
+
+    def __init__(self, plugin: Plugin, *, simulate: bool) -> None:
+        self.plugin: Final = plugin
+        self.simulate: Final = simulate
+
+    @property
+    def device_type(self) -> str:
+        """Device type of the tensors this runtime takes (``"cpu"`` in simulation)."""
+        return "cpu" if self.simulate else self.plugin.device_type
+
+    @property
+    def backend(self) -> str:
+        """The torch.distributed backend name passed to ``init_process_group``."""
+        return self.plugin.backend
+
+    def setup_device(self, local_rank: int) -> torch.device:
+        """Make ``local_rank``'s device current and return it."""
+        if self.device_type == "cpu":
+            return torch.device("cpu")
+        module = getattr(torch, self.device_type)
+        module.set_device(local_rank)
+        return torch.device(self.device_type, local_rank)
+
+    def process_group_options(self, ranks: Sequence[int] | None) -> Any:
+        """Options for the process group over ``ranks`` (``None``: the world), or None for the backend default."""
+        return None
+
+    def comm_name(self, group: dist.ProcessGroup) -> str:
+        """A communicator name for ``group``: stable, the same on every rank, unique per group."""
+        return f"{self.backend}:{group.group_name}"
+
+    def kernels(self) -> Mapping[Collective, Callable[..., Any]]:
+        """Native kernels beyond ``torch.distributed`` (uneven collectives, fused ops), by collective.
+
+        A kernel takes the public op's arguments. It may raise :class:`~xccl.ConstraintViolation` *before*
+        communicating when its documented constraints do not hold; dispatch then applies the fallback policy.
+        """
+        return {}
+
+    def graph_converters(self) -> Mapping[Any, Callable[..., Any]]:
+        """Graph-mode converters: xccl graph op -> replacement, applied by the ``xccl`` compile backend."""
+        return {}
+
+    def compile_backend(self) -> Callable[..., Any] | None:
+        """The vendor's own ``torch.compile`` backend to hand off to (None: Inductor)."""
+        return None
+
+    def shutdown(self) -> None:
+        """Release vendor resources after the process group is destroyed."""

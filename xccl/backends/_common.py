@@ -1,0 +1,25 @@
+"""Capability entries shared by the built-in tables."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .._capabilities import Collective, Level, Support
+
+C = Collective
+
+FLOATS: Final = frozenset({"float32", "float64", "float16", "bfloat16"})
+
+#: Emulations available on any backend that has the even collectives: what gloo and nccl lack.
+PORTABLE: Final[dict[Collective, Support]] = {
+    C.ALL_GATHER_INTO_TENSOR_UNEVEN: Support(
+        Level.EMULATED, via="padding", note="rows padded to the largest split, then all_gather_into_tensor"
+    ),
+    C.REDUCE_SCATTER_TENSOR_UNEVEN: Support(
+        Level.EMULATED, via="padding", note="chunks padded to the largest split, then reduce_scatter_tensor"
+    ),
+    C.ALL_TO_ALL_V: Support(Level.EMULATED, via="all_to_all_single", note="all_to_all_single with the matrix's splits"),
+    C.MM_REDUCE_SCATTER: Support(Level.EMULATED, via="pipelined", note="chunked matmul overlapped with async reduce_scatter"),
+    C.ALL_GATHER_MM: Support(Level.EMULATED, via="pipelined", note="async all_gather of chunks overlapped with matmuls"),
+    C.MM_ALL_REDUCE: Support(Level.EMULATED, via="pipelined", note="chunked matmul overlapped with async all_reduce"),
+}

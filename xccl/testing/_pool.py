@@ -1,0 +1,236 @@
+"""A pool of live rank processes that run many test bodies over one real process group.
+
+Spawning a rank costs seconds (importing torch), so a pool starts ``world_size`` processes once, each calls
+``xccl.init`` over a real TCP rendezvous on loopback, and then runs test bodies sent to it: ``pool.run(fn, *args)``
+calls ``fn(*args)`` on every rank at once and returns each rank's :class:`Outcome`. Every wait has a timeout: a
+body that hangs on any rank kills the pool (the next ``run`` starts a fresh one) and raises ``TimeoutError``
+naming the silent ranks.
+
+Bodies must be picklable by reference (module-level functions). Exceptions come back as :class:`Outcome` with the
+exception's class names, message and public attributes, since xccl's typed errors do not round-trip through
+pickle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import queue
+import socket
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, final
+
+__all__ = ["Outcome", "RankPool", "free_port"]
+
+
+def free_port() -> int:
+    """A TCP port on loopback that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@final
+@dataclass(frozen=True)
+class Outcome:
+    """What one rank's body did: its return value, or the exception it raised, or that it died."""
+
+    rank: int
+    ok: bool
+    value: Any = None
+    #: Names of the exception's classes, most derived first (e.g. ``["InvalidArgument", "XcclError", ...]``).
+    error_types: tuple[str, ...] = ()
+    message: str = ""
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    traceback: str = ""
+    elapsed: float = 0.0
+
+    def raised(self, exc_type: type[BaseException] | str) -> bool:
+        """Whether the body raised ``exc_type`` (or a subclass of it)."""
+        name = exc_type if isinstance(exc_type, str) else exc_type.__name__
+        return not self.ok and name in self.error_types
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"rank {self.rank}: ok {self.value!r}"
+        return f"rank {self.rank}: {self.error_types[0] if self.error_types else '?'}: {self.message}\n{self.traceback}"
+
+
+def _describe(rank: int, exc: BaseException, elapsed: float) -> Outcome:
+    names = tuple(c.__name__ for c in type(exc).__mro__)
+    attrs = {}
+    for k, v in vars(exc).items():
+        if not k.startswith("_") and isinstance(v, (str, int, float, bool, tuple, list, dict, type(None))):
+            attrs[k] = v
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return Outcome(rank, False, None, names, str(exc), attrs, tb, elapsed)
+
+
+def _worker(
+    rank: int,
+    world_size: int,
+    port: int,
+    init_kwargs: dict[str, Any],
+    env: dict[str, str],
+    tasks: Any,
+    results: Any,
+) -> None:
+    os.environ.update(env)
+    os.environ.update(
+        {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world_size),
+        }
+    )
+    import torch
+
+    torch.set_num_threads(1)
+    import xccl
+
+    try:
+        xccl.init(**init_kwargs)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the test with it
+        results.put(("init", _describe(rank, exc, 0.0)))
+        return
+    results.put(("init", Outcome(rank, True)))
+    while True:
+        item = tasks.get()
+        if item is None:
+            break
+        seq, fn, args, kwargs = item
+        started = time.monotonic()
+        try:
+            value = fn(*args, **kwargs)
+            out = Outcome(rank, True, value, elapsed=time.monotonic() - started)
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
+            out = _describe(rank, exc, time.monotonic() - started)
+        try:
+            results.put((seq, out))
+        except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable return value
+            results.put((seq, _describe(rank, exc, 0.0)))
+    with contextlib.suppress(Exception):
+        xccl.shutdown()
+
+
+class RankPool:
+    """``world_size`` live rank processes, each initialised with ``xccl.init(**init_kwargs)``.
+
+    Args:
+        world_size: number of ranks.
+        init_kwargs: keyword arguments for ``xccl.init`` in every rank.
+        env: extra environment variables for the ranks (e.g. ``{"XCCL_SIMULATE": "sophgo"}``).
+        start_timeout: seconds to wait for every rank to initialise.
+    """
+
+    def __init__(
+        self,
+        world_size: int,
+        init_kwargs: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        start_timeout: float = 120.0,
+    ) -> None:
+        self.world_size = world_size
+        self.init_kwargs = dict(init_kwargs or {})
+        self.env = dict(env or {})
+        self.start_timeout = start_timeout
+        self._procs: list[Any] = []
+        self._tasks: list[Any] = []
+        self._results: Any = None
+        self._seq = 0
+
+    @property
+    def alive(self) -> bool:
+        """Whether every rank process is running."""
+        return bool(self._procs) and all(p.is_alive() for p in self._procs)
+
+    def start(self) -> None:
+        """Spawn the ranks and wait until each has initialised (raises on any failure)."""
+        self.close()
+        ctx = mp.get_context("spawn")
+        port = free_port()
+        self._results = ctx.Queue()
+        self._tasks = [ctx.Queue() for _ in range(self.world_size)]
+        self._procs = [
+            ctx.Process(
+                target=_worker,
+                args=(r, self.world_size, port, self.init_kwargs, self.env, self._tasks[r], self._results),
+                daemon=True,
+            )
+            for r in range(self.world_size)
+        ]
+        for p in self._procs:
+            p.start()
+        outs = self._collect("init", self.start_timeout)
+        bad = [o for o in outs if not o.ok]
+        if bad:
+            self.close()
+            raise RuntimeError("rank pool failed to start:\n" + "\n".join(map(str, bad)))
+
+    def _collect(self, seq: Any, timeout: float) -> list[Outcome]:
+        got: dict[int, Outcome] = {}
+        deadline = time.monotonic() + timeout
+        while len(got) < self.world_size:
+            try:
+                s, out = self._results.get(timeout=0.2)
+                if s == seq:
+                    got[out.rank] = out
+                continue
+            except queue.Empty:
+                pass
+            # Only once the queue is drained: a rank that died will never answer.
+            for r, p in enumerate(self._procs):
+                if r not in got and not p.is_alive():
+                    got[r] = Outcome(r, False, error_types=("RankDied",), message=f"exit code {p.exitcode}")
+            if time.monotonic() > deadline and len(got) < self.world_size:
+                silent = [r for r in range(self.world_size) if r not in got]
+                self.close()
+                raise TimeoutError(f"ranks {silent} did not answer within {timeout:.0f}s; the pool was killed")
+        return [got[r] for r in range(self.world_size)]
+
+    def run(self, fn: Callable[..., Any], *args: Any, timeout: float = 60.0, **kwargs: Any) -> list[Outcome]:
+        """Run ``fn(*args, **kwargs)`` on every rank; each rank's :class:`Outcome`, in rank order.
+
+        Raises:
+            TimeoutError: some rank neither answered nor died within ``timeout`` (the pool is killed).
+        """
+        if not self.alive:
+            self.start()
+        self._seq += 1
+        for q in self._tasks:
+            q.put((self._seq, fn, args, kwargs))
+        return self._collect(self._seq, timeout)
+
+    def run_ok(self, fn: Callable[..., Any], *args: Any, timeout: float = 60.0, **kwargs: Any) -> list[Any]:
+        """Like :meth:`run`, but raise ``AssertionError`` with every rank's traceback unless all succeeded."""
+        outs = self.run(fn, *args, timeout=timeout, **kwargs)
+        bad = [o for o in outs if not o.ok]
+        if bad:
+            raise AssertionError("body failed on some ranks:\n" + "\n".join(map(str, bad)))
+        return [o.value for o in outs]
+
+    def close(self) -> None:
+        """Stop the ranks (politely, then by force)."""
+        for q in self._tasks:
+            with contextlib.suppress(Exception):
+                q.put(None)
+        for p in self._procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+        self._procs, self._tasks = [], []
+
+    def __enter__(self) -> RankPool:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
