@@ -167,7 +167,8 @@ class Registry:
             )
         if accel:
             return accel[0].plugin  # type: ignore[return-value]
-        cpu = [i for i in self.infos().values() if i.available and not i.accelerator]
+        # Several CPU plugins may be installed (test or debugging ones): the built-in "cpu" comes first.
+        cpu = sorted((i for i in self.infos().values() if i.available and not i.accelerator), key=lambda i: i.name != "cpu")
         if not cpu:
             raise BackendNotFound("cpu", list(self.infos()))
         return cpu[0].plugin  # type: ignore[return-value]

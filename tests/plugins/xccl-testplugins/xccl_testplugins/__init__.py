@@ -1,0 +1,1 @@
+"""Test-only xccl plugins, installed by the test setup (never shipped)."""
