@@ -1,0 +1,424 @@
+"""Simulated vendor backends: a vendor's process-group name and rules, computed by gloo on CPU.
+
+A vendor plugin (Sophgo ``sccl``, Ascend ``hccl``) describes its backend as a :class:`SimProfile`: which c10d
+methods the vendor implements, which dtypes and reduce ops it accepts, whether its all_to_all honours split sizes,
+and how it validates its process-group options. :func:`register_simulated_backend` registers the profile's name
+with ``torch.distributed`` so that ``init_process_group(backend="sccl", pg_options=...)`` and
+``new_group(backend="sccl", ...)`` work in a CPU-only process. Each group is a :class:`SimulatedProcessGroup`:
+every collective first checks the call against the profile and raises what the vendor would raise, then runs on
+gloo. A script that passes in simulation therefore does not hit a capability error on the hardware.
+
+How it is wired (measured on torch 2.13, see ``tests/test_sim.py``)::
+
+    dist.all_reduce(t, group=g)                       # Python entry point
+      -> g.allreduce([t], opts)                       # a Python method of SimulatedProcessGroup: check, then
+           -> inner.allreduce([t], opts)              # a plain c10d ProcessGroup whose cpu backend is gloo
+
+    funcol.all_gather_tensor(t, 0, g)                 # functional / compiled path, from C++
+      -> resolve_process_group(g.group_name)          # needs a backend registered on g (see below)
+      -> g->allgather_into_tensor_coalesced(...)      # C++ virtual call, lands in the Python override through
+                                                      # the PyProcessGroup trampoline: check, then inner
+
+Why a ``dist.ProcessGroup`` subclass and not a ``Backend`` subclass: ``torch._C._distributed_c10d.Backend`` has
+no Python constructor (``TypeError: No constructor defined``), so a Python backend cannot exist; ``ProcessGroup``
+has a pybind trampoline that forwards every virtual collective to Python overrides. ``_new_process_group_helper``
+returns a creator's ``ProcessGroup`` subclass as the group itself and registers no backend on it, which breaks
+``group_name`` ("ProcessGroup name not set": the name lives in the backends) and with it every functional
+collective. So the creator registers the gloo backend on the wrapper as well; the wrapper's Python methods still
+run first, because Python calls and the trampoline both find the overrides before the C++ base class. In torch
+2.13 ``dist.all_gather_into_tensor`` calls ``all_gather_single`` and ``dist.reduce_scatter_tensor`` calls
+``reduce_scatter_single``; a subclass that overrides only ``_reduce_scatter_base`` falls through to the C++ base,
+which fails with "No backend type associated with device type cpu". Every method name is overridden here.
+
+Caveats: ``g._get_backend(torch.device("cpu"))`` returns the bare gloo backend, so code that takes a group's
+backend object directly (``_time_estimator``, NCCL-style coalescing) bypasses the checks; ``batch_isend_irecv``
+uses plain ``isend``/``irecv`` because the group is not exactly ``ProcessGroup``. Vendor quirks that do not raise
+(SCCL's async work that is complete at once, its communicator per op) are not simulated.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final, cast, final
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
+
+__all__ = [
+    "NATIVE_OP_KEYS",
+    "REDUCE_OP_NAMES",
+    "SimProfile",
+    "SimulatedProcessGroup",
+    "SimulatedVendorError",
+    "base_class_message",
+    "register_simulated_backend",
+    "simulated_backend_of",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The c10d ``Backend`` virtual methods a profile can list in ``native_ops``. A vendor's backend class overrides
+#: some of them; the rest raise the c10d base-class message (see :func:`base_class_message`).
+NATIVE_OP_KEYS: Final = frozenset({
+    "allreduce", "allreduce_coalesced", "allgather", "_allgather_base", "allgather_coalesced",
+    "allgather_into_tensor_coalesced", "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced",
+    "alltoall", "alltoall_base", "broadcast", "reduce", "gather", "scatter", "barrier", "send", "recv",
+    "recv_anysource",
+})
+
+#: Reduce-op names a profile can list in ``reduce_ops``: ``ReduceOp.RedOpType`` member names, lower case.
+REDUCE_OP_NAMES: Final = frozenset(
+    {"sum", "product", "min", "max", "avg", "band", "bor", "bxor", "premul_sum"}
+)
+
+#: ``ProcessGroup`` method (as Python code and the C++ trampoline call it) -> the ``Backend`` method it reaches.
+#: Several names reach one backend method: torch 2.13 renamed the single-tensor collectives
+#: (``all_gather_single`` for ``_allgather_base``) and the trampoline exposes the coalesced C++ methods under both
+#: names (the functional all_gather calls ``allgather_into_tensor_coalesced``, which Python sees as
+#: ``all_gather_single_coalesced``).
+_METHOD_KEYS: Final[Mapping[str, str]] = MappingProxyType({
+    "allreduce": "allreduce",
+    "allreduce_coalesced": "allreduce_coalesced",
+    "allgather": "allgather",
+    "all_gather_single": "_allgather_base",
+    "_allgather_base": "_allgather_base",
+    "allgather_coalesced": "allgather_coalesced",
+    "allgather_into_tensor_coalesced": "allgather_into_tensor_coalesced",
+    "all_gather_single_coalesced": "allgather_into_tensor_coalesced",
+    "reduce_scatter": "reduce_scatter",
+    "reduce_scatter_single": "_reduce_scatter_base",
+    "_reduce_scatter_base": "_reduce_scatter_base",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
+    "reduce_scatter_single_coalesced": "reduce_scatter_tensor_coalesced",
+    "alltoall": "alltoall",
+    "all_to_all_single": "alltoall_base",
+    "alltoall_base": "alltoall_base",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "gather": "gather",
+    "scatter": "scatter",
+    "barrier": "barrier",
+    "send": "send",
+    "recv": "recv",
+    "recv_anysource": "recv_anysource",
+})
+
+#: Backend methods that reduce, so their reduce op is checked.
+_REDUCING: Final = frozenset(
+    {"allreduce", "allreduce_coalesced", "reduce", "reduce_scatter", "_reduce_scatter_base",
+     "reduce_scatter_tensor_coalesced"}
+)
+#: Reducing methods that work in place on their first argument; the others read their second argument.
+_IN_PLACE: Final = frozenset({"allreduce", "allreduce_coalesced", "reduce"})
+
+#: Backend names torch or its test utilities own. ``register_backend`` silently keeps the built-in creator for
+#: these, so registering one would simulate nothing.
+_RESERVED: Final = frozenset({"undefined", "gloo", "nccl", "ucc", "mpi", "xccl", "fake", "threaded"})
+
+
+def base_class_message(backend: str, key: str) -> str:
+    """The message c10d's ``Backend`` base class raises for a method the vendor did not override.
+
+    Args:
+        backend: what the vendor's ``getBackendName()`` returns, e.g. ``"sccl"``.
+        key: the ``Backend`` method, e.g. ``"_reduce_scatter_base"``.
+
+    Returns:
+        ``"Backend sccl does not support _reduce_scatter_base"``, as in libtorch 2.13.
+    """
+    return f"Backend {backend} does not support {key}"
+
+
+class SimulatedVendorError(RuntimeError):
+    """The simulated vendor refused a call; the message is the one the vendor raises.
+
+    A ``RuntimeError`` like the vendor's ``TORCH_CHECK`` failure, so code that catches those catches this.
+    """
+
+    def __init__(self, backend: str, op: str, message: str) -> None:
+        #: The simulated backend name, e.g. ``"sccl"``.
+        self.backend: Final = backend
+        #: The ``Backend`` method that was refused, e.g. ``"reduce_scatter"``.
+        self.op: Final = op
+        super().__init__(message)
+
+
+OptionsCheck = Callable[[object | None, int, int], None]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class SimProfile:
+    """What a simulated vendor backend accepts, and how it refuses the rest.
+
+    Raises:
+        ValueError: on construction, for an unknown ``native_ops`` key or reduce-op name (a typo would
+            otherwise make an op silently unsupported).
+    """
+
+    #: ``torch.distributed`` backend name to register, e.g. ``"sccl"``, ``"hccl"``; lower case.
+    backend: str
+    #: Used in messages, e.g. ``"ProcessGroupSCCL"``.
+    vendor_name: str
+    #: ``Backend`` method name -> ``None`` if the vendor implements it, else the exact message it raises. A method
+    #: left out raises :func:`base_class_message`, as a vendor class that does not override it would.
+    native_ops: Mapping[str, str | None]
+    #: Dtypes the vendor accepts; others raise ``"<vendor_name>: Invalid scalar type <dtype>"``.
+    dtypes: frozenset[torch.dtype]
+    #: Reduce ops the vendor accepts, lower case (:data:`REDUCE_OP_NAMES`).
+    reduce_ops: frozenset[str]
+    #: False: ``alltoall_base`` with unequal split sizes raises (SCCL ignores the splits and would compute
+    #: garbage, so the simulation refuses instead of reproducing that).
+    uneven_all_to_all: bool
+    #: ``(pg_options, group_rank, group_size)`` -> None, raising like the vendor's creator; None: no check.
+    check_options: OptionsCheck | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.native_ops) - NATIVE_OP_KEYS
+        if unknown:
+            raise ValueError(f"SimProfile {self.backend!r}: unknown native_ops keys {sorted(unknown)}; "
+                             f"expected c10d Backend method names: {sorted(NATIVE_OP_KEYS)}")
+        bad_ops = set(self.reduce_ops) - REDUCE_OP_NAMES
+        if bad_ops:
+            raise ValueError(f"SimProfile {self.backend!r}: unknown reduce ops {sorted(bad_ops)}; "
+                             f"expected some of {sorted(REDUCE_OP_NAMES)}")
+        # Freeze the table so a profile shared by every group cannot change under them.
+        object.__setattr__(self, "native_ops", MappingProxyType(dict(self.native_ops)))
+
+    def refusal(self, key: str) -> str | None:
+        """The message the vendor raises for ``Backend.<key>``, or None if it implements it."""
+        if key in self.native_ops:
+            return self.native_ops[key]
+        return base_class_message(self.backend, key)
+
+
+_PROFILES: dict[str, SimProfile] = {}
+_LOCK = threading.Lock()
+
+
+def register_simulated_backend(profile: SimProfile) -> None:
+    """Make ``profile.backend`` a ``torch.distributed`` backend that runs on gloo under ``profile``'s rules.
+
+    Call it in every process before ``init_process_group`` / ``new_group`` (torch keeps registrations per
+    process). Registering the same name again is allowed and replaces the profile for groups created afterwards,
+    so plugins may call this unconditionally.
+
+    Args:
+        profile: the vendor's rules.
+
+    Raises:
+        ValueError: the name is not a lower-case identifier, or torch (or another plugin, e.g. the real vendor
+            package imported in this process) already owns it; torch would silently keep the existing creator.
+    """
+    name = profile.backend
+    if not name.isidentifier() or name != name.lower():
+        raise ValueError(f"simulated backend name {name!r} must be a lower-case identifier, e.g. 'sccl'")
+    with _LOCK:
+        if name in _PROFILES:
+            _PROFILES[name] = profile
+            logger.debug("simulated backend %r: profile replaced", name)
+            return
+        known = (name in _RESERVED or name in dist.Backend.backend_list
+                 or name.upper() in dist.Backend._plugins or hasattr(dist.Backend, name.upper()))
+        if known:
+            raise ValueError(
+                f"cannot simulate backend {name!r}: torch.distributed already has a backend of that name "
+                "(built in, or registered by the vendor's own package in this process), and register_backend "
+                "would silently keep it. Simulate in a process that does not import the vendor package."
+            )
+        dist.Backend.register_backend(name, _Creator(name), extended_api=True, devices=["cpu"])
+        _PROFILES[name] = profile
+    logger.debug("simulated backend %r registered (%s)", name, profile.vendor_name)
+
+
+def simulated_backend_of(group: dist.ProcessGroup | None = None) -> SimProfile | None:
+    """The profile behind ``group`` (default: the world group), or None if it is not simulated.
+
+    Args:
+        group: a process group, or None for the default group.
+
+    Returns:
+        The :class:`SimProfile` the group enforces; None for real backends or before initialisation.
+    """
+    if group is None:
+        if not dist.is_initialized():
+            return None
+        group = dist.group.WORLD
+    return group.profile if isinstance(group, SimulatedProcessGroup) else None
+
+
+class _Creator:
+    """The ``extended_api`` creator torch calls for every group of a simulated backend."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend: Final = backend
+
+    def __call__(self, opts: Any, pg_options: object | None) -> SimulatedProcessGroup:
+        # Looked up per group, so a re-registered profile applies to groups created after it.
+        profile = _PROFILES[self.backend]
+        if profile.check_options is not None:
+            profile.check_options(pg_options, opts.group_rank, opts.group_size)
+        return SimulatedProcessGroup(profile, opts, pg_options)
+
+
+class SimulatedProcessGroup(dist.ProcessGroup):
+    """A process group that acts as ``profile``'s vendor backend and computes with gloo.
+
+    Every collective method checks, in the vendor's order, that the op exists, that every tensor's dtype is
+    accepted, that the reduce op is accepted and (if the vendor ignores them) that all_to_all split sizes are
+    even, raising :class:`SimulatedVendorError` otherwise; then it returns the inner gloo group's ``Work``.
+
+    Args:
+        profile: the vendor's rules.
+        opts: torch's ``_DistributedBackendOptions`` (store, group rank and size, timeout, group id).
+        pg_options: the ``pg_options`` the caller passed, kept as :attr:`pg_options` for the plugin.
+    """
+
+    def __init__(self, profile: SimProfile, opts: Any, pg_options: object | None) -> None:
+        # The (store, rank, size) constructor is a pybind factory that cannot build a Python subclass
+        # ("returned holder-wrapped instance is not an alias instance"), so the wrapper has no store of its own.
+        super().__init__(opts.group_rank, opts.group_size)  # type: ignore[call-arg]  # the .pyi lists one overload
+        self._profile: Final = profile
+        self._pg_options: Final = pg_options
+        # Gloo gets its own key prefix so that its rendezvous cannot collide with keys a simulated plugin
+        # writes to the same group store (HCCL root info, SCCL unique ids).
+        gloo = ProcessGroupGloo(PrefixStore("xccl.sim.gloo", opts.store), opts.group_rank, opts.group_size,
+                                opts.timeout)
+        gloo.options.global_ranks_in_group = list(opts.global_ranks_in_group)
+        gloo.options.group_name = opts.group_id
+        cpu, custom = torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM
+        # The inner group translates every ProcessGroup method to the gloo backend in C++.
+        self._inner: Final = dist.ProcessGroup(opts.store, opts.group_rank, opts.group_size)
+        for pg in (self._inner, self):
+            # On the wrapper this registration only serves group_name (stored in the backends) and
+            # _get_backend; collectives never reach it because the Python overrides come first.
+            pg._register_backend(cpu, custom, gloo)
+            pg._set_default_backend(custom)
+
+    @property
+    def profile(self) -> SimProfile:
+        """The rules this group enforces."""
+        return self._profile
+
+    @property
+    def pg_options(self) -> object | None:
+        """The ``pg_options`` the group was created with (the plugin's simulated options object)."""
+        return self._pg_options
+
+    def getBackendName(self) -> str:  # camelCase: the name the C++ trampoline looks up
+        """The simulated backend name, which ``pg.name()`` and ``dist.get_backend`` report."""
+        return self._profile.backend
+
+    def __repr__(self) -> str:
+        return f"<SimulatedProcessGroup {self._profile.backend} rank={self.rank()} size={self.size()}>"
+
+    def _admit(self, key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """Check one call against the profile; return the arguments to pass on (rewritten for PREMUL_SUM)."""
+        profile = self._profile
+        refusal = profile.refusal(key)
+        if refusal is not None:
+            raise SimulatedVendorError(profile.backend, key, refusal)
+        for tensor in _tensors((args, kwargs)):
+            if tensor.dtype not in profile.dtypes:
+                raise SimulatedVendorError(profile.backend, key,
+                                           f"{profile.vendor_name}: Invalid scalar type {tensor.dtype}")
+        if key in _REDUCING:
+            op = _reduce_op_name(args, kwargs)
+            if op not in profile.reduce_ops:
+                allowed = ", ".join(sorted(profile.reduce_ops)) or "none"
+                raise SimulatedVendorError(
+                    profile.backend, key,
+                    f"{profile.vendor_name}: unsupported reduce op ReduceOp.{op.upper()} (supported: {allowed})")
+            if op == "premul_sum":
+                args = _premul_as_sum(key, args)
+        if key == "alltoall_base" and not profile.uneven_all_to_all:
+            self._require_even_splits(args, kwargs)
+        return args
+
+    def _require_even_splits(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        out_splits = args[2] if len(args) > 2 else kwargs.get("output_split_sizes", ())
+        in_splits = args[3] if len(args) > 3 else kwargs.get("input_split_sizes", ())
+        if len(set(out_splits)) > 1 or len(set(in_splits)) > 1:
+            name = self._profile.vendor_name
+            raise SimulatedVendorError(
+                self._profile.backend, "alltoall_base",
+                f"{name} ignores all_to_all_single split sizes and always splits evenly, so "
+                f"input_split_sizes={list(in_splits)}, output_split_sizes={list(out_splits)} would give wrong "
+                f"results on the hardware (refused by the xccl simulation of {name})",
+            )
+
+
+def _gated(method: str, key: str) -> Callable[..., Any]:
+    """A ``SimulatedProcessGroup`` method: check against the profile, then run ``method`` on the inner group."""
+
+    def call(self: SimulatedProcessGroup, *args: Any, **kwargs: Any) -> Any:
+        args = self._admit(key, args, kwargs)
+        return getattr(self._inner, method)(*args, **kwargs)
+
+    call.__name__ = method
+    call.__qualname__ = f"SimulatedProcessGroup.{method}"
+    call.__doc__ = f"``ProcessGroup.{method}``, gated by the profile's ``{key}`` entry, computed by gloo."
+    return call
+
+
+# Generated rather than written out: every override is the same check-then-delegate, and the table above is the
+# one place that says which name reaches which vendor method.
+for _method, _key in _METHOD_KEYS.items():
+    setattr(SimulatedProcessGroup, _method, _gated(_method, _key))
+
+
+def _tensors(obj: object) -> Iterator[torch.Tensor]:
+    """Every tensor in a call's arguments (tensors, nested lists of them, options objects ignored)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from _tensors(item)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            yield from _tensors(item)
+
+
+def _reduce_op_name(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """The reduce op of a call, lower case: from its options object, or a positional ``ReduceOp``."""
+    for arg in (*args, *kwargs.values()):
+        red = getattr(arg, "reduceOp", None)
+        if red is not None:
+            return str(red.op.name).lower()
+        if isinstance(arg, dist.ReduceOp):
+            return str(cast(Any, arg).op.name).lower()  # .op is bound in C++ but missing from the .pyi
+        if isinstance(arg, dist.ReduceOp.RedOpType):
+            return str(arg.name).lower()
+    return "sum"  # the default of every c10d reduce options struct
+
+
+def _premul_as_sum(key: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Rewrite a PREMUL_SUM call as SUM over pre-scaled inputs: gloo refuses PREMUL_SUM, vendors may not.
+
+    Only floating inputs are rewritten (PREMUL_SUM is defined for them; HCCL accepts it only for them), and only
+    when the call carries an options object; anything else goes to gloo and fails with gloo's message.
+    """
+    opts = next((a for a in args if hasattr(a, "reduceOp")), None)
+    if opts is None or not all(t.is_floating_point() for t in _tensors(args)):
+        return args
+    factor = opts.reduceOp.factor
+    opts.reduceOp = dist.ReduceOp.SUM  # torch builds a fresh options object per call, so this is ours
+    if key in _IN_PLACE:
+        # The result overwrites these tensors anyway; scaling them first is what the vendor does on device.
+        for tensor in _tensors(args[0]):
+            tensor.mul_(factor)
+        return args
+    # reduce_scatter reads its second argument and must leave it untouched.
+    return (args[0], _scaled(args[1], factor), *args[2:])
+
+
+def _scaled(obj: Any, factor: Any) -> Any:
+    """A copy of a tensor or nested list of tensors, multiplied by ``factor``."""
+    if isinstance(obj, torch.Tensor):
+        return obj * factor
+    return [_scaled(item, factor) for item in obj]
