@@ -1,0 +1,116 @@
+"""xccl.init: environment, re-initialisation, shutdown, world of one. Each case runs in a fresh process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from xccl.testing import free_port
+
+
+def _run(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "XCCL_VENDOR", "XCCL_SIMULATE")}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env={**base, **(env or {})}, capture_output=True, text=True,
+        timeout=120,
+    )
+
+
+def test_world_of_one_without_any_environment():
+    out = _run("""
+        import torch, xccl
+        w = xccl.init()
+        t = torch.ones(3); xccl.all_reduce(t)
+        print(w.rank, w.world_size, w.plugin, w.backend, w.device, t.tolist())
+        assert xccl.init() is w          # same arguments: a no-op returning the same world
+        xccl.shutdown(); w2 = xccl.init(); print(w2 == w)
+    """)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")
+    assert lines[0] == "0 1 cpu gloo cpu [1.0, 1.0, 1.0]"
+    assert lines[1] == "True"
+
+
+def test_second_init_with_different_arguments_is_an_error():
+    out = _run("""
+        import xccl
+        xccl.init()
+        try:
+            xccl.init(fallback="error")
+        except xccl.InitError as e:
+            print("InitError:", e)
+    """)
+    assert "InitError: xccl is already initialised" in out.stdout, out.stderr
+    assert "xccl.shutdown()" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("env", "phrase"),
+    [
+        ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK='x' is not an integer"),
+        ({"RANK": "2", "WORLD_SIZE": "2"}, "rank 2 is outside [0, 2)"),
+        ({"RANK": "0", "WORLD_SIZE": "0"}, "world size must be >= 1"),
+        ({"RANK": "0"}, "both are needed"),
+        ({"RANK": "0", "WORLD_SIZE": "2"}, "MASTER_ADDR and MASTER_PORT not set"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "http"}, "not a TCP port"),
+        ({"XCCL_TIMEOUT": "soon"}, "XCCL_TIMEOUT='soon' is not a number"),
+        ({"XCCL_VENDOR": "nope"}, "no xccl plugin named 'nope'"),
+        ({"XCCL_SIMULATE": "cpu"}, "has no CPU simulation"),
+    ],
+    ids=["rank-not-int", "rank-out-of-range", "world-zero", "no-world-size", "no-master", "bad-port",
+         "bad-timeout", "unknown-vendor", "cpu-not-simulable"],
+)
+def test_bad_environment_is_a_typed_error(env, phrase):
+    out = _run("""
+        import xccl
+        try:
+            xccl.init()
+        except xccl.XcclError as e:
+            print(type(e).__name__, "|", e)
+    """, env)
+    assert phrase in out.stdout, (out.stdout, out.stderr)
+
+
+def test_open_mpi_variables_are_read_when_torchrun_ones_are_absent():
+    port = free_port()
+    code = """
+        import torch, xccl
+        w = xccl.init()
+        t = torch.tensor([float(w.rank)]); xccl.all_reduce(t)
+        print(w.rank, w.world_size, w.local_rank, t.item())
+        xccl.shutdown()
+    """
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            env={**{k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")},
+                 "OMPI_COMM_WORLD_RANK": str(r), "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": str(r),
+                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [o[0].strip() for o in outs] == ["0 2 0 1.0", "1 2 1 1.0"], outs
+
+
+def test_init_under_torchrun_unchanged(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import torch, xccl
+        w = xccl.init()
+        t = torch.ones(2) * (w.rank + 1); xccl.all_reduce(t)
+        print(f"rank {w.rank}/{w.world_size} local {w.local_rank}: {t.tolist()}")
+        xccl.shutdown()
+    """))
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "rank 0/2 local 0: [3.0, 3.0]" in out.stdout and "rank 1/2 local 1: [3.0, 3.0]" in out.stdout
