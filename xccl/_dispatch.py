@@ -16,6 +16,7 @@ The added Python cost per call is measured by ``benchmarks/overhead.py``.
 from __future__ import annotations
 
 import logging
+import operator
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -26,13 +27,15 @@ import torch.distributed as dist
 from . import _emulate
 from ._capabilities import Collective, Level, reduce_op_name
 from ._errors import InvalidArgument, UnsupportedCollective, XcclError
-from ._init import GroupContext, context
+from ._init import _STATE, GroupContext, context
 
 LOG = logging.getLogger("xccl")
 ReduceOp = dist.ReduceOp
 SUM: Final = ReduceOp.SUM
 C = Collective
 Kernel = Callable[..., Any]
+_ALL_REDUCE: Final = C.ALL_REDUCE
+_TENSOR: Final = torch.Tensor
 
 # ---------------------------------------------------------------------------------------------- native kernels
 # Each takes (ctx, *public args) and forwards to torch.distributed unchanged. torch 2.13 renamed the tensor
@@ -60,6 +63,7 @@ _NATIVE: Final[dict[Collective, Kernel]] = {
 }
 
 _WARNED: Final[set[tuple[str, str]]] = set()
+_RED_OP_TYPE: Final = ReduceOp.RedOpType
 
 
 def plan(ctx: GroupContext, op: Collective, dtype: torch.dtype | None, reduce_op: Any = None) -> Kernel:
@@ -68,11 +72,16 @@ def plan(ctx: GroupContext, op: Collective, dtype: torch.dtype | None, reduce_op
     Raises:
         UnsupportedCollective: the backend cannot run it, or only emulated and the policy is ``"error"``.
     """
-    key = (op, dtype, reduce_op if reduce_op is None or type(reduce_op) is ReduceOp.RedOpType else reduce_op_name(reduce_op))
-    kernel = ctx.plans.get(key)
+    kernel = ctx.plans.get((op, dtype, reduce_op))
     if kernel is not None:
         return kernel
     redop = None if reduce_op is None else reduce_op_name(reduce_op)
+    # ReduceOp *instances* (premul_sum) are new objects per call: cache those under the op's name instead, or
+    # the cache would grow by one entry per call.
+    key = (op, dtype, reduce_op if reduce_op is None or type(reduce_op) is _RED_OP_TYPE else redop)
+    kernel = ctx.plans.get(key)
+    if kernel is not None:
+        return kernel
     res = ctx.table.require(
         op, dtype=dtype, reduce_op=redop, world_size=ctx.size, allow_emulated=ctx.fallback != "error"
     )
@@ -109,12 +118,18 @@ def call(ctx: GroupContext, name: str, kernel: Kernel, *args: Any) -> Any:
     """Run ``kernel`` and turn backend faults into typed errors (see ``_faults``)."""
     try:
         return kernel(ctx, *args)
-    except XcclError:
-        raise
     except RuntimeError as exc:
-        from ._faults import translate
+        raise_typed(exc, ctx, name)
+        raise
 
-        raise translate(exc, ctx, name) from exc
+
+def raise_typed(exc: RuntimeError, ctx: GroupContext, name: str) -> None:
+    """Raise the typed error for a backend fault (chaining it), or return when it is not a fault we know."""
+    from ._faults import translate
+
+    typed = translate(exc, ctx, name)
+    if typed is not exc:
+        raise typed from exc
 
 
 # ------------------------------------------------------------------------------------------- local validation
@@ -123,7 +138,7 @@ def call(ctx: GroupContext, name: str, kernel: Kernel, *args: Any) -> Any:
 def _tensor(ctx: GroupContext, op: str, what: str, t: Any) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise InvalidArgument(op, f"{what} must be a torch.Tensor, got {type(t).__name__}")
-    dev = ctx.runtime.device_type
+    dev = ctx.device_type
     if not (t.is_cpu if dev == "cpu" else t.is_cuda if dev == "cuda" else t.device.type == dev):
         raise InvalidArgument(
             op, f"{what} is on {t.device}, but the {ctx.table.backend} backend takes {dev} tensors; move it with .to()"
@@ -163,14 +178,34 @@ def _member(ctx: GroupContext, op: str, what: str, rank: Any, group_rank: Any) -
     return rank
 
 
+def _counts(op: str, what: str, values: Any) -> list[int]:
+    """``values`` as a list of non-negative ints. Anything ``operator.index`` takes (numpy ints, integer 0-d
+    tensors) is accepted; floats, bools and strings are refused rather than truncated."""
+    try:
+        items = list(values)
+    except TypeError:
+        raise InvalidArgument(op, f"{what} must be a sequence of integers, got {type(values).__name__}") from None
+    counts = []
+    for s in items:
+        try:
+            if isinstance(s, bool):
+                raise TypeError
+            counts.append(operator.index(s))
+        except TypeError:
+            raise InvalidArgument(
+                op, f"{what}={items!r} must hold integers, but has {s!r} ({type(s).__name__})"
+            ) from None
+    if any(c < 0 for c in counts):
+        raise InvalidArgument(op, f"{what}={counts} must be non-negative integers")
+    return counts
+
+
 def _splits(op: str, what: str, sizes: Any, n: int, total: int | None) -> list[int] | None:
     if sizes is None:
         return None
-    sizes = list(sizes)
+    sizes = _counts(op, what, sizes)
     if len(sizes) != n:
         raise InvalidArgument(op, f"{what} has {len(sizes)} entries; the group has {n} ranks")
-    if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in sizes):
-        raise InvalidArgument(op, f"{what}={sizes} must be non-negative integers")
     if total is not None and sum(sizes) != total:
         raise InvalidArgument(op, f"{what}={sizes} sums to {sum(sizes)}, but the tensor's dim 0 is {total}")
     return sizes
@@ -181,12 +216,26 @@ def _splits(op: str, what: str, sizes: Any, n: int, total: int | None) -> list[i
 
 def all_reduce(tensor: torch.Tensor, op: Any = SUM, group: Any = None, async_op: bool = False) -> Any:
     """Reduce ``tensor`` across the group in place (``torch.distributed.all_reduce``)."""
-    ctx = context(group)
-    kernel = plan(ctx, C.ALL_REDUCE, getattr(tensor, "dtype", None), op)
-    _tensor(ctx, "all_reduce", "tensor", tensor)
+    # The hottest path: kept flat (no helper calls on a cache hit) because its cost is benchmarked per call.
+    ctx = _STATE.default if group is None else None
+    if ctx is None:
+        ctx = context(group)
+    dtype = getattr(tensor, "dtype", None)
+    kernel = ctx.plans.get((_ALL_REDUCE, dtype, op)) or plan(ctx, _ALL_REDUCE, dtype, op)
+    dev = ctx.device_type
+    if (
+        type(tensor) is not _TENSOR
+        or not (tensor.is_cpu if dev == "cpu" else tensor.is_cuda if dev == "cuda" else False)
+        or not tensor.is_contiguous()
+    ):
+        _tensor(ctx, "all_reduce", "tensor", tensor)  # the full check: raises, or accepts subclasses/devices
     if ctx.check:
-        _check(ctx, C.ALL_REDUCE, (tensor,), op)
-    return call(ctx, "all_reduce", kernel, tensor, op, group, async_op)
+        _check(ctx, _ALL_REDUCE, (tensor,), op)
+    try:
+        return kernel(ctx, tensor, op, group, async_op)
+    except RuntimeError as exc:
+        raise_typed(exc, ctx, "all_reduce")
+        raise
 
 
 def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group: Any = None, async_op: bool = False) -> Any:
@@ -304,8 +353,11 @@ def all_to_all_single(
         raise InvalidArgument("all_to_all_single", f"input dim 0 must divide evenly by {n} without input_split_sizes")
     if osz is None and isz is None and output.numel() != input.numel():
         raise InvalidArgument("all_to_all_single", f"output has {output.numel()} elements, input {input.numel()}")
-    even = (osz is None or len(set(osz)) == 1) and (isz is None or len(set(isz)) == 1)
-    op = C.ALL_TO_ALL_SINGLE if even else C.ALL_TO_ALL_SINGLE_UNEVEN
+    # Even or uneven must be decided the same way on every rank, but a rank sees only its own row and column of
+    # the count matrix: [[1, 1], [1, 2]] is uniform on rank 0 and not on rank 1, and where the two take different
+    # kernels (SCCL: native vs padded) the ranks would run different collectives and hang. So: split sizes given
+    # (by every rank, as torch expects) means the uneven op; on native backends it is the same call.
+    op = C.ALL_TO_ALL_SINGLE if osz is None and isz is None else C.ALL_TO_ALL_SINGLE_UNEVEN
     kernel = plan(ctx, op, input.dtype)
     if ctx.check:
         _check(ctx, op, (output, input))
@@ -527,13 +579,12 @@ def all_to_all_v(
     _same_dtype(name, output, input)
     n = ctx.size
     try:
-        matrix = [[int(c) for c in row] for row in send_count_matrix]
-    except (TypeError, ValueError):
+        rows = list(send_count_matrix)
+    except TypeError:
         raise InvalidArgument(name, "send_count_matrix must be a list of lists of integers") from None
+    matrix = [_counts(name, f"send_count_matrix[{i}]", row) for i, row in enumerate(rows)]
     if len(matrix) != n or any(len(row) != n for row in matrix):
         raise InvalidArgument(name, f"send_count_matrix must be {n}x{n} (the group size), got {[len(r) for r in matrix]}")
-    if any(c < 0 for row in matrix for c in row):
-        raise InvalidArgument(name, "send_count_matrix has negative counts")
     send, recv_ = sum(matrix[ctx.rank]), sum(row[ctx.rank] for row in matrix)
     if input.numel() != send:
         raise InvalidArgument(name, f"input has {input.numel()} elements; row {ctx.rank} of the matrix sums to {send}")

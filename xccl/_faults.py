@@ -29,7 +29,8 @@ _TIMEOUT: Final = ("timed out", "timeout")
 
 
 def translate(exc: BaseException, ctx: Any, op: str, started: float | None = None) -> BaseException:
-    """The typed error for a backend exception raised during ``op`` on ``ctx``'s group, or ``exc`` itself."""
+    """The typed error for a backend exception raised during ``op`` on ``ctx``'s group, or ``exc`` itself when it
+    is not a fault (the caller then re-raises it unchanged)."""
     if isinstance(exc, XcclError):
         return exc
     text = str(exc)

@@ -61,11 +61,14 @@ class GroupContext:
 
     __slots__ = (
         "group", "runtime", "table", "size", "rank", "ranks", "plans", "name", "fallback", "check", "seq", "side",
+        "device_type",
     )
 
     def __init__(self, group: dist.ProcessGroup, runtime: Runtime, ranks: Sequence[int], world: World) -> None:
         self.group: Final = group
         self.runtime: Final = runtime
+        #: Device type of the tensors this group takes (a plain attribute: read on every call).
+        self.device_type: Final = runtime.device_type
         self.table: Final[CapabilityTable] = runtime.plugin.capabilities()
         self.size: Final = group.size()
         self.rank: Final = group.rank()
