@@ -1,0 +1,37 @@
+# Set-up-and-go targets for a fresh machine: `make demo` and `make test` create .venv, install what they need
+# (torch==2.13.0 resolves to the local CPU wheel), and run.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+# Plugin distributions that live in this repository (installed editable for tests and simulation).
+PLUGINS := $(wildcard plugins/*/pyproject.toml)
+TEST_PLUGINS := tests/plugins/xccl-testplugins $(dir $(wildcard examples/plugin-template/pyproject.toml))
+PYTEST_ARGS ?= -m "not slow and not gpu"
+
+.PHONY: demo test bench lint docs clean
+
+$(VENV)/.core: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet "torch==2.13.0"
+	$(PIP) install --quiet -e .
+	touch $@
+
+$(VENV)/.test: $(VENV)/.core $(PLUGINS) tests/plugins/xccl-testplugins/pyproject.toml
+	$(PIP) install --quiet -e ".[test]" $(foreach p,$(dir $(PLUGINS)) $(TEST_PLUGINS),-e $(p))
+	touch $@
+
+## Run the demo: a tensor-parallel MLP trained on 2 local CPU ranks through xccl.
+demo: $(VENV)/.core
+	$(VENV)/bin/xccl demo
+
+## Run the tests (core, plugins in simulation, conformance), excluding slow and GPU-only ones.
+test: $(VENV)/.test
+	$(PY) -m pytest $(PYTEST_ARGS) tests $(wildcard plugins/*/tests) $(wildcard examples/plugin-template/tests)
+
+## Benchmarks (not part of the tests): print tables and write JSON under benchmarks/results/.
+bench: $(VENV)/.test
+	$(PY) benchmarks/overhead.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache benchmarks/results
