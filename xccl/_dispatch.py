@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -24,7 +25,7 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
-from . import _emulate
+from . import _emulate, _faults
 from ._capabilities import Collective, Level, reduce_op_name
 from ._errors import InvalidArgument, UnsupportedCollective, XcclError
 from ._init import _STATE, GroupContext, context
@@ -63,6 +64,8 @@ _NATIVE: Final[dict[Collective, Kernel]] = {
 }
 
 _WARNED: Final[set[tuple[str, str]]] = set()
+_monotonic: Final = time.monotonic
+_TypedWork: Final = _faults.TypedWork
 _RED_OP_TYPE: Final = ReduceOp.RedOpType
 
 
@@ -115,19 +118,25 @@ class EmulationWarning(UserWarning):
 
 
 def call(ctx: GroupContext, name: str, kernel: Kernel, *args: Any) -> Any:
-    """Run ``kernel`` and turn backend faults into typed errors (see ``_faults``)."""
+    """Run ``kernel`` and turn backend faults into typed errors (see ``_faults``).
+
+    A synchronous call gains one clock read; an asynchronous one returns its handle wrapped in
+    :class:`~xccl._faults.TypedWork`, so that a fault surfacing in ``wait()`` is typed too.
+    """
+    started = _monotonic()
     try:
-        return kernel(ctx, *args)
+        work = kernel(ctx, *args)
     except RuntimeError as exc:
-        raise_typed(exc, ctx, name)
+        raise_typed(exc, ctx, name, started)
         raise
+    if work is None or type(work) is _TypedWork:
+        return work
+    return _TypedWork(work, ctx, name, started)
 
 
-def raise_typed(exc: RuntimeError, ctx: GroupContext, name: str) -> None:
+def raise_typed(exc: RuntimeError, ctx: GroupContext, name: str, started: float | None = None) -> None:
     """Raise the typed error for a backend fault (chaining it), or return when it is not a fault we know."""
-    from ._faults import translate
-
-    typed = translate(exc, ctx, name)
+    typed = _faults.translate(exc, ctx, name, started)
     if typed is not exc:
         raise typed from exc
 
