@@ -302,16 +302,33 @@ def _env_init_method() -> str:
 
 
 def _rendezvous_error(exc: Exception, rank: int, size: int, elapsed: float) -> XcclError:
+    """The typed error for a failed ``init_process_group``; the caller chains ``exc``.
+
+    The texts matched are torch 2.13's (``tests/test_faults.py`` and ``tests/test_bad_input.py`` reproduce each).
+    """
     text = str(exc)
-    if "DistStoreError" in type(exc).__name__ or "Timed out" in text or "timed out" in text:
-        return RendezvousTimeout(
-            f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}. Check that all {size} ranks start, "
-            "that MASTER_ADDR/MASTER_PORT are the same everywhere and reachable, and that WORLD_SIZE is right",
-            rank=rank,
-            world_size=size,
-            elapsed=elapsed,
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    low = text.lower()
+    said = f"{type(exc).__name__}: {first}"
+    if "eaddrinuse" in low or "address already in use" in low:
+        port = os.environ.get("MASTER_PORT", "?")
+        return InitError(
+            f"rank {rank}: the rendezvous port {port} is already in use on this host ({said}). Another job or a "
+            "leftover process holds it, or two processes were started as rank 0: pick a free MASTER_PORT, stop the "
+            "other process, or fix RANK"
         )
-    return InitError(f"creating the process group failed: {type(exc).__name__}: {text}")
+    if not ("timed out" in low or "timeout" in low or "DistStoreError" in type(exc).__name__):
+        return InitError(f"creating the process group failed: {said}")
+    if "clients joined" in low:
+        why = (f"({said}) only some of the {size} ranks connected to the rendezvous server on this rank. Start the "
+               "missing ranks, and check that WORLD_SIZE is the same on every rank")
+    elif "trying to connect" in low:
+        why = (f"({said}) this rank could not reach the rendezvous server. Check that rank 0 is running, that "
+               "MASTER_ADDR/MASTER_PORT are the same on every rank and reachable from here (name, firewall)")
+    else:
+        why = (f"({said}) the ranks reached the server but not all of them completed the rendezvous. WORLD_SIZE "
+               f"probably differs between ranks (this rank was told {size}), or a rank died while starting")
+    return RendezvousTimeout(why, rank=rank, world_size=size, elapsed=elapsed)
 
 
 def _register(group: Any, runtime: Runtime, ranks: Sequence[int] | range, world: World) -> GroupContext:
