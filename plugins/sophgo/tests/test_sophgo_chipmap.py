@@ -1,0 +1,260 @@
+"""The chip map: from the rank table (RANK_TABLE_FILE), CHIP_MAP or the identity; and every way a table is wrong.
+
+``resolve_placement`` is what ``setup_device`` runs on hardware and in simulation; it is called here with an
+explicit environment. Every malformed table must raise RankTableError naming the file, the JSON path of the field
+and the problem.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from xccl_sophgo import plugin
+from xccl_sophgo._chipmap import resolve_placement
+from xccl_sophgo._runtime import SophgoRuntime
+from xccl_sophgo._sdk import SimulatedSCCLOptions, current_simulated_chip
+
+import xccl
+from xccl._ranktable import dump, generate_sophgo
+from xccl.testing import RankPool
+
+#: Sophgo's documented template (03_Tutorial.rst), verbatim.
+TEMPLATE = Path(__file__).parent / "data" / "sophgo_template.json"
+DEVICES = 8
+
+
+def env(**values: object) -> dict[str, str]:
+    return {k: str(v) for k, v in values.items()}
+
+
+def write(tmp_path: Path, doc: object) -> Path:
+    path = tmp_path / "rank_table.json"
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc), encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Valid sources
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_seed_template(tmp_path: Path) -> None:
+    path = shutil.copy(TEMPLATE, tmp_path / "t.json")
+    p = resolve_placement(1, DEVICES, env(RANK_TABLE_FILE=path, RANK=1, WORLD_SIZE=2, LOCAL_WORLD_SIZE=2))
+    assert (p.node_chips, p.chip, p.chip_map([0, 1])) == ((0, 1), 1, (0, 1))
+    assert p.source == f"rank table {path}"
+
+
+def test_generated_table_with_a_ring_order(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    dump(generate_sophgo([[0, 2, 6, 7, 3, 1, 5, 4]]), path)
+    p = resolve_placement(2, DEVICES, env(RANK_TABLE_FILE=path, RANK=2, WORLD_SIZE=8, LOCAL_WORLD_SIZE=8))
+    assert p.node_chips == (0, 2, 6, 7, 3, 1, 5, 4) and p.chip == 6
+    assert p.chip_map([5, 1]) == (2, 1)  # group-rank order is ascending global rank
+
+
+def test_generated_two_node_table(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    dump(generate_sophgo([[0, 1], [1, 0]]), path)
+    p = resolve_placement(1, DEVICES, env(RANK_TABLE_FILE=path, RANK=3, WORLD_SIZE=4, LOCAL_WORLD_SIZE=2))
+    assert (p.node_chips, p.chip) == ((1, 0), 0)
+    assert [p.node_of(r) for r in range(4)] == [0, 0, 1, 1]
+    assert p.chip_map(range(4)) == (0, 1, 1, 0)
+
+
+def test_rank_table_takes_precedence_over_chip_map(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    dump(generate_sophgo([[5, 4]]), path)
+    p = resolve_placement(0, DEVICES, env(RANK_TABLE_FILE=path, CHIP_MAP="0,1", RANK=0, WORLD_SIZE=2))
+    assert p.node_chips == (5, 4)
+
+
+def test_chip_map_variable() -> None:
+    p = resolve_placement(1, DEVICES, env(CHIP_MAP="3, 1", RANK=1, WORLD_SIZE=2, LOCAL_WORLD_SIZE=2))
+    assert (p.source, p.node_chips, p.chip, p.chip_map([0, 1])) == ("CHIP_MAP", (3, 1), 1, (3, 1))
+
+
+def test_identity_over_the_local_ranks() -> None:
+    p = resolve_placement(1, DEVICES, env(RANK=5, WORLD_SIZE=8, LOCAL_WORLD_SIZE=4))
+    assert (p.source, p.node_chips, p.chip) == ("identity", (0, 1, 2, 3), 1)
+    assert p.chip_map([4, 5]) == (0, 1) and p.node_of(5) == 1
+    # Without torchrun's variables: a single process on chip 0.
+    assert resolve_placement(0, DEVICES, {}).node_chips == (0,)
+
+
+@pytest.mark.parametrize(("values", "text"), [
+    ({"CHIP_MAP": "[0, 1]"}, "looks like a Python list"),
+    ({"CHIP_MAP": "0,0"}, "chip 0 appears twice"),
+    ({"CHIP_MAP": "0,9"}, "chip 9 does not exist; this node has 8 TPUs"),
+    ({"CHIP_MAP": "0"}, "maps 1 local ranks, but this node runs 2"),
+    ({"CHIP_MAP": "0,a"}, "entry 1 ('a') is not a chip id"),
+    ({"LOCAL_WORLD_SIZE": "16", "WORLD_SIZE": "16"}, "16 ranks on this node but only 8 TPUs"),
+    ({"LOCAL_WORLD_SIZE": "x"}, "LOCAL_WORLD_SIZE='x' is not a non-negative integer"),
+    ({"LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "2"}, "inconsistent"),
+], ids=["list-literal", "duplicate", "no-such-chip", "too-short", "not-a-number", "too-many-ranks",
+        "bad-variable", "inconsistent"])
+def test_bad_chip_map_or_job(values: dict[str, str], text: str) -> None:
+    base = env(RANK=0, WORLD_SIZE=2, LOCAL_WORLD_SIZE=2)
+    with pytest.raises(xccl.InitError) as info:
+        resolve_placement(0, DEVICES, {**base, **values})
+    assert text in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Malformed rank tables
+# ---------------------------------------------------------------------------------------------------------------
+
+Doc = Any
+
+
+def _set(path: tuple[Any, ...], value: object) -> Callable[[Doc], Doc]:
+    def mutate(doc: Doc) -> Doc:
+        target = doc
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        return doc
+
+    return mutate
+
+
+def _drop(path: tuple[Any, ...]) -> Callable[[Doc], Doc]:
+    def mutate(doc: Doc) -> Doc:
+        target = doc
+        for key in path[:-1]:
+            target = target[key]
+        del target[path[-1]]
+        return doc
+
+    return mutate
+
+
+D0, D1 = ("node_list", 0, "device_list", 0), ("node_list", 0, "device_list", 1)
+
+#: (id, mutation of the generated 2-rank table [[0, 1]] or raw file text, field, problem fragment)
+MALFORMED: list[tuple[str, Callable[[Doc], Doc] | str, str, str]] = [
+    ("missing-version", _drop(("version",)), "version", "is missing"),
+    ("wrong-version", _set(("version",), "2.0"), "version", 'unsupported version "2.0"'),
+    ("numeric-version", _set(("version",), 1.0), "version", "unsupported version 1.0"),
+    ("missing-node-list", _drop(("node_list",)), "node_list", "is missing"),
+    ("empty-node-list", _set(("node_list",), []), "node_list", "is empty"),
+    ("missing-device-list", _drop(("node_list", 0, "device_list")), "node_list[0].device_list", "is missing"),
+    ("empty-device-list", _set(("node_list", 0, "device_list"), []), "node_list[0].device_list", "is empty"),
+    ("missing-device-id", _drop((*D1, "device_id")), "node_list[0].device_list[1].device_id", "is missing"),
+    ("missing-rank", _drop((*D0, "rank")), "node_list[0].device_list[0].rank", "is missing"),
+    ("duplicate-rank", _set((*D1, "rank"), "0"), "node_list[0].device_list[1].rank", "rank 0 is also given"),
+    ("gap-in-ranks", _set((*D1, "rank"), "2"), "node_list[0].device_list[1].rank", "rank 1 is missing"),
+    ("non-numeric-device-id", _set((*D0, "device_id"), "tpu0"), "node_list[0].device_list[0].device_id",
+     '"tpu0" is not a number'),
+    ("non-numeric-rank", _set((*D1, "rank"), "one"), "node_list[0].device_list[1].rank", '"one" is not a number'),
+    ("device-id-out-of-range", _set((*D1, "device_id"), "8"), "node_list[0].device_list[1].device_id",
+     "with 8 devices, device_id must be in [0, 7]"),
+    ("negative-device-id", _set((*D0, "device_id"), "-1"), "node_list[0].device_list[0].device_id", "is negative"),
+    ("duplicate-device-id", _set((*D1, "device_id"), "0"), "node_list[0].device_list[1].device_id",
+     "may appear only once"),
+    ("repeated-local-rank", _set((*D0, "local_rank"), "1"), "node_list[0].device_list[1].local_rank",
+     "also the local_rank"),
+    ("bad-device-ip", _set((*D0, "device_ip"), "localhost"), "node_list[0].device_list[0].device_ip",
+     "is not an IPv4 address"),
+    ("not-an-object", lambda doc: [doc], "$", "is an array"),
+    ("invalid-json", '{"version": "1.0", "node_list": [', "$", "invalid JSON at line 1"),
+    ("python-literal", "{'version': '1.0'}", "$", "invalid JSON"),
+    ("world-size-mismatch", lambda doc: generate_sophgo([[0, 1, 2]]), "node_list",
+     "lists 3 ranks, but this job has WORLD_SIZE=2"),
+]
+
+
+@pytest.mark.parametrize(("mutation", "field", "problem"), [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
+def test_malformed_rank_table(tmp_path: Path, mutation: Callable[[Doc], Doc] | str, field: str, problem: str) -> None:
+    doc = mutation if isinstance(mutation, str) else mutation(copy.deepcopy(generate_sophgo([[0, 1]])))
+    path = write(tmp_path, doc)
+    with pytest.raises(xccl.RankTableError) as info:
+        resolve_placement(0, DEVICES, env(RANK_TABLE_FILE=path, RANK=0, WORLD_SIZE=2, LOCAL_WORLD_SIZE=2))
+    err = info.value
+    assert (err.path, err.field) == (str(path), field), str(err)
+    assert problem in err.problem, str(err)
+    assert str(path) in str(err) and field in str(err)
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "not-utf8"])
+def test_unreadable_rank_table(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "table.json"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "not-utf8":
+        path.write_bytes(b'{"version": "\xff"}')
+    with pytest.raises(xccl.RankTableError) as info:
+        resolve_placement(0, DEVICES, env(RANK_TABLE_FILE=path, RANK=0, WORLD_SIZE=1))
+    assert (info.value.path, info.value.field) == (str(path), "$")
+    assert ("cannot read the file" if kind != "not-utf8" else "is not UTF-8") in info.value.problem
+
+
+def test_table_disagreeing_with_local_rank(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    dump(generate_sophgo([[0, 1], [0, 1]]), path)
+    with pytest.raises(xccl.RankTableError) as info:
+        resolve_placement(0, DEVICES, env(RANK_TABLE_FILE=path, RANK=3, WORLD_SIZE=4, LOCAL_WORLD_SIZE=2))
+    assert info.value.field == "node_list[1].device_list[1].local_rank"
+    assert "LOCAL_RANK=0" in info.value.problem
+
+
+def test_table_disagreeing_with_local_world_size(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    dump(generate_sophgo([[0, 1, 2], [0]]), path)
+    with pytest.raises(xccl.RankTableError) as info:
+        resolve_placement(0, DEVICES, env(RANK_TABLE_FILE=path, RANK=0, WORLD_SIZE=4, LOCAL_WORLD_SIZE=2))
+    assert info.value.field == "node_list[0].device_list" and "has 3 devices" in info.value.problem
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The runtime in this process (simulated SDK; no process group needed for device setup and options)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_runtime_sets_chip_map_and_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "t.json"
+    dump(generate_sophgo([[7, 3, 5, 1]]), path)
+    for k, v in env(RANK_TABLE_FILE=path, RANK=2, WORLD_SIZE=4, LOCAL_WORLD_SIZE=4, CHIP_MAP="0,1,2,3").items():
+        monkeypatch.setenv(k, v)
+    runtime = SophgoRuntime(plugin, simulate=True)
+    assert runtime.setup_device(2) == torch.device("cpu")
+    assert current_simulated_chip() == 5
+    import os
+
+    assert os.environ["CHIP_MAP"] == "7,3,5,1"  # the rank table wins, published in Sophgo's format
+    world = runtime.process_group_options(None)
+    sub = runtime.process_group_options([3, 0])
+    assert isinstance(world, SimulatedSCCLOptions) and world.chip_map == [7, 3, 5, 1]
+    assert isinstance(sub, SimulatedSCCLOptions) and sub.chip_map == [7, 1]
+
+
+def test_simulated_chip_must_exist(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XCCL_SOPHGO_SIM_DEVICES", "2")
+    for k, v in env(RANK=0, WORLD_SIZE=1, LOCAL_WORLD_SIZE=1, CHIP_MAP="1").items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("RANK_TABLE_FILE", raising=False)
+    runtime = SophgoRuntime(plugin, simulate=True)
+    runtime.setup_device(0)
+    assert current_simulated_chip() == 1
+    monkeypatch.setenv("CHIP_MAP", "5")
+    with pytest.raises(xccl.InitError, match="chip 5 does not exist; this node has 2 TPUs"):
+        runtime.setup_device(0)
+
+
+def test_init_fails_on_every_rank_with_a_malformed_table(tmp_path: Path) -> None:
+    doc = generate_sophgo([[0, 1]])
+    doc["node_list"][0]["device_list"][1]["rank"] = "0"  # type: ignore[index]
+    path = write(tmp_path, doc)
+    pool = RankPool(2, {"vendor": "sophgo", "simulate": True}, {"RANK_TABLE_FILE": str(path)})
+    with pytest.raises(RuntimeError) as info:
+        pool.start()
+    text = str(info.value)
+    assert "rank 0: RankTableError" in text and "rank 1: RankTableError" in text
+    assert f"rank table {path}: node_list[0].device_list[1].rank: rank 0 is also given" in text

@@ -1,0 +1,433 @@
+"""Simulated Sophgo worlds of 2 and 4 ranks: every public collective against a reference each rank computes.
+
+The ranks run the plugin's own code path (chip map, CHIP_MAP, set_device, ProcessGroupSCCLOptions, the ``sccl``
+process group) with simulated chips, over real gloo process groups in a :class:`~xccl.testing.RankPool`.
+Bodies are module-level functions run on every rank; each raises AssertionError on a wrong value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import xccl
+
+SIM = {"XCCL_SIMULATE": "sophgo"}
+F32, BF16, I32, I64, F64, BOOL = torch.float32, torch.bfloat16, torch.int32, torch.int64, torch.float64, torch.bool
+
+# ---------------------------------------------------------------------------------------------------------------
+# Helpers run on the ranks
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _me() -> tuple[int, int]:
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _data(rank: int, numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """Rank-dependent values that stay exact in every dtype used here (small integers; bool alternates)."""
+    base = torch.arange(numel) % 5 + rank + 1
+    if dtype is BOOL:
+        return (base + rank) % 2 == 0
+    return base.to(dtype)
+
+
+def _reduce_ref(tensors: list[torch.Tensor], op: str) -> torch.Tensor:
+    """Reference reduction in rank order, in float64/int64 so that the reference itself does not round."""
+    dtype = tensors[0].dtype
+    wide = [t.to(torch.float64 if dtype.is_floating_point else torch.int64) for t in tensors]
+    combine: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = {
+        "sum": torch.add, "avg": torch.add, "product": torch.mul, "min": torch.minimum, "max": torch.maximum,
+    }[op]
+    acc = wide[0].clone()
+    for t in wide[1:]:
+        acc = combine(acc, t)
+    if op == "avg":
+        acc = acc / len(wide) if dtype.is_floating_point else torch.div(acc, len(wide), rounding_mode="trunc")
+    return acc.to(dtype) if dtype is not BOOL else acc.bool()
+
+
+def _same(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    if got.dtype != want.dtype or got.shape != want.shape or not torch.equal(got, want):
+        raise AssertionError(f"{what}: got {got.tolist()} ({got.dtype}), want {want.tolist()} ({want.dtype})")
+
+
+_OPS = {"sum": xccl.ReduceOp.SUM, "product": xccl.ReduceOp.PRODUCT, "min": xccl.ReduceOp.MIN,
+        "max": xccl.ReduceOp.MAX, "avg": xccl.ReduceOp.AVG}
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bodies: one per public collective
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def all_reduce(dtype: torch.dtype, op: str, async_op: bool = False) -> None:
+    rank, n = _me()
+    t = _data(rank, 6, dtype)
+    work = xccl.all_reduce(t, _OPS[op], async_op=async_op)
+    if async_op:
+        work.wait()
+    _same(t, _reduce_ref([_data(r, 6, dtype) for r in range(n)], op), f"all_reduce {op}")
+
+
+def reduce(dtype: torch.dtype, op: str) -> None:
+    rank, n = _me()
+    t = _data(rank, 5, dtype)
+    xccl.reduce(t, dst=n - 1, op=_OPS[op])
+    if rank == n - 1:
+        _same(t, _reduce_ref([_data(r, 5, dtype) for r in range(n)], op), f"reduce {op}")
+
+
+def broadcast(dtype: torch.dtype) -> None:
+    rank, n = _me()
+    src = 1 % n
+    t = _data(rank, 7, dtype)
+    xccl.broadcast(t, src=src)
+    _same(t, _data(src, 7, dtype), "broadcast")
+
+
+def all_gather(dtype: torch.dtype) -> None:
+    rank, n = _me()
+    outs = [torch.empty(3, dtype=dtype) for _ in range(n)]
+    xccl.all_gather(outs, _data(rank, 3, dtype))
+    for r, o in enumerate(outs):
+        _same(o, _data(r, 3, dtype), f"all_gather[{r}]")
+
+
+def all_gather_into_tensor(dtype: torch.dtype) -> None:
+    rank, n = _me()
+    out = torch.empty(n * 4, dtype=dtype)
+    xccl.all_gather_into_tensor(out, _data(rank, 4, dtype))
+    _same(out, torch.cat([_data(r, 4, dtype) for r in range(n)]), "all_gather_into_tensor")
+
+
+def reduce_scatter(dtype: torch.dtype, op: str) -> None:
+    rank, n = _me()
+    ins = [_data(rank + 10 * j, 3, dtype) for j in range(n)]
+    out = torch.empty(3, dtype=dtype)
+    xccl.reduce_scatter(out, ins, _OPS[op])
+    _same(out, _reduce_ref([_data(r + 10 * rank, 3, dtype) for r in range(n)], op), f"reduce_scatter {op}")
+
+
+def reduce_scatter_tensor(dtype: torch.dtype, op: str, async_op: bool = False) -> None:
+    rank, n = _me()
+    inp = _data(rank, 4 * n, dtype)
+    out = torch.empty(4, dtype=dtype)
+    work = xccl.reduce_scatter_tensor(out, inp, _OPS[op], async_op=async_op)
+    if async_op:
+        work.wait()
+    want = _reduce_ref([_data(r, 4 * n, dtype)[4 * rank: 4 * rank + 4] for r in range(n)], op)
+    _same(out, want, f"reduce_scatter_tensor {op}")
+
+
+def all_to_all(dtype: torch.dtype, uneven: bool) -> None:
+    rank, n = _me()
+    # chunk (i -> j) has size 1 + (i + j) % 3 when uneven, 2 otherwise.
+    size = (lambda i, j: 1 + (i + j) % 3) if uneven else (lambda i, j: 2)
+    ins = [_data(100 * rank + j, size(rank, j), dtype) for j in range(n)]
+    outs = [torch.empty(size(j, rank), dtype=dtype) for j in range(n)]
+    xccl.all_to_all(outs, ins)
+    for j, o in enumerate(outs):
+        _same(o, _data(100 * j + rank, size(j, rank), dtype), f"all_to_all[{j}]")
+
+
+def all_to_all_single(dtype: torch.dtype, uneven: bool) -> None:
+    rank, n = _me()
+    size = (lambda i, j: 1 + (i + 2 * j) % 3) if uneven else (lambda i, j: 2)
+    isz, osz = [size(rank, j) for j in range(n)], [size(j, rank) for j in range(n)]
+    inp = torch.cat([_data(100 * rank + j, isz[j], dtype) for j in range(n)]).reshape(-1, 1).repeat(1, 2)
+    out = torch.empty(sum(osz), 2, dtype=dtype)
+    xccl.all_to_all_single(out, inp, osz if uneven else None, isz if uneven else None)
+    want = torch.cat([_data(100 * j + rank, osz[j], dtype) for j in range(n)]).reshape(-1, 1).repeat(1, 2)
+    _same(out, want, "all_to_all_single")
+
+
+def gather(dtype: torch.dtype) -> None:
+    rank, n = _me()
+    dst = n - 1
+    lst = [torch.empty(3, dtype=dtype) for _ in range(n)] if rank == dst else None
+    xccl.gather(_data(rank, 3, dtype), lst, dst=dst)
+    if lst is not None:
+        for r, t in enumerate(lst):
+            _same(t, _data(r, 3, dtype), f"gather[{r}]")
+
+
+def scatter(dtype: torch.dtype) -> None:
+    rank, n = _me()
+    out = torch.empty(3, dtype=dtype)
+    lst = [_data(50 + r, 3, dtype) for r in range(n)] if rank == 0 else None
+    xccl.scatter(out, lst, src=0)
+    _same(out, _data(50 + rank, 3, dtype), "scatter")
+
+
+def barrier() -> None:
+    xccl.barrier()
+
+
+def send_recv(dtype: torch.dtype, nonblocking: bool) -> None:
+    rank, n = _me()
+    right, left = (rank + 1) % n, (rank - 1) % n
+    got = torch.empty(5, dtype=dtype)
+    if nonblocking:
+        works = [xccl.isend(_data(rank, 5, dtype), right), xccl.irecv(got, left)]
+        for w in works:
+            w.wait()
+    elif rank % 2 == 0:  # even ranks send first, odd ranks receive first: no cycle of blocked sends
+        xccl.send(_data(rank, 5, dtype), right)
+        xccl.recv(got, left)
+    else:
+        xccl.recv(got, left)
+        xccl.send(_data(rank, 5, dtype), right)
+    _same(got, _data(left, 5, dtype), "recv")
+
+
+def all_gather_into_tensor_uneven(dtype: torch.dtype) -> None:
+    rank, n = _me()
+    sizes = [1 + r % 3 for r in range(n)]
+    out = torch.empty(sum(sizes), 2, dtype=dtype)
+    mine = _data(rank, sizes[rank], dtype).reshape(-1, 1).repeat(1, 2)
+    xccl.all_gather_into_tensor_uneven(out, mine, sizes)
+    want = torch.cat([_data(r, sizes[r], dtype) for r in range(n)]).reshape(-1, 1).repeat(1, 2)
+    _same(out, want, "all_gather_into_tensor_uneven")
+
+
+def reduce_scatter_tensor_uneven(dtype: torch.dtype, op: str) -> None:
+    rank, n = _me()
+    sizes = [1 + r % 3 for r in range(n)]
+    inp = _data(rank, sum(sizes), dtype)
+    out = torch.empty(sizes[rank], dtype=dtype)
+    xccl.reduce_scatter_tensor_uneven(out, inp, sizes, _OPS[op])
+    lo = sum(sizes[:rank])
+    want = _reduce_ref([_data(r, sum(sizes), dtype)[lo: lo + sizes[rank]] for r in range(n)], op)
+    _same(out, want, "reduce_scatter_tensor_uneven")
+
+
+def all_to_all_v(dtype: torch.dtype) -> None:
+    rank, n = _me()
+    matrix = [[(i + 2 * j) % 3 + 1 for j in range(n)] for i in range(n)]
+    inp = torch.cat([_data(100 * rank + j, matrix[rank][j], dtype) for j in range(n)])
+    out = torch.empty(sum(row[rank] for row in matrix), dtype=dtype)
+    xccl.all_to_all_v(out, inp, matrix)
+    _same(out, torch.cat([_data(100 * i + rank, matrix[i][rank], dtype) for i in range(n)]), "all_to_all_v")
+
+
+# (id, body, args): every public collective, with SCCL's gaps covered by emulation.
+CASES: list[tuple[str, Callable[..., None], tuple[Any, ...]]] = [
+    *[(f"all_reduce-{op}-{str(dt)[6:]}", all_reduce, (dt, op))
+      for op in ("sum", "product", "min", "max", "avg") for dt in (F32, I64)],
+    ("all_reduce-sum-bfloat16", all_reduce, (BF16, "sum")),
+    ("all_reduce-max-bool", all_reduce, (BOOL, "max")),
+    ("all_reduce-async", all_reduce, (F32, "sum", True)),
+    ("reduce-sum", reduce, (F32, "sum")),
+    ("reduce-avg-int32", reduce, (I32, "avg")),
+    *[(f"broadcast-{str(dt)[6:]}", broadcast, (dt,)) for dt in (F32, I64, BOOL, F64)],
+    ("all_gather", all_gather, (F32,)),
+    ("all_gather-float64", all_gather, (F64,)),
+    ("all_gather_into_tensor", all_gather_into_tensor, (BF16,)),
+    ("all_gather_into_tensor-float64", all_gather_into_tensor, (F64,)),
+    *[(f"reduce_scatter_tensor-{op}-{str(dt)[6:]}", reduce_scatter_tensor, (dt, op))
+      for op in ("sum", "max", "avg") for dt in (F32, I64, F64)],
+    ("reduce_scatter_tensor-product", reduce_scatter_tensor, (I32, "product")),
+    ("reduce_scatter_tensor-min-bool", reduce_scatter_tensor, (BOOL, "min")),
+    ("reduce_scatter_tensor-async", reduce_scatter_tensor, (F32, "sum", True)),
+    ("reduce_scatter-sum", reduce_scatter, (F32, "sum")),
+    ("reduce_scatter-avg-float64", reduce_scatter, (F64, "avg")),
+    ("all_to_all-even", all_to_all, (F32, False)),
+    ("all_to_all-uneven", all_to_all, (I64, True)),
+    ("all_to_all_single-even", all_to_all_single, (F32, False)),
+    ("all_to_all_single-uneven", all_to_all_single, (BF16, True)),
+    ("all_to_all_single-uneven-float64", all_to_all_single, (F64, True)),
+    ("gather", gather, (F32,)),
+    ("scatter", scatter, (I32,)),
+    ("barrier", barrier, ()),
+    ("send_recv", send_recv, (F32, False)),
+    ("isend_irecv", send_recv, (F64, True)),
+    ("all_gather_into_tensor_uneven", all_gather_into_tensor_uneven, (F32,)),
+    ("reduce_scatter_tensor_uneven", reduce_scatter_tensor_uneven, (F32, "sum")),
+    ("all_to_all_v", all_to_all_v, (I32,)),
+]
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize(("body", "args"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_collective_matches_reference(rank_pools: Any, world_size: int, body: Callable[..., None],
+                                      args: tuple[Any, ...]) -> None:
+    rank_pools.get(world_size, env=SIM).run_ok(body, *args)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The simulated world: the plugin's own path, and SCCL's rules enforced
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def world_facts() -> dict[str, Any]:
+    from xccl_sophgo._sdk import current_simulated_chip
+
+    from xccl._sim import simulated_backend_of
+
+    world = xccl.get_world()
+    return {
+        "plugin": world.plugin, "simulate": world.simulate, "backend": dist.get_backend(),
+        "profile": simulated_backend_of().vendor_name,  # type: ignore[union-attr]
+        "device": str(world.device), "chip": current_simulated_chip(), "CHIP_MAP": os.environ["CHIP_MAP"],
+        "chip_map": list(dist.group.WORLD.pg_options.chip_map),  # type: ignore[union-attr]
+        "comm_name": xccl.comm_name(),
+    }
+
+
+def test_world_runs_the_plugin_path(rank_pools: Any) -> None:
+    facts = rank_pools.get(4, env=SIM).run_ok(world_facts)
+    for rank, f in enumerate(facts):
+        assert (f["plugin"], f["simulate"], f["backend"], f["profile"]) == ("sophgo", True, "sccl", "ProcessGroupSCCL")
+        assert (f["device"], f["chip"], f["CHIP_MAP"], f["chip_map"]) == ("cpu", rank, "0,1,2,3", [0, 1, 2, 3])
+    assert len({f["comm_name"] for f in facts}) == 1
+    assert facts[0]["comm_name"].startswith("sccl:") and facts[0]["comm_name"].endswith(":0,1,2,3")
+
+
+def sub_group(ranks: list[int]) -> dict[str, Any] | None:
+    rank, _ = _me()
+    group = xccl.new_group(ranks)
+    if rank not in ranks:
+        return None
+    t = torch.full((3,), float(rank + 1))
+    xccl.all_reduce(t, group=group)
+    _same(t, torch.full((3,), float(sum(r + 1 for r in ranks))), "sub-group all_reduce")
+    out = torch.empty(2)
+    xccl.reduce_scatter_tensor(out, torch.arange(2.0 * len(ranks)), group=group)
+    idx = sorted(ranks).index(rank)
+    _same(out, torch.arange(2.0 * idx, 2.0 * idx + 2) * len(ranks), "sub-group reduce_scatter_tensor")
+    return {"chip_map": list(group.pg_options.chip_map), "comm_name": xccl.comm_name(group)}
+
+
+def test_sub_groups_get_their_members_chips(rank_pools: Any) -> None:
+    pool = rank_pools.get(4, env=SIM)
+    # Given out of order: torch orders a group's ranks ascending, and so must the chip map.
+    facts = pool.run_ok(sub_group, [3, 1])
+    assert facts[0] is None and facts[2] is None
+    assert facts[1]["chip_map"] == facts[3]["chip_map"] == [1, 3]
+    assert facts[1]["comm_name"] == facts[3]["comm_name"] and facts[1]["comm_name"].endswith(":1,3")
+    other = pool.run_ok(sub_group, [0, 1])
+    assert other[0]["comm_name"] != facts[1]["comm_name"]
+
+
+def direct(call: str) -> None:
+    """Call torch.distributed directly on the simulated sccl group: ops SCCL lacks must raise."""
+    _, n = _me()
+    x = torch.ones(2 * n)
+    rs_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    calls: dict[str, Callable[[], Any]] = {
+        "reduce_scatter": lambda: dist.reduce_scatter(torch.empty(2), list(x.split(2))),
+        "reduce_scatter_tensor": lambda: rs_single(torch.empty(2), x),
+        "all_to_all": lambda: dist.all_to_all(list(torch.empty(2 * n).split(2)), list(x.split(2))),
+        "all_to_all_single-uneven": lambda: dist.all_to_all_single(
+            torch.empty(2 * n), x, [1] * (n - 1) + [n + 1], [n + 1] + [1] * (n - 1)),
+        "all_reduce-float64": lambda: dist.all_reduce(x.double()),
+        "all_reduce-avg": lambda: dist.all_reduce(x, dist.ReduceOp.AVG),
+        "all_reduce-band": lambda: dist.all_reduce(x.int(), dist.ReduceOp.BAND),
+    }
+    calls[call]()
+
+
+DIRECT = {
+    "reduce_scatter": "ProcessGroupSCCL does not support reduce_scatter",
+    "reduce_scatter_tensor": "Backend sccl does not support _reduce_scatter_base",
+    "all_to_all": "Backend sccl does not support alltoall",
+    "all_to_all_single-uneven": "ignores all_to_all_single split sizes",
+    "all_reduce-float64": "Invalid scalar type",
+    "all_reduce-avg": "unsupported reduce op ReduceOp.AVG",
+    "all_reduce-band": "unsupported reduce op ReduceOp.BAND",
+}
+
+
+@pytest.mark.parametrize(("call", "message"), list(DIRECT.items()), ids=list(DIRECT))
+def test_ops_sccl_lacks_raise_on_the_process_group(rank_pools: Any, call: str, message: str) -> None:
+    outs = rank_pools.get(2, env=SIM).run(direct, call)
+    for out in outs:
+        assert out.raised("SimulatedVendorError") and out.raised(RuntimeError), str(out)
+        assert message in out.message
+
+
+def refused_by_xccl(what: str) -> None:
+    rank, n = _me()
+    if what == "all_reduce-float64":
+        xccl.all_reduce(torch.ones(3, dtype=F64))
+    elif what == "all_gather-unequal":
+        xccl.all_gather([torch.empty(1 + r) for r in range(n)], torch.ones(1 + rank))
+    elif what == "all_reduce-band":
+        xccl.all_reduce(torch.ones(3, dtype=I32), xccl.ReduceOp.BAND)
+
+
+@pytest.mark.parametrize(("what", "error", "text"), [
+    ("all_reduce-float64", "UnsupportedCollective", "dtype float64 is not supported"),
+    ("all_reduce-band", "UnsupportedCollective", "reduce op 'band' is not supported"),
+    ("all_gather-unequal", "ConstraintViolation", "equal-sized tensors only"),
+])
+def test_xccl_refuses_before_communicating(rank_pools: Any, what: str, error: str, text: str) -> None:
+    for out in rank_pools.get(2, env=SIM).run(refused_by_xccl, what):
+        assert out.raised(error) and text in out.message, str(out)
+
+
+def make_group_directly(how: str) -> None:
+    """Create sccl groups with torch.distributed itself: the simulated creator checks options as SCCL does."""
+    from xccl_sophgo._sdk import SimulatedSCCLOptions
+
+    rank, n = _me()
+    opts = SimulatedSCCLOptions()
+    opts.chip_map = {"short": [rank], "wrong-chip": list(range(n))[::-1], "empty": []}.get(how, [])
+    dist.new_group(list(range(n)), backend="sccl", pg_options=None if how == "none" else opts)
+
+
+@pytest.mark.parametrize(("how", "error", "text"), [
+    ("none", "TypeError", "SCCL cannot be created without options"),
+    ("short", "RuntimeError", "has 1 entries but the group has 2 ranks"),
+    ("empty", "RuntimeError", "chip_map is empty"),
+    ("wrong-chip", "RuntimeError", "selected chip"),
+])
+def test_sccl_creator_checks_options(rank_pools: Any, how: str, error: str, text: str) -> None:
+    for out in rank_pools.get(2, env=SIM).run(make_group_directly, how):
+        assert out.raised(error) and text in out.message, str(out)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A world placed by a rank table, with fallback="error"
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rank_table(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from xccl._ranktable import dump, generate_sophgo
+
+    path = tmp_path_factory.mktemp("sophgo") / "rank_table.json"
+    dump(generate_sophgo([[6, 2]]), path)
+    assert json.loads(path.read_text())["node_list"][0]["device_list"][1]["device_id"] == "2"
+    return path
+
+
+def strict_world() -> dict[str, Any]:
+    facts = world_facts()
+    t = torch.ones(4)
+    xccl.all_reduce(t)
+    _same(t, torch.full((4,), 2.0), "all_reduce")
+    try:
+        xccl.reduce_scatter_tensor(torch.empty(2), torch.ones(4))
+    except xccl.UnsupportedCollective as exc:
+        facts["reduce_scatter"] = str(exc)
+    return facts
+
+
+def test_rank_table_world_with_fallback_error(rank_pools: Any, rank_table: Path) -> None:
+    pool = rank_pools.get(2, env={"RANK_TABLE_FILE": str(rank_table)}, vendor="sophgo", simulate=True,
+                          fallback="error")
+    facts = pool.run_ok(strict_world)
+    assert [f["chip"] for f in facts] == [6, 2]
+    assert all(f["CHIP_MAP"] == "6,2" and f["chip_map"] == [6, 2] for f in facts)
+    assert facts[0]["comm_name"].endswith(":6,2")
+    for f in facts:
+        assert "reduce_scatter_tensor is not supported on sophgo" in f["reduce_scatter"]
+        assert "fallback policy is 'error'" in f["reduce_scatter"]

@@ -1,0 +1,219 @@
+"""Which chip each rank drives: the chip map, from the rank table, ``CHIP_MAP`` or the identity.
+
+SCCL needs two views of one mapping:
+
+* ``torch_tpu.tpu.set_device(local_rank)`` selects ``CHIP_MAP[local_rank]``: this node's chip map, indexed by
+  local rank, published as the comma-separated ``CHIP_MAP`` variable;
+* ``ProcessGroupSCCLOptions.chip_map`` gives, for each rank *of the group*, its physical chip.
+
+Sources, in Sophgo's own priority order (``set_chip_map``): the rank table named by ``RANK_TABLE_FILE`` (parsed
+by xccl: Sophgo's reader is broken in its current source), then ``CHIP_MAP``, then the identity over the local
+ranks. The job's shape (``RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``) is read from the environment, as
+torch_tpu reads it, because the plugin contract hands ``setup_device`` only the local rank.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final, final
+
+from xccl import InitError, RankTableError
+from xccl._ranktable import SophgoRankTable, load_sophgo
+
+__all__ = ["Job", "Placement", "job_from_env", "parse_chip_map", "resolve_placement"]
+
+#: Environment variables that name the job's shape, first match wins (torchrun's, then Open MPI's).
+_RANK_VARS: Final = ("RANK", "OMPI_COMM_WORLD_RANK")
+_WORLD_VARS: Final = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE")
+_LOCAL_WORLD_VARS: Final = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Job:
+    """This process's place in the job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    #: Ranks on this node.
+    local_world_size: int
+    #: Whether ``local_world_size`` came from the environment (rather than assuming a single node).
+    local_world_from_env: bool
+
+
+def job_from_env(local_rank: int, env: Mapping[str, str] | None = None) -> Job:
+    """The job's shape from torchrun's (or Open MPI's) variables; without them, a single node.
+
+    Raises:
+        InitError: a variable is not an integer, or the values contradict each other.
+    """
+    env = os.environ if env is None else env
+    rank = _int_var(env, _RANK_VARS)
+    world = _int_var(env, _WORLD_VARS)
+    local_world = _int_var(env, _LOCAL_WORLD_VARS)
+    rank = local_rank if rank is None else rank
+    if world is None:
+        world = max(local_world or 0, rank + 1)
+    from_env = local_world is not None
+    local_world = world if local_world is None else local_world
+    if not 0 <= local_rank < local_world <= world:
+        raise InitError(
+            f"local rank {local_rank} with LOCAL_WORLD_SIZE={local_world} and WORLD_SIZE={world} is inconsistent: "
+            "expected 0 <= LOCAL_RANK < LOCAL_WORLD_SIZE <= WORLD_SIZE; launch with torchrun"
+        )
+    return Job(rank, world, local_rank, local_world, from_env)
+
+
+def _int_var(env: Mapping[str, str], names: Iterable[str]) -> int | None:
+    for name in names:
+        raw = env.get(name, "").strip()
+        if raw:
+            if not raw.isdigit():
+                raise InitError(f"{name}={raw!r} is not a non-negative integer; fix or unset it")
+            return int(raw)
+    return None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """This process's chip and every rank's chip, as far as this process can know them."""
+
+    #: Where the mapping came from: ``"rank table <path>"``, ``"CHIP_MAP"`` or ``"identity"``.
+    source: str
+    job: Job
+    #: This node's chip map, indexed by local rank: what ``CHIP_MAP`` holds and ``set_device`` reads.
+    node_chips: tuple[int, ...]
+    #: The chip of every global rank when a rank table lists them all; otherwise every node is assumed to use
+    #: ``node_chips`` (torchrun starts the same number of ranks on each node).
+    rank_chips: tuple[int, ...] | None = None
+    #: The node of every global rank when a rank table lists them.
+    rank_nodes: tuple[int, ...] | None = None
+
+    @property
+    def chip(self) -> int:
+        """The chip this process drives."""
+        return self.node_chips[self.job.local_rank]
+
+    def chip_of(self, rank: int) -> int:
+        """The chip global ``rank`` drives."""
+        if self.rank_chips is not None:
+            return self.rank_chips[rank]
+        return self.node_chips[rank % self.job.local_world_size]
+
+    def node_of(self, rank: int) -> int:
+        """The node global ``rank`` runs on."""
+        if self.rank_nodes is not None:
+            return self.rank_nodes[rank]
+        return rank // self.job.local_world_size
+
+    def chip_map(self, ranks: Iterable[int]) -> tuple[int, ...]:
+        """``ProcessGroupSCCLOptions.chip_map`` for a group: the chip of each member, in group-rank order.
+
+        Args:
+            ranks: the members' global ranks; torch orders a group's ranks ascending, so they are sorted here.
+        """
+        return tuple(self.chip_of(r) for r in sorted(ranks))
+
+
+def resolve_placement(local_rank: int, device_count: int, env: Mapping[str, str] | None = None) -> Placement:
+    """Decide this node's chip map from the rank table, ``CHIP_MAP`` or the identity.
+
+    Args:
+        local_rank: this process's rank on its node.
+        device_count: TPUs on this node; every chip id must be below it.
+        env: the environment (default ``os.environ``).
+
+    Raises:
+        RankTableError: ``RANK_TABLE_FILE`` is unreadable, malformed, or does not describe this job.
+        InitError: ``CHIP_MAP`` is malformed, or the node has too few TPUs for its ranks.
+    """
+    env = os.environ if env is None else env
+    job = job_from_env(local_rank, env)
+    path = env.get("RANK_TABLE_FILE", "").strip()
+    if path:
+        return _from_rank_table(path, job, device_count)
+    raw = env.get("CHIP_MAP", "").strip()
+    if raw:
+        return Placement("CHIP_MAP", job, parse_chip_map(raw, device_count, job.local_world_size))
+    if job.local_world_size > device_count:
+        raise InitError(
+            f"{job.local_world_size} ranks on this node but only {device_count} TPUs: start at most {device_count} "
+            "ranks per node (torchrun --nproc-per-node), or give a rank table / CHIP_MAP"
+        )
+    return Placement("identity", job, tuple(range(job.local_world_size)))
+
+
+def parse_chip_map(raw: str, device_count: int, local_world_size: int) -> tuple[int, ...]:
+    """Parse ``CHIP_MAP`` as torch_tpu reads it: comma-separated chip ids, one per local rank.
+
+    Raises:
+        InitError: not comma-separated integers, repeated or nonexistent chips, or fewer chips than local ranks.
+    """
+    text = raw.strip()
+    where = f"CHIP_MAP={raw!r}"
+    if text[:1] in "[(":
+        # Sophgo's set_chip_map(use_rank_table=True) assigns a Python list to CHIP_MAP (manifest gotcha 7).
+        raise InitError(
+            f"{where} looks like a Python list; torch_tpu reads CHIP_MAP as comma-separated chip ids, e.g. "
+            "CHIP_MAP=0,2,6,7"
+        )
+    chips: list[int] = []
+    for i, part in enumerate(p.strip() for p in text.split(",")):
+        if not part.isdigit():
+            raise InitError(f"{where}: entry {i} ({part!r}) is not a chip id; expected e.g. CHIP_MAP=0,1,2,3")
+        chip = int(part)
+        if chip >= device_count:
+            raise InitError(f"{where}: chip {chip} does not exist; this node has {device_count} TPUs "
+                            f"(0..{device_count - 1})")
+        if chip in chips:
+            raise InitError(f"{where}: chip {chip} appears twice; each local rank needs its own chip")
+        chips.append(chip)
+    if len(chips) < local_world_size:
+        raise InitError(
+            f"{where} maps {len(chips)} local ranks, but this node runs {local_world_size} (LOCAL_WORLD_SIZE): "
+            "give one chip per local rank"
+        )
+    return tuple(chips)
+
+
+def _from_rank_table(path: str, job: Job, device_count: int) -> Placement:
+    table = load_sophgo(path, max_devices=device_count)
+    if table.world_size() != job.world_size:
+        raise RankTableError(
+            path, "node_list",
+            f"lists {table.world_size()} ranks, but this job has WORLD_SIZE={job.world_size}; generate a table "
+            "for this job, e.g. `xccl rank-table sophgo --device-id '[[0,1,2,3]]'`",
+        )
+    node = table.node_of(job.rank)
+    local = table.local_rank_of(job.rank)
+    if local != job.local_rank:
+        raise RankTableError(
+            path, _device_field(table, job.rank),
+            f"rank {job.rank} is local rank {local} of node {node} in the table, but this process has "
+            f"LOCAL_RANK={job.local_rank}; start each node's ranks in the table's order or fix the table",
+        )
+    node_chips = table.chip_map(node)
+    if job.local_world_from_env and job.local_world_size != len(node_chips):
+        raise RankTableError(
+            path, f"node_list[{node}].device_list",
+            f"has {len(node_chips)} devices, but LOCAL_WORLD_SIZE={job.local_world_size} ranks run on this node; "
+            "start one rank per device listed for the node",
+        )
+    chips, nodes = [0] * job.world_size, [0] * job.world_size
+    for index, entry in enumerate(table.nodes):
+        for device in entry.devices:
+            chips[device.rank], nodes[device.rank] = device.device_id, index
+    return Placement(f"rank table {path}", job, node_chips, tuple(chips), tuple(nodes))
+
+
+def _device_field(table: SophgoRankTable, rank: int) -> str:
+    for i, node in enumerate(table.nodes):
+        for j, device in enumerate(node.devices):
+            if device.rank == rank:
+                suffix = ".local_rank" if device.local_rank is not None else ""
+                return f"node_list[{i}].device_list[{j}]{suffix}"
+    return "node_list"

@@ -1,0 +1,56 @@
+"""The entry point's target: identity, probe, capability table and simulation profile. Cheap.
+
+Importing this module imports no SDK: the probe reads package metadata and device nodes
+(:mod:`xccl_sophgo._probe`); torch_tpu is imported by the runtime, once the plugin is selected on hardware.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from xccl import CapabilityTable, Plugin, ProbeResult, Runtime
+
+from . import _probe
+from ._table import sophgo_table
+
+if TYPE_CHECKING:
+    from xccl._sim import SimProfile
+
+__all__ = ["SophgoPlugin", "plugin"]
+
+
+class SophgoPlugin(Plugin):
+    """Sophgo TPUs (SG2260) over SCCL, through Sophgo's torch_tpu."""
+
+    name = "sophgo"
+    vendor = "Sophgo (sccl)"
+    device_type = "tpu"
+    backend = "sccl"
+    accelerator = True
+    # torch_tpu honours no visible-devices variable of its own (TPU_VISIBLE_DEVICES is read only by its
+    # DeepSpeed adaptor); ranks reach chips through CHIP_MAP instead.
+    visible_devices_env = None
+
+    def probe(self) -> ProbeResult:
+        """Sophgo's torch_tpu installed (told apart from Google's by metadata) and TPU device nodes present."""
+        return _probe.probe()
+
+    def capabilities(self) -> CapabilityTable:
+        """SCCL's table (see :mod:`xccl_sophgo._table`)."""
+        return sophgo_table()
+
+    def simulation(self) -> SimProfile:
+        """ProcessGroupSCCL's rules for the CPU simulation."""
+        from ._simulation import sccl_profile
+
+        return sccl_profile()
+
+    def runtime(self, *, simulate: bool) -> Runtime:
+        """The Sophgo runtime; imports torch_tpu unless ``simulate``."""
+        from ._runtime import SophgoRuntime
+
+        return SophgoRuntime(self, simulate=simulate)
+
+
+#: The entry point's target.
+plugin: Final = SophgoPlugin()

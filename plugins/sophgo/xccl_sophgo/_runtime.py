@@ -1,0 +1,142 @@
+"""The Sophgo runtime: chip map, device, ``sccl`` options, communicator names, the all_gather constraint.
+
+One code path for hardware and simulation; only the SDK object differs (:mod:`xccl_sophgo._sdk`). On hardware::
+
+    placement = chip map from RANK_TABLE_FILE / CHIP_MAP / identity     (xccl_sophgo._chipmap)
+    os.environ["CHIP_MAP"] = "0,2,6,7"                                  (what set_device reads, comma-separated)
+    torch_tpu.tpu.set_device(local_rank)                                -> chip CHIP_MAP[local_rank]
+    init_process_group("sccl", pg_options=ProcessGroupSCCLOptions(chip_map=<chips of the world's ranks>))
+    new_group(ranks, "sccl", pg_options=ProcessGroupSCCLOptions(chip_map=<chips of those ranks>))
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+from xccl import BackendUnavailable, Collective, ConstraintViolation, InitError, Plugin, Runtime
+
+from ._chipmap import Placement, resolve_placement
+from ._sdk import SimulatedTpu, TpuSdk
+
+if TYPE_CHECKING:
+    from xccl._init import GroupContext
+
+__all__ = ["SophgoRuntime", "load_sdk"]
+
+LOG = logging.getLogger("xccl.sophgo")
+
+
+def load_sdk(simulate: bool) -> TpuSdk:
+    """The SDK boundary: simulated chips, or Sophgo's torch_tpu (imported here, only when not simulating).
+
+    Raises:
+        BackendUnavailable: torch_tpu cannot be imported, or is not Sophgo's.
+    """
+    if simulate:
+        return SimulatedTpu()
+    try:
+        from ._torch_tpu import TorchTpu
+    except ImportError as exc:
+        raise BackendUnavailable(
+            "sophgo",
+            f"importing torch_tpu failed: {type(exc).__name__}: {exc}",
+            "install Sophgo's torch-tpu from Sophgo's release and source its environment (libsophon on "
+            "LD_LIBRARY_PATH, CHIP_ARCH=sg2260); `python -c 'import torch_tpu'` must work",
+        ) from exc
+    return TorchTpu()
+
+
+class SophgoRuntime(Runtime):
+    """Sets the TPU from the chip map and builds ``ProcessGroupSCCLOptions`` for every group.
+
+    Args:
+        plugin: the Sophgo plugin.
+        simulate: run on CPU over gloo with simulated chips.
+        sdk: the SDK boundary (default: :func:`load_sdk`).
+    """
+
+    def __init__(self, plugin: Plugin, *, simulate: bool, sdk: TpuSdk | None = None) -> None:
+        super().__init__(plugin, simulate=simulate)
+        self.sdk: TpuSdk = sdk if sdk is not None else load_sdk(simulate)
+        self._placement: Placement | None = None
+        self._warned_nodes = False
+
+    @property
+    def placement(self) -> Placement:
+        """Where this rank and its peers compute; known once :meth:`setup_device` ran.
+
+        Raises:
+            InitError: before :meth:`setup_device`.
+        """
+        if self._placement is None:
+            raise InitError("the Sophgo runtime has no chip map yet: xccl.init sets it up; call xccl.init() first")
+        return self._placement
+
+    def setup_device(self, local_rank: int) -> torch.device:
+        """Resolve the chip map, publish it as ``CHIP_MAP``, and select this local rank's chip.
+
+        Raises:
+            RankTableError: ``RANK_TABLE_FILE`` is malformed or does not describe this job.
+            InitError: ``CHIP_MAP`` is malformed, or the node lacks TPUs for its ranks.
+        """
+        placement = resolve_placement(local_rank, self.sdk.device_count())
+        previous = os.environ.get("CHIP_MAP")
+        chip_map = ",".join(map(str, placement.node_chips))
+        if previous and previous.strip() != chip_map and placement.source != "CHIP_MAP":
+            LOG.warning("CHIP_MAP=%s replaced by %s from the %s", previous, chip_map, placement.source)
+        # torch_tpu.tpu.set_device reads the chip from CHIP_MAP[local_rank]; it must be the comma-separated string
+        # (Sophgo's own set_chip_map assigns a list here and fails: manifest gotcha 7).
+        os.environ["CHIP_MAP"] = chip_map
+        self.sdk.set_device(local_rank)
+        current = self.sdk.current_device()
+        if current != placement.chip:
+            LOG.warning("torch_tpu reports chip %d as current, the chip map says %d (TPU_VISIBLE_NUM=%s)",
+                        current, placement.chip, os.environ.get("TPU_VISIBLE_NUM"))
+        self._placement = placement
+        LOG.debug("rank %d: local rank %d on chip %d (chip map %s from %s)", placement.job.rank, local_rank,
+                  placement.chip, chip_map, placement.source)
+        return self.sdk.device(placement.chip)
+
+    def process_group_options(self, ranks: Sequence[int] | None) -> Any:
+        """``ProcessGroupSCCLOptions`` with the chip of each member in group-rank order; always given.
+
+        SCCL cannot be created without options (its creator takes ``Options&``), so this never returns None.
+        """
+        placement = self.placement
+        members = range(placement.job.world_size) if ranks is None else ranks
+        self._warn_if_multi_node(members)
+        return self.sdk.options(placement.chip_map(members))
+
+    def comm_name(self, group: dist.ProcessGroup) -> str:
+        """``sccl:<group name>:<chips of its ranks>``: the same on every member, distinct per group."""
+        chips = self.placement.chip_map(dist.get_process_group_ranks(group))
+        return f"sccl:{group.group_name}:{','.join(map(str, chips))}"
+
+    def kernels(self) -> Mapping[Collective, Callable[..., Any]]:
+        """The list all_gather with SCCL's equal-size constraint checked before communicating."""
+        return {Collective.ALL_GATHER: _all_gather_equal}
+
+    def _warn_if_multi_node(self, ranks: Sequence[int] | range) -> None:
+        nodes = {self.placement.node_of(r) for r in ranks}
+        if len(nodes) > 1 and not self._warned_nodes:
+            self._warned_nodes = True
+            LOG.warning("an sccl group spans %d nodes; Sophgo documents SCCL for the TPUs of one machine",
+                        len(nodes))
+
+
+def _all_gather_equal(ctx: GroupContext, outs: list[torch.Tensor], tensor: torch.Tensor, group: Any,
+                      async_op: bool) -> Any:
+    shapes = sorted({tuple(t.shape) for t in outs})
+    if len(shapes) > 1:
+        raise ConstraintViolation(
+            "all_gather", ctx.table.backend, "equal sizes",
+            f"tensor_list holds shapes {shapes}; ProcessGroupSCCL gathers equal-sized tensors only. Use "
+            "xccl.all_gather_into_tensor_uneven for rows that differ per rank",
+        )
+    return dist.all_gather(outs, tensor, group, async_op)
