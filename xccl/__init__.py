@@ -46,6 +46,7 @@ from ._errors import (
     UnsupportedCollective,
     XcclError,
 )
+from ._fused import all_gather_mm, mm_all_reduce, mm_reduce_scatter
 from ._init import DEFAULT_TIMEOUT, World, comm_name, get_world, init, new_group, shutdown
 from ._plugin import PLUGIN_API_VERSION, Plugin, ProbeResult, Runtime
 from ._registry import PluginInfo, Registry, Status, capabilities, plugins
@@ -88,6 +89,7 @@ __all__ = [
     "all_gather",
     "all_gather_into_tensor",
     "all_gather_into_tensor_uneven",
+    "all_gather_mm",
     "all_reduce",
     "all_to_all",
     "all_to_all_single",
@@ -101,6 +103,8 @@ __all__ = [
     "init",
     "irecv",
     "isend",
+    "mm_all_reduce",
+    "mm_reduce_scatter",
     "new_group",
     "plugins",
     "recv",
