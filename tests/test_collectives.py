@@ -160,6 +160,8 @@ def body_subgroup() -> list[str]:
     w = xccl.get_world()
     members = [w.world_size - 2, w.world_size - 1]
     group = xccl.new_group(members)
+    # Ranks passed in descending order: torch orders group ranks ascending, so group rank 0 is the lowest.
+    rev = xccl.new_group(list(reversed(members)))
     fails = []
     if w.rank in members:
         t = torch.full((4,), float(w.rank))
@@ -170,6 +172,10 @@ def body_subgroup() -> list[str]:
         xccl.broadcast(t, src=members[1], group=group)
         if not torch.equal(t, torch.full((2,), float(members[1]))):
             fails.append(f"subgroup broadcast {t.tolist()}")
+        t = torch.full((2,), float(w.rank))
+        xccl.broadcast(t, group=rev, group_src=0)
+        if not torch.equal(t, torch.full((2,), float(members[0]))):
+            fails.append(f"group_src=0 on a reversed group delivered {t.tolist()}, not rank {members[0]}'s data")
         name = xccl.comm_name(group)
         if name == xccl.comm_name() or name != xccl.comm_name(group):
             fails.append(f"comm name {name!r} not unique or not stable")

@@ -402,7 +402,8 @@ def new_group(ranks: Sequence[int] | None = None, *, timeout: _dt.timedelta | fl
     needs_side = any(table.entry(op).via == "host_gloo" for op in (Collective.SEND, Collective.RECV))
     side = dist.new_group(members, backend="gloo") if needs_side and runtime.backend != "gloo" else None
     if group is not dist.GroupMember.NON_GROUP_MEMBER:
-        ctx = _register(group, runtime, members, world)
+        # torch orders a group's ranks ascending whatever order they were passed in: ask it, don't assume.
+        ctx = _register(group, runtime, dist.get_process_group_ranks(group), world)
         ctx.side = side if side is not None else (group if needs_side else None)
     return group
 
