@@ -48,6 +48,7 @@ from ._errors import (
 )
 from ._fused import all_gather_mm, mm_all_reduce, mm_reduce_scatter
 from ._init import DEFAULT_TIMEOUT, World, comm_name, get_world, init, new_group, shutdown
+from ._parallel import ParallelGroup, ParallelGroups, parallel_groups, parallel_layout
 from ._plugin import PLUGIN_API_VERSION, Plugin, ProbeResult, Runtime
 from ._registry import PluginInfo, Registry, Status, capabilities, plugins
 
@@ -70,6 +71,8 @@ __all__ = [
     "InvalidArgument",
     "Level",
     "Mode",
+    "ParallelGroup",
+    "ParallelGroups",
     "PeerFailure",
     "Plugin",
     "PluginInfo",
@@ -106,6 +109,8 @@ __all__ = [
     "mm_all_reduce",
     "mm_reduce_scatter",
     "new_group",
+    "parallel_groups",
+    "parallel_layout",
     "plugins",
     "recv",
     "reduce",
