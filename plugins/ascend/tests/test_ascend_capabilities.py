@@ -1,0 +1,88 @@
+"""The capability table: eager per manifest A3, graph per seeds 000/001 with PyTorch version gates."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import xccl
+from xccl import Collective as C
+from xccl import Level, Mode, UnsupportedCollective
+
+TABLE = xccl.capabilities("ascend")
+
+
+def test_plugin_is_discovered() -> None:
+    info = {i.name: i for i in xccl.plugins()}["ascend"]
+    assert info.plugin is not None and info.plugin.backend == "hccl" and info.plugin.device_type == "npu"
+    assert info.target == "xccl_ascend._plugin:plugin"
+    assert info.plugin.visible_devices_env == "ASCEND_RT_VISIBLE_DEVICES"
+
+
+@pytest.mark.parametrize("op", [C.ALL_REDUCE, C.ALL_GATHER, C.REDUCE_SCATTER_TENSOR, C.ALL_TO_ALL, C.BROADCAST,
+                                C.REDUCE, C.GATHER, C.SCATTER, C.BARRIER, C.SEND, C.RECV, C.ALL_TO_ALL_SINGLE_UNEVEN,
+                                C.ALL_GATHER_INTO_TENSOR_UNEVEN, C.REDUCE_SCATTER_TENSOR_UNEVEN, C.ALL_TO_ALL_V,
+                                C.MM_REDUCE_SCATTER, C.ALL_GATHER_MM, C.MM_ALL_REDUCE])
+def test_every_op_is_native_in_eager(op: C) -> None:
+    assert TABLE.entry(op).level is Level.NATIVE
+
+
+@pytest.mark.parametrize(
+    ("op", "dtype", "redop", "level"),
+    [
+        (C.ALL_REDUCE, torch.bfloat16, "sum", Level.NATIVE),
+        (C.ALL_REDUCE, torch.float32, "avg", Level.NATIVE),
+        (C.ALL_REDUCE, torch.float16, "premul_sum", Level.NATIVE),
+        (C.ALL_REDUCE, torch.int32, "avg", Level.EMULATED),  # HCCL's in-place divide refuses integers
+        (C.ALL_REDUCE, torch.int32, "premul_sum", Level.UNSUPPORTED),
+        (C.ALL_REDUCE, torch.int64, "band", Level.UNSUPPORTED),
+        (C.ALL_REDUCE, torch.float64, "sum", Level.UNSUPPORTED),
+        (C.ALL_REDUCE, torch.bool, "sum", Level.NATIVE),  # cast to int32 by HCCL itself
+        (C.REDUCE_SCATTER_TENSOR, torch.bool, "sum", Level.EMULATED),  # cast by xccl
+        (C.REDUCE, torch.uint8, "max", Level.EMULATED),
+        (C.REDUCE_SCATTER_TENSOR_UNEVEN, torch.float32, "avg", Level.EMULATED),
+        (C.ALL_GATHER, torch.float64, None, Level.NATIVE),
+        (C.BROADCAST, torch.bool, None, Level.NATIVE),
+    ],
+)
+def test_dtypes_and_reduce_ops(op: C, dtype: torch.dtype, redop: str | None, level: Level) -> None:
+    assert TABLE.resolve(op, dtype=dtype, reduce_op=redop).level is level
+
+
+def test_bitwise_ops_name_hccl_message() -> None:
+    with pytest.raises(UnsupportedCollective) as err:
+        TABLE.require(C.ALL_REDUCE, dtype=torch.int32, reduce_op="bor")
+    assert "'bor' is not supported" in str(err.value)
+    assert "Cannot use ReduceOp.BAND with HCCL" in TABLE.entry(C.ALL_REDUCE).note
+
+
+def test_gather_quirk_is_recorded() -> None:
+    assert "all_gather + broadcast_object_list" in TABLE.entry(C.GATHER).note
+
+
+@pytest.mark.parametrize(
+    ("op", "since"),
+    [
+        (C.ALL_REDUCE, (2, 1)), (C.ALL_GATHER, (2, 1)), (C.ALL_GATHER_INTO_TENSOR, (2, 1)), (C.ALL_TO_ALL, (2, 1)),
+        (C.ALL_TO_ALL_SINGLE, (2, 1)), (C.BROADCAST, (2, 1)),
+        (C.REDUCE_SCATTER_TENSOR, (2, 6)), (C.ALL_GATHER_INTO_TENSOR_UNEVEN, (2, 6)),
+        (C.REDUCE_SCATTER_TENSOR_UNEVEN, (2, 6)), (C.SEND, (2, 6)), (C.RECV, (2, 6)),
+        (C.MM_REDUCE_SCATTER, (2, 1)),
+    ],
+)
+def test_graph_mode_version_gates(op: C, since: tuple[int, int]) -> None:
+    entry = TABLE.entry(op, Mode.GRAPH)
+    assert entry.level is Level.NATIVE and entry.min_torch == since
+    assert "verified in simulation only where xccl's graph path covers it" in entry.note
+
+
+@pytest.mark.parametrize("op", [C.REDUCE, C.GATHER, C.SCATTER, C.BARRIER, C.REDUCE_SCATTER, C.ALL_TO_ALL_V])
+def test_graph_mode_outside_torchair_list(op: C) -> None:
+    assert TABLE.entry(op, Mode.GRAPH).level is Level.UNSUPPORTED
+
+
+def test_table_renders_as_data() -> None:
+    data = TABLE.to_dict()
+    assert data["send"]["graph"]["min_torch"] == "2.6"  # type: ignore[index]
+    assert "float64" not in data["all_reduce"]["eager"]["dtypes"]  # type: ignore[index]
+    assert any("collective on Ascend" in n for n in TABLE.notes)

@@ -1,0 +1,55 @@
+"""The entry point's target: identity, probe, capability table and simulation profile of Ascend, all cheap.
+
+Nothing here imports torch_npu: the probe reads metadata, environment and ``/dev`` (``_probe``), and the runtime,
+which may import it, is built only when the plugin is selected.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from xccl import CapabilityTable, Plugin, ProbeResult, Runtime
+
+from ._capabilities import ascend_table
+from ._probe import probe_host
+
+if TYPE_CHECKING:
+    from xccl._sim import SimProfile
+
+__all__ = ["AscendPlugin", "plugin"]
+
+
+class AscendPlugin(Plugin):
+    """Huawei Ascend NPUs over HCCL (torch_npu), or HCCL's rules simulated on CPU."""
+
+    name = "ascend"
+    vendor = "Huawei Ascend (HCCL)"
+    device_type = "npu"
+    backend = "hccl"
+    accelerator = True
+    visible_devices_env = "ASCEND_RT_VISIBLE_DEVICES"
+
+    def probe(self) -> ProbeResult:
+        """torch_npu by metadata, its torch pin, CANN's libraries, visible NPUs, the rank table (see ``_probe``)."""
+        report = probe_host()
+        return ProbeResult(report.available, report.reason, report.fix, dict(report.facts))
+
+    def capabilities(self) -> CapabilityTable:
+        """HCCL's table (``_capabilities``)."""
+        return ascend_table()
+
+    def simulation(self) -> SimProfile:
+        """HCCL's profile for xccl's CPU simulation (``_simprofile``)."""
+        from ._simprofile import hccl_profile
+
+        return hccl_profile()
+
+    def runtime(self, *, simulate: bool) -> Runtime:
+        """The Ascend runtime; imports torch_npu unless ``simulate``."""
+        from ._runtime import AscendRuntime
+
+        return AscendRuntime(self, simulate=simulate)
+
+
+#: The entry point's target (``xccl.plugins``: ``ascend``).
+plugin: Final = AscendPlugin()

@@ -1,0 +1,252 @@
+"""The Ascend runtime: one code path for the hardware and the simulation, differing only in the SDK object.
+
+Imported only once the plugin is selected (``AscendPlugin.runtime``). On the hardware the SDK is
+:class:`~xccl_ascend._sdk.NpuSdk`, which imports torch_npu; in simulation :class:`~xccl_ascend._sdk_sim.SimSdk`.
+Everything else, the checks above all, is shared: rank table and device checks before the process group, the
+``hccl_config`` options, communicator names, the uneven collectives and the fused kernels with their documented
+constraints (checked before any communication, so a violation can still fall back to the portable version).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import torch
+import torch.distributed as dist
+
+import xccl
+from xccl import Collective, InitError, RankTableError, Runtime
+from xccl._capabilities import reduce_op_name
+
+from . import _constraints as cons
+from ._hccl_config import config_for
+from ._probe import find_cann
+
+if TYPE_CHECKING:
+    from xccl._init import GroupContext
+
+    from ._sdk import HcclSdk
+
+__all__ = ["MC2_DOMAIN", "AscendRuntime", "FusedKernel"]
+
+LOG = logging.getLogger("xccl.ascend")
+
+#: The communication domain the fused kernels of this process (model) use: Atlas A2 allows one.
+MC2_DOMAIN = cons.DomainTracker()
+
+
+class AscendRuntime(Runtime):
+    """HCCL through torch_npu (or its simulation).
+
+    Args:
+        plugin: the Ascend plugin.
+        simulate: run on CPU over the simulated ``hccl`` group.
+        sdk: the SDK object (default: torch_npu, or the simulation); a test seam.
+    """
+
+    def __init__(self, plugin: Any, *, simulate: bool, sdk: HcclSdk | None = None) -> None:
+        super().__init__(plugin, simulate=simulate)
+        if sdk is None:
+            if simulate:
+                from ._sdk_sim import SimSdk
+
+                sdk = SimSdk()
+            else:
+                from ._sdk import NpuSdk
+
+                sdk = NpuSdk()
+        self.sdk: HcclSdk = sdk
+        self._cann: str | None = None if simulate else find_cann().version
+
+    # ------------------------------------------------------------------------------------------------- setup
+
+    def setup_device(self, local_rank: int) -> torch.device:
+        """Check ``RANK_TABLE_FILE`` and the visible NPUs, then make NPU ``local_rank`` current.
+
+        Raises:
+            RankTableError: ``RANK_TABLE_FILE`` is malformed or describes another world size.
+            InitError: fewer NPUs are visible than this local rank needs.
+        """
+        _check_rank_table(os.environ)
+        count = self.sdk.device_count()
+        if not 0 <= local_rank < count:
+            visible = os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
+            shown = "unset" if visible is None else repr(visible)
+            raise InitError(
+                f"local rank {local_rank} needs NPU index {local_rank}, but {count} NPU(s) are visible "
+                f"(ASCEND_RT_VISIBLE_DEVICES={shown}; IDs must be ascending and comma-separated, and the process "
+                "passes the index, not the ID). Start at most that many ranks per server or fix the variable"
+            )
+        self.sdk.set_device(local_rank)
+        return torch.device("cpu") if self.sdk.device_type == "cpu" else torch.device(self.sdk.device_type, local_rank)
+
+    def process_group_options(self, ranks: Sequence[int] | None) -> Any:
+        """``ProcessGroupHCCL.Options`` with the configured ``hccl_config``, or None (HCCL's defaults)."""
+        config = config_for(ranks)
+        return None if config is None else self.sdk.options(config)
+
+    def comm_name(self, group: dist.ProcessGroup) -> str:
+        """HCCL's name for ``group``'s communicator (``get_hccl_comm_name``).
+
+        .. note:: Collective: HCCL creates the communicator here on first use, so every rank of ``group`` must
+           call it (``xccl.comm_name`` caches it afterwards). A rank that does not leaves the others waiting.
+        """
+        return self.sdk.comm_name(group, dist.get_rank())
+
+    def compile_backend(self) -> Callable[..., Any] | None:
+        """TorchAir's NPU backend on the hardware; None (Inductor) in simulation."""
+        return self.sdk.compile_backend()
+
+    # ------------------------------------------------------------------------------------------------ kernels
+
+    def kernels(self) -> Mapping[Collective, Callable[..., Any]]:
+        """torch_npu's uneven collectives and MC2 fused kernels."""
+        return self._kernels
+
+    @functools.cached_property
+    def _kernels(self) -> Mapping[Collective, Callable[..., Any]]:
+        return {
+            Collective.ALL_GATHER_INTO_TENSOR_UNEVEN: self._all_gather_uneven,
+            Collective.REDUCE_SCATTER_TENSOR_UNEVEN: self._reduce_scatter_uneven,
+            Collective.ALL_TO_ALL_V: self._all_to_all_v,
+            Collective.MM_REDUCE_SCATTER: FusedKernel(self, "mm_reduce_scatter"),
+            Collective.ALL_GATHER_MM: FusedKernel(self, "all_gather_mm"),
+            Collective.MM_ALL_REDUCE: FusedKernel(self, "mm_all_reduce"),
+        }
+
+    def _all_gather_uneven(
+        self, ctx: GroupContext, output: torch.Tensor, input: torch.Tensor, sizes: Sequence[int], group: Any, a: bool
+    ) -> Any:
+        return self.sdk.all_gather_into_tensor_uneven(output, input, sizes, ctx.group, a)
+
+    def _reduce_scatter_uneven(
+        self,
+        ctx: GroupContext,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        sizes: Sequence[int],
+        op: Any,
+        group: Any,
+        a: bool,
+    ) -> Any:
+        return self.sdk.reduce_scatter_tensor_uneven(output, input, sizes, op, ctx.group, a)
+
+    def _all_to_all_v(
+        self, ctx: GroupContext, output: torch.Tensor, input: torch.Tensor, matrix: Sequence[Sequence[int]], group: Any,
+        a: bool,
+    ) -> Any:
+        return self.sdk.all_to_all_vc(output, input, matrix, ctx.group, a)
+
+    def fused_call(self, op: str, world_size: int, ranks: Sequence[int] = ()) -> cons.FusedCall:
+        """What the constraint checks need to know about this process and group."""
+        local = os.environ.get("LOCAL_WORLD_SIZE", "")
+        return cons.FusedCall(
+            op=op,
+            device_name=self.sdk.device_name(),
+            world_size=world_size,
+            ranks=tuple(ranks),
+            local_world_size=int(local) if local.isdigit() and int(local) > 0 else None,
+            cann_version=self._cann,
+        )
+
+
+_KERNEL_NAMES: Final = {
+    "mm_reduce_scatter": "npu_mm_reduce_scatter_base",
+    "all_gather_mm": "npu_all_gather_base_mm",
+    "mm_all_reduce": "npu_mm_all_reduce_base",
+}
+
+
+class FusedKernel:
+    """One MC2 kernel behind xccl's fused API: the documented checks, the domain rule, then the SDK call.
+
+    ``kernel(ctx, a, b, group, *options)`` as ``xccl._fused`` calls it; :meth:`check` is the same shape check
+    without the call (the graph pass uses it with meta tensors).
+    """
+
+    def __init__(self, runtime: AscendRuntime, op: str) -> None:
+        self.runtime = runtime
+        self.op = op
+        self.kernel = _KERNEL_NAMES[op]
+
+    def check(self, a: torch.Tensor, b: torch.Tensor, world_size: int, **options: Any) -> None:
+        """Raise :class:`~xccl.ConstraintViolation` if the kernel cannot take these shapes and options.
+
+        Reads shapes, dtypes and devices only; a bias on the meta device counts as non-zero (unknowable).
+        """
+        self._check(self.runtime.fused_call(self.op, world_size), a, b, **options)
+
+    def _check(self, call: cons.FusedCall, a: torch.Tensor, b: torch.Tensor, **options: Any) -> None:
+        bias = options.get("bias")
+        if self.op == "mm_reduce_scatter":
+            redop = options.get("reduce_op", "sum")
+            name = "sum" if redop is None else reduce_op_name(redop)
+            cons.check_mm_reduce_scatter(call, a, b, reduce_op=name, bias=bias)
+        elif self.op == "all_gather_mm":
+            cons.check_all_gather_mm(call, a, b)
+        else:
+            cons.check_mm_all_reduce(call, a, b, bias=bias)
+
+    def __call__(self, ctx: GroupContext, a: torch.Tensor, b: torch.Tensor, group: Any, *options: Any) -> Any:
+        # The kernels refuse transposed views of x1; a copy is cheaper than giving up the fused kernel.
+        a = a.contiguous()
+        call = self.runtime.fused_call(self.op, ctx.size, ctx.ranks)
+        sdk = self.runtime.sdk
+        if self.op == "mm_reduce_scatter":
+            reduce_op, bias = options
+            self._check(call, a, b, reduce_op=reduce_op, bias=bias)
+            hcom = self._hcom(ctx, call)
+            # A bias passed the check only if it is all zeros: adding it changes nothing, so the kernel gets none.
+            return sdk.mm_reduce_scatter_base(a, b, hcom, ctx.size)
+        if self.op == "all_gather_mm":
+            (gather_output,) = options
+            self._check(call, a, b)
+            hcom = self._hcom(ctx, call)
+            return sdk.all_gather_base_mm(a, b, hcom, ctx.size, bool(gather_output))
+        (bias,) = options
+        self._check(call, a, b, bias=bias)
+        hcom = self._hcom(ctx, call)
+        return sdk.mm_all_reduce_base(a, b, hcom, bias)
+
+    def _hcom(self, ctx: GroupContext, call: cons.FusedCall) -> str:
+        """The group's communicator name, after the one-domain rule (checked without communicating)."""
+        MC2_DOMAIN.check(call, self.kernel, ctx.name)
+        hcom = xccl.comm_name(ctx.group)  # collective on Ascend: every rank of the group reaches this line
+        MC2_DOMAIN.claim(call, ctx.name, hcom)
+        return hcom
+
+    def __repr__(self) -> str:
+        return f"<FusedKernel {self.op} -> torch_npu.{self.kernel}>"
+
+
+def _check_rank_table(env: Mapping[str, str]) -> None:
+    """Validate ``RANK_TABLE_FILE`` before HCCL reads it, and warn about a short ``HCCL_CONNECT_TIMEOUT``.
+
+    HCCL builds the global communicator from the table when the file is set and readable; a malformed one fails
+    deep inside CANN, so xccl checks it first and names the field.
+
+    Raises:
+        RankTableError: the table is invalid, or its rank count differs from ``WORLD_SIZE``.
+    """
+    path = env.get("RANK_TABLE_FILE")
+    if not path:
+        return
+    from xccl._ranktable import load_hccl
+
+    table = load_hccl(path)
+    world = env.get("WORLD_SIZE", "")
+    if world.isdigit() and int(world) != table.world_size():
+        raise RankTableError(
+            path, "server_list",
+            f"describes {table.world_size()} ranks but WORLD_SIZE={world}; the table must list every rank of the job",
+        )
+    timeout = env.get("HCCL_CONNECT_TIMEOUT", "")
+    if not timeout.isdigit() or int(timeout) < 300:
+        LOG.warning(
+            "RANK_TABLE_FILE is set and HCCL_CONNECT_TIMEOUT=%s: torch_npu recommends at least 300 seconds when "
+            "building communicators from a rank table", timeout or "unset",
+        )

@@ -1,0 +1,184 @@
+"""The SDK boundary in simulation: torch_npu's calls computed on CPU over the simulated ``hccl`` group.
+
+What is simulated, and how faithfully:
+
+* devices: ``XCCL_SIM_ASCEND_DEVICES`` NPUs (default 8), filtered by ``ASCEND_RT_VISIBLE_DEVICES`` with torch_npu's
+  parsing rules, so a launch that would find no device on the hardware fails here too;
+* the chip: ``XCCL_SIM_ASCEND_SOC`` is ``A2`` (default, ``Ascend910B1``), ``A3`` (``Ascend910_9391``) or any chip
+  name (``Ascend910ProA`` simulates a chip without MC2 kernels);
+* ``get_hccl_comm_name``: rank 0 of the group makes a unique name (or takes ``hccl_config["group_name"]``) and
+  broadcasts it over the group, so, as on the hardware, the call is collective: a rank that skips it leaves the
+  others waiting until the timeout. The name is cached per group, as HCCL keeps its communicator;
+* uneven collectives: the same semantics through padding (all_gather, reduce_scatter) and ``all_to_all_single``
+  with split sizes (HCCL's ``alltoall_base`` honours them, and so does the simulated group);
+* fused kernels: the matmul in float32 on CPU, the collective over the group, the result cast back to the input
+  dtype; the kernel finds its group from ``hcom`` as HCCL does, and an unknown name fails.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import torch
+import torch.distributed as dist
+
+from xccl._work import finish
+
+from ._probe import parse_visible_devices
+
+__all__ = ["SIM_DEVICES_ENV", "SIM_SOC_ENV", "SimSdk", "sim_device_name"]
+
+#: Chip to simulate: ``A2``, ``A3`` or a chip name.
+SIM_SOC_ENV: Final = "XCCL_SIM_ASCEND_SOC"
+#: Physical NPUs of the simulated host.
+SIM_DEVICES_ENV: Final = "XCCL_SIM_ASCEND_DEVICES"
+_CHIPS: Final = {"A2": "Ascend910B1", "A3": "Ascend910_9391"}
+_NAME_BYTES: Final = 128  # HCCL's communicator names are char[128]
+
+# torch 2.13 deprecates the old names of the tensor collectives (a warning per call); use the new ones if present.
+_all_gather_single: Final = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single: Final = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def sim_device_name(env: Mapping[str, str] | None = None) -> str:
+    """The simulated chip name from ``XCCL_SIM_ASCEND_SOC`` (default A2)."""
+    raw = (os.environ if env is None else env).get(SIM_SOC_ENV, "").strip() or "A2"
+    return _CHIPS.get(raw.upper(), raw)
+
+
+class SimSdk:
+    """torch_npu's behaviour on CPU; see the module docstring."""
+
+    device_type = "cpu"
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        env = os.environ if env is None else env
+        self._env = env
+        physical = int(env.get(SIM_DEVICES_ENV, "8") or 8)
+        self._visible = parse_visible_devices(env.get("ASCEND_RT_VISIBLE_DEVICES"), physical)
+        self._current = -1
+        self._names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._groups: dict[str, weakref.ref[Any]] = {}
+
+    def device_count(self) -> int:
+        return len(self._visible)
+
+    def set_device(self, index: int) -> None:
+        if not 0 <= index < len(self._visible):
+            raise RuntimeError(f"Invalid device ID {index}: {len(self._visible)} NPUs are visible (simulated)")
+        self._current = index
+
+    def device_name(self) -> str:
+        # Read at each call, so a test can change the simulated chip between calls.
+        return sim_device_name(self._env)
+
+    def options(self, hccl_config: dict[str, int | str]) -> Any:
+        from ._simprofile import SimHcclOptions
+
+        return SimHcclOptions(hccl_config=dict(hccl_config))
+
+    def comm_name(self, group: Any, rank: int) -> str:
+        name = self._names.get(group)
+        if name is not None:
+            return name
+        buf = torch.zeros(_NAME_BYTES, dtype=torch.uint8)
+        if group.rank() == 0:
+            config = getattr(getattr(group, "pg_options", None), "hccl_config", None) or {}
+            made = config.get("group_name") or f"sim_hccl_{group.group_name}_{os.getpid()}_{uuid.uuid4().hex[:12]}"
+            raw = str(made).encode()[: _NAME_BYTES - 1]
+            buf[: len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        dist.broadcast(buf, group=group, group_src=0)
+        name = bytes(buf.tolist()).rstrip(b"\0").decode()
+        self._names[group] = name
+        self._groups[name] = weakref.ref(group)
+        return name
+
+    def _group_of(self, hcom: str, world_size: int | None = None) -> Any:
+        ref = self._groups.get(hcom)
+        group = ref() if ref is not None else None
+        if group is None:
+            raise RuntimeError(
+                f"hcom {hcom!r} names no HCCL communicator of this process; get it from get_hccl_comm_name "
+                "(xccl.comm_name) on the same group on every rank"
+            )
+        if world_size is not None and world_size != group.size():
+            raise RuntimeError(f"world_size={world_size} but communicator {hcom!r} has {group.size()} ranks")
+        return group
+
+    # ---------------------------------------------------------------------------------------------- uneven
+
+    def all_gather_into_tensor_uneven(
+        self, output: torch.Tensor, input: torch.Tensor, sizes: Sequence[int], group: Any, async_op: bool
+    ) -> Any:
+        n, m, trail = len(sizes), max(sizes), input.shape[1:]
+        padded_in = input.new_zeros((m, *trail))
+        padded_in[: input.shape[0]].copy_(input)
+        padded_out = output.new_empty((n * m, *trail))
+        work = _all_gather_single(padded_out, padded_in, group=group, async_op=async_op)
+
+        def unpad() -> None:
+            offset = 0
+            for j, rows in enumerate(sizes):
+                output[offset : offset + rows].copy_(padded_out[j * m : j * m + rows])
+                offset += rows
+
+        return finish(work, async_op, unpad)
+
+    def reduce_scatter_tensor_uneven(
+        self, output: torch.Tensor, input: torch.Tensor, sizes: Sequence[int], op: Any, group: Any, async_op: bool
+    ) -> Any:
+        n, m, trail = len(sizes), max(sizes), input.shape[1:]
+        padded_in = input.new_zeros((n * m, *trail))
+        for j, chunk in enumerate(torch.split(input, list(sizes))):
+            padded_in[j * m : j * m + sizes[j]].copy_(chunk)
+        padded_out = output.new_empty((m, *trail))
+        work = _reduce_scatter_single(padded_out, padded_in, op=op, group=group, async_op=async_op)
+        mine = sizes[group.rank()]
+
+        def unpad() -> None:
+            output.copy_(padded_out[:mine])
+
+        return finish(work, async_op, unpad)
+
+    def all_to_all_vc(
+        self, output: torch.Tensor, input: torch.Tensor, matrix: Sequence[Sequence[int]], group: Any, async_op: bool
+    ) -> Any:
+        rank = group.rank()
+        send = list(matrix[rank])
+        recv = [row[rank] for row in matrix]
+        return dist.all_to_all_single(output.view(-1), input.view(-1), recv, send, group=group, async_op=async_op)
+
+    # ----------------------------------------------------------------------------------------------- fused
+
+    def mm_reduce_scatter_base(self, a: torch.Tensor, b: torch.Tensor, hcom: str, world_size: int) -> torch.Tensor:
+        group = self._group_of(hcom, world_size)
+        local = a.float() @ b.float()
+        out = torch.empty((a.shape[0] // world_size, b.shape[1]), dtype=torch.float32)
+        _reduce_scatter_single(out, local, group=group)
+        return out.to(a.dtype)
+
+    def all_gather_base_mm(
+        self, a: torch.Tensor, b: torch.Tensor, hcom: str, world_size: int, gather_output: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        group = self._group_of(hcom, world_size)
+        gathered = a.new_empty((a.shape[0] * world_size, a.shape[1]))
+        _all_gather_single(gathered, a, group=group)
+        out = (gathered.float() @ b.float()).to(a.dtype)
+        return out, gathered if gather_output else a.new_empty((0,))
+
+    def mm_all_reduce_base(
+        self, a: torch.Tensor, b: torch.Tensor, hcom: str, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        group = self._group_of(hcom)
+        local = a.float() @ b.float()
+        if bias is not None:
+            local += bias.float()  # per the kernel's formula allreduce(x1 @ x2 + bias): on every rank
+        dist.all_reduce(local, group=group)
+        return local.to(a.dtype)
+
+    def compile_backend(self) -> Callable[..., Any] | None:
+        return None
