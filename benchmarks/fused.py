@@ -126,14 +126,14 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
                 rows = {"mm_reduce_scatter": m // world, "all_gather_mm": m // world, "mm_all_reduce": m}[op]
                 auto = choose_chunks(Collective(op), "cpu", dtype, rows, k, n, world)
                 variants: dict[str, Any] = {
-                    "seq": lambda: fused(a, b, chunks=1),
+                    "seq": lambda fused=fused, a=a, b=b: fused(a, b, chunks=1),
                     "mm": case["mm"],
                     "comm": case["comm"],
                 }
                 counts = sorted({int(c) for c in args.sweep.split(",")}) if args.sweep else [args.chunks or auto]
                 for c in counts:
                     if c != 1:
-                        variants[f"c{c}"] = (lambda c=c: fused(a, b, chunks=c))
+                        variants[f"c{c}"] = lambda c=c, fused=fused, a=a, b=b: fused(a, b, chunks=c)
                 times: dict[str, list[float]] = {v: [] for v in variants}
                 for fn in variants.values():  # warm up: allocator, gloo buffers, matmul kernels
                     fn()

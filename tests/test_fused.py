@@ -156,7 +156,7 @@ def body_gradients(chunks: int | None, unfused: bool = True) -> list[str]:
         total = sum(torch.addmm(full[2 * w + r], full[r], full[w + r]) for r in range(w)) / (w if op == "avg" else 1)
         loss = sum((total.chunk(w)[r] * grad_w[r][: m // w]).sum() for r in range(w))
         g_model = _grads(loss, full[rank], full[w + rank], full[2 * w + rank])
-        for name, g1, g2, g3 in zip(("a", "b", "bias"), g_fused, g_unfused, g_model):
+        for name, g1, g2, g3 in zip(("a", "b", "bias"), g_fused, g_unfused, g_model, strict=False):
             if not (torch.allclose(g1, g2, **tol) and torch.allclose(g1, g3, **tol)):
                 bad.append(f"mm_reduce_scatter {op} grad {name}")
     # all_gather_mm: out_r = cat(a shards) @ b_r, loss summed over ranks; the gathered output used too.
@@ -176,7 +176,7 @@ def body_gradients(chunks: int | None, unfused: bool = True) -> list[str]:
             gathered2 = funcol.all_gather_tensor(x2, 0, dist.group.WORLD)
             loss2 = ((gathered2 @ y2) * grad_w[rank]).sum() + (gathered2.sum() if gather_output else 0)
             g_unfused = _grads(loss2, x2, y2)
-        for name, g1, g2, g3 in zip(("a", "b"), g_fused, g_unfused, g_model):
+        for name, g1, g2, g3 in zip(("a", "b"), g_fused, g_unfused, g_model, strict=False):
             if not (torch.allclose(g1, g2, **tol) and torch.allclose(g1, g3, **tol)):
                 bad.append(f"all_gather_mm gather_output={gather_output} grad {name}")
     # mm_all_reduce: replicated output, one loss (tensor-parallel semantics); the single-device model is the
@@ -193,7 +193,7 @@ def body_gradients(chunks: int | None, unfused: bool = True) -> list[str]:
             x2, y2, z2 = leaves(a[rank].reshape(shape), b[rank], bias[rank])
             ref = funcol.all_reduce(torch.matmul(x2, y2) + z2, "sum", dist.group.WORLD)
             g_funcol = _grads((ref.reshape(m, n) * grad_w[0]).sum(), x2, y2, z2)
-        for name, g1, g3, g4 in zip(("a", "b", "bias"), g_fused, g_model, g_funcol):
+        for name, g1, g3, g4 in zip(("a", "b", "bias"), g_fused, g_model, g_funcol, strict=False):
             if not (torch.allclose(g1.reshape(g3.shape), g3, **tol) and torch.allclose(g1 * w, g4, **tol)):
                 bad.append(f"mm_all_reduce a{shape} grad {name}")
     return bad
@@ -375,11 +375,11 @@ def body_native(fallback: str) -> dict[str, Any]:
             warnings.simplefilter("always")
             try:
                 out = xccl.mm_reduce_scatter(a[rank], b[rank], group)
-                ok = torch.allclose(out, sum(x @ y for x, y in zip(a, b)).chunk(w)[rank], atol=1e-5)
+                ok = torch.allclose(out, sum(x @ y for x, y in zip(a, b, strict=False)).chunk(w)[rank], atol=1e-5)
                 (o2, g2) = xccl.all_gather_mm(a[rank], b[rank], group)
                 ok &= torch.allclose(o2, torch.cat(a) @ b[rank], atol=1e-5) and torch.equal(g2, torch.cat(a))
                 o3 = xccl.mm_all_reduce(a[rank], b[rank], group)
-                ok &= torch.allclose(o3, sum(x @ y for x, y in zip(a, b)), atol=1e-5)
+                ok &= torch.allclose(o3, sum(x @ y for x, y in zip(a, b, strict=False)), atol=1e-5)
                 report[f"k={k}"] = "ok" if ok else "wrong"
             except xccl.ConstraintViolation as exc:
                 report[f"k={k}"] = f"ConstraintViolation {exc.constraint}"

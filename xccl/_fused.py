@@ -313,7 +313,7 @@ def _check_chunks(op: str, chunks: Any) -> int:
 def _check_reduce_op(op: str, reduce_op: Any) -> str:
     try:
         name = reduce_op_name(reduce_op)
-    except Exception:  # noqa: BLE001 - any unreadable value is the caller's error
+    except Exception:  # any unreadable value is the caller's error
         name = repr(reduce_op)
     if name not in _REDUCE_OPS:
         raise InvalidArgument(op, f"reduce_op={reduce_op!r} is not supported; use one of {', '.join(_REDUCE_OPS)}")
@@ -466,17 +466,17 @@ def _all_gather_mm_portable(
     ag = _api().all_gather_into_tensor
     c = _pick(C.ALL_GATHER_MM, ctx, chunks, a.dtype, m, k, n)
     if c == 1:
-        gathered = a.new_empty((w * m, k))
-        ag(gathered, a, group)
-        return torch.mm(gathered, b), gathered if gather_output else a.new_empty(0)
+        whole = a.new_empty((w * m, k))
+        ag(whole, a, group)
+        return torch.mm(whole, b), whole if gather_output else a.new_empty(0)
     out = a.new_empty((w * m, n))
     gathered = a.new_empty((w, m, k)) if gather_output else None
     bounds = _bounds(m, c)
     # Issue every gather at once: the collectives queue up behind each other while the matmuls consume them in
     # order, so chunk j's matmul overlaps the gathers of chunks j+1...
     bufs = [a.new_empty((w * (hi - lo), k)) for lo, hi in bounds]
-    works = [ag(buf, a[lo:hi], group, async_op=True) for buf, (lo, hi) in zip(bufs, bounds)]
-    for (lo, hi), buf, work in zip(bounds, bufs, works):
+    works = [ag(buf, a[lo:hi], group, async_op=True) for buf, (lo, hi) in zip(bufs, bounds, strict=False)]
+    for (lo, hi), buf, work in zip(bounds, bufs, works, strict=False):
         if work is not None:
             work.wait()
         parts = buf.view(w, hi - lo, k)
@@ -525,9 +525,8 @@ def _redop(name: str) -> Any:
 
 
 def _resolve_group(group_name: str) -> Any:
-    from torch.distributed.distributed_c10d import _resolve_process_group
-
-    return _resolve_process_group(group_name)
+    c10d: Any = dist.distributed_c10d
+    return c10d._resolve_process_group(group_name)
 
 
 def _mm_reduce_scatter_impl(
@@ -708,7 +707,7 @@ def _backward_mm_reduce_scatter(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]
 
 
 def _setup_all_gather_mm(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    a, b, group_name, group_size, gather_output, _chunks = inputs
+    _a, b, group_name, group_size, gather_output, _chunks = inputs
     # The gathered input is needed for grad_b; the public function asks for it whenever b requires grad.
     ctx.save_for_backward(b, output[1] if gather_output else None)
     ctx.group = (group_name, group_size)
@@ -760,9 +759,12 @@ torch.library.register_autograd(f"{_LIB}::mm_all_reduce", _backward_mm_all_reduc
 # ------------------------------------------------------------------------------------------------ public ops
 
 
+def _pg(group: Any) -> Any:
+    return dist.group.WORLD if group is None else group
+
+
 def _group_name(group: Any) -> str:
-    g = dist.group.WORLD if group is None else group
-    return g.group_name  # type: ignore[no-any-return]
+    return str(_pg(group).group_name)
 
 
 def _compiling() -> bool:
@@ -803,8 +805,10 @@ def mm_reduce_scatter(
     """
     n_chunks = _check_chunks("mm_reduce_scatter", chunks)
     if _compiling():
-        size = (dist.group.WORLD if group is None else group).size()
-        return _ops.mm_reduce_scatter(a, b, _group_name(group), size, reduce_op_name(reduce_op), bias, n_chunks)
+        size = _pg(group).size()
+        return _ops.mm_reduce_scatter(  # type: ignore[no-any-return]
+            a, b, _group_name(group), size, reduce_op_name(reduce_op), bias, n_chunks
+        )
     ctx = context(group)
     name = check_mm_reduce_scatter(a, b, ctx.size, reduce_op, bias, ctx.runtime.device_type)
     if name not in _DIFFERENTIABLE_OPS and torch.is_grad_enabled() and (
@@ -846,7 +850,7 @@ def all_gather_mm(
     """
     n_chunks = _check_chunks("all_gather_mm", chunks)
     if _compiling():
-        size = (dist.group.WORLD if group is None else group).size()
+        size = _pg(group).size()
         out, g = _ops.all_gather_mm(a, b, _group_name(group), size, gather_output or b.requires_grad, n_chunks)
         return out, g if gather_output else a.new_empty(0)
     ctx = context(group)
@@ -886,7 +890,7 @@ def mm_all_reduce(
     """
     n_chunks = _check_chunks("mm_all_reduce", chunks)
     if _compiling():
-        size = (dist.group.WORLD if group is None else group).size()
+        size = _pg(group).size()
         return _ops.mm_all_reduce(a, b, _group_name(group), size, bias, n_chunks)  # type: ignore[no-any-return]
     ctx = context(group)
     check_mm_all_reduce(a, b, ctx.size, bias, ctx.runtime.device_type)
