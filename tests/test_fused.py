@@ -438,3 +438,35 @@ def test_simulated_sophgo_emulated_reduce_scatter(rank_pools: Any) -> None:
     """SCCL has no reduce_scatter (emulated over all_to_all, complete when it returns): still correct."""
     pool = rank_pools.get(2, vendor="sophgo", simulate=True, fallback="emulate")
     assert pool.run_ok(body_sophgo, timeout=180) == [[], []]
+
+
+def body_ascend() -> dict[str, Any]:
+    """Ascend's MC2 kernels (simulated): native where the documented constraints hold, portable elsewhere."""
+    rank, w = dist.get_rank(), dist.get_world_size()
+    report: dict[str, Any] = {}
+    for dtype, k in ((torch.bfloat16, 256), (torch.float32, 256), (torch.bfloat16, 64)):
+        a = [operand(r, (2 * w, k), dtype, k) for r in range(w)]
+        b = [operand(r, (k, 16), dtype, k + 1) for r in range(w)]
+        full = sum(x.float() @ y.float() for x, y in zip(a, b, strict=True))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ok = close(xccl.mm_reduce_scatter(a[rank], b[rank]), full.chunk(w)[rank], dtype, k)
+            out, gathered = xccl.all_gather_mm(a[rank], b[rank])
+            ok &= close(out, torch.cat(a).float() @ b[rank].float(), dtype, k) and torch.equal(gathered, torch.cat(a))
+            ok &= close(xccl.mm_all_reduce(a[rank], b[rank]), full, dtype, k)
+        fallbacks = sorted(
+            str(x.message).split(" kernel")[0].rsplit(" ", 1)[-1]
+            for x in caught if type(x.message).__name__ == "ConstraintFallbackWarning"
+        )
+        report[f"{dtype} k={k}"] = (ok, fallbacks)
+    return report
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xccl_ascend") is None, reason="xccl-ascend is not installed")
+def test_simulated_ascend_native_kernels_and_constraint_fallback(rank_pools: Any) -> None:
+    outs = rank_pools.get(2, vendor="ascend", simulate=True).run_ok(body_ascend, timeout=180)
+    assert outs[0] == outs[1]
+    r = outs[0]
+    assert r["torch.bfloat16 k=256"] == (True, [])  # every constraint holds: the MC2 kernels ran
+    assert r["torch.float32 k=256"] == (True, ["all_gather_mm", "mm_all_reduce", "mm_reduce_scatter"])  # dtype
+    assert r["torch.bfloat16 k=64"] == (True, ["all_gather_mm", "mm_reduce_scatter"])  # k < 256
