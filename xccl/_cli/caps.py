@@ -1,29 +1,94 @@
-"""``xccl caps [PLUGIN]``: the capability matrix."""
+"""``xccl caps [PLUGIN ...] [--json | --markdown] [--mode eager|graph|both]``: the capability matrix.
+
+Rows are collectives, columns plugin x mode; a cell is ``native``, ``emul(via)`` or ``—``. Without a plugin name
+every plugin that loads is shown (available here or not: a table is data and needs no device). The rendering
+lives in ``xccl._render``, shared with ``scripts/gen_docs.py``.
+
+Exit status: 0; 2 when a named plugin does not exist or fails to load (the message says which are installed).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import sys
 from typing import Any
+
+LOG = logging.getLogger("xccl")
 
 
 def add_parser(sub: Any, name: str) -> None:
     """Register the subcommand."""
-    p = sub.add_parser(name, help="print the capability table of one plugin or all of them")
-    p.add_argument("plugin", nargs="?", help="plugin name (default: every plugin that loads)")
+    p = sub.add_parser(
+        name,
+        help="print the capability matrix of plugins x collectives x mode",
+        description="Print which collectives each plugin runs natively, emulated (and via what) or not at all, "
+        "in eager and graph mode.",
+    )
+    p.add_argument("plugin", nargs="*", help="plugin names (default: every plugin that loads)")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="everything as JSON: levels, dtypes, reduce ops, notes")
+    fmt.add_argument("--markdown", action="store_true", help="Markdown: the matrix and a detail table per plugin")
+    p.add_argument("--mode", choices=("eager", "graph", "both"), default="both", help="which modes (default both)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the table(s) as text."""
-    import xccl
+    """Print the tables in the requested format."""
+    from xccl import _render
+    from xccl._errors import BackendNotFound, BackendUnavailable, XcclError
+    from xccl._registry import Status, plugins
 
-    names = [args.plugin] if args.plugin else [i.name for i in xccl.plugins() if i.plugin is not None]
-    for name in names:
-        table = xccl.capabilities(name)
-        print(f"{name}:")
-        for (op, mode), sup in table.items():
-            if mode is xccl.Mode.EAGER:
-                graph = table.entry(op, xccl.Mode.GRAPH)
-                via = f" via {sup.via}" if sup.via else ""
-                print(f"  {op.value:32} eager={sup.level.value}{via:24} graph={graph.level.value}")
+    infos = {i.name: i for i in plugins()}
+    if args.plugin:
+        chosen = []
+        for name in args.plugin:
+            info = infos.get(name)
+            try:
+                if info is None:
+                    raise BackendNotFound(name, list(infos))
+                if info.plugin is None or info.status is Status.INCOMPATIBLE:
+                    raise BackendUnavailable(name, info.reason, info.fix)
+            except XcclError as exc:
+                print(f"xccl caps: {exc}", file=sys.stderr)
+                return 2
+            chosen.append(info)
+    else:
+        chosen = [i for i in infos.values() if i.plugin is not None and i.status is not Status.INCOMPATIBLE]
+
+    tables, about = {}, {}
+    for info in chosen:
+        try:
+            table = info.plugin.capabilities()  # type: ignore[union-attr]
+        except Exception as exc:  # listing is tolerant: report the broken plugin, show the rest
+            LOG.debug("capabilities() of %s raised", info.name, exc_info=True)
+            print(
+                f"xccl caps: plugin {info.name!r}: capabilities() raised {type(exc).__name__}: {exc}", file=sys.stderr
+            )
+            if args.plugin:
+                return 2
+            continue
+        tables[info.name] = table
+        about[info.name] = _render.About.of(info.plugin)
+
+    modes = _render.modes_from(args.mode)
+    if args.json:
+        print(json.dumps(_render.render_json(tables, modes, about=about), indent=2))
+    elif args.markdown:
+        print(_render.render_markdown(tables, modes, about=about), end="")
+    else:
+        print(_render.render_text(tables, modes, ascii_only=not _can_print(_render.DASH)), end="")
+        for info in chosen:
+            if not info.available:
+                print(f"{info.name}: not available here ({info.reason}); its table is shown all the same")
     return 0
+
+
+def _can_print(text: str) -> bool:
+    encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True

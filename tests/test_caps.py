@@ -1,0 +1,241 @@
+"""``xccl caps`` and the generated capability docs, checked against the capability tables themselves."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import xccl
+from xccl import Collective, Level, Mode, Support
+from xccl._capabilities import table_from
+from xccl._render import ASCII_DASH, DASH, cell, footnote, render_markdown, render_text
+from xccl.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _loaded(name: str) -> bool:
+    return any(i.name == name and i.plugin is not None for i in xccl.plugins())
+
+
+@pytest.fixture(scope="module")
+def gen_docs() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_docs", ROOT / "scripts" / "gen_docs.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def caps(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = main(["caps", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# ------------------------------------------------------------------------------------------------------- json
+
+
+def test_json_equals_to_dict(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = caps(capsys, "cpu", "cuda", "--json")
+    data = json.loads(out)
+    assert rc == 0
+    assert list(data["plugins"]) == ["cpu", "cuda"]
+    for name, backend in (("cpu", "gloo"), ("cuda", "nccl")):
+        entry = data["plugins"][name]
+        assert entry["collectives"] == xccl.capabilities(name).to_dict()
+        assert entry["backend"] == backend
+        assert entry["notes"] == list(xccl.capabilities(name).notes)
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_json_mode_filter(capsys: pytest.CaptureFixture[str], mode: str) -> None:
+    rc, out, _ = caps(capsys, "cpu", "--json", "--mode", mode)
+    full = xccl.capabilities("cpu").to_dict()
+    got = json.loads(out)["plugins"]["cpu"]["collectives"]
+    assert rc == 0
+    assert got == {op: {mode: per_mode[mode]} for op, per_mode in full.items()}  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------------------------------------------- text
+
+
+def _text_rows(out: str) -> dict[str, list[str]]:
+    rows = {}
+    for line in out.splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if cells and cells[0] in {c.value for c in Collective}:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def _footnotes(out: str) -> dict[str, str]:
+    return dict(re.findall(r"^\s+\[(\d+)\] (.*)$", out, re.M))
+
+
+@pytest.mark.parametrize("plugins", [["cpu"], ["cpu", "cuda"], ["cpu", "gloo-emulated"]], ids="+".join)
+def test_text_matrix_matches_tables(capsys: pytest.CaptureFixture[str], plugins: list[str]) -> None:
+    if not all(map(_loaded, plugins)):
+        pytest.skip("the test plugin distribution tests/plugins/xccl-testplugins is not installed")
+    rc, out, _ = caps(capsys, *plugins)
+    rows, notes = _text_rows(out), _footnotes(out)
+    assert rc == 0
+    assert set(rows) == {c.value for c in Collective}, "every collective has a row"
+    for op in Collective:
+        cells = iter(rows[op.value])
+        for name in plugins:
+            for mode in Mode:
+                sup = xccl.capabilities(name).entry(op, mode)
+                got = next(cells)
+                text, _, number = got.partition(" [")
+                assert text == cell(sup), (op, name, mode, got)
+                assert notes.get(number.rstrip("]"), "") == footnote(op, sup), (op, name, mode)
+
+
+def _toy_table() -> xccl.CapabilityTable:
+    """A table with one of each kind of cell, independent of how the built-in tables evolve."""
+    return table_from(
+        "toy",
+        {
+            Collective.ALL_REDUCE: Support(Level.NATIVE, min_torch=(2, 6), note="fast"),
+            Collective.REDUCE_SCATTER_TENSOR: Support(Level.EMULATED, via="all_to_all"),
+            Collective.BROADCAST: Support(Level.NATIVE, world_sizes=frozenset({2, 4})),
+        },
+        {Collective.ALL_REDUCE: Support(Level.NATIVE)},
+        notes=["a table-wide remark"],
+    )
+
+
+def test_text_cells_and_footnotes() -> None:
+    text = render_text({"toy": _toy_table()})
+    rows, notes = _text_rows(text), _footnotes(text)
+    assert rows["all_reduce"] == ["native [1]", "native"]
+    assert notes["1"] == "torch >= 2.6; fast"
+    assert rows["reduce_scatter_tensor"] == ["emul(all_to_all) [2]", DASH]
+    assert notes["2"].startswith("cost: all_to_all_single + local reduction")
+    assert rows["broadcast"] == ["native [3]", DASH]
+    assert notes["3"] == "world sizes 2, 4 only"
+    assert rows["gather"] == [DASH, DASH]
+    assert "  toy: a table-wide remark" in text.splitlines()
+
+
+def test_text_ascii_fallback() -> None:
+    text = render_text({"toy": _toy_table()}, ascii_only=True)
+    assert DASH not in text
+    assert _text_rows(text)["gather"] == [ASCII_DASH, ASCII_DASH]
+
+
+def test_default_lists_every_loaded_plugin(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = caps(capsys, "--json")
+    loaded = [i.name for i in xccl.plugins() if i.plugin is not None and i.status is not xccl.Status.INCOMPATIBLE]
+    assert rc == 0
+    assert list(json.loads(out)["plugins"]) == loaded
+    assert {"cpu", "cuda"} <= set(loaded)
+
+
+# ------------------------------------------------------------------------------------------------------ errors
+
+
+def test_unknown_plugin_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = caps(capsys, "no-such-plugin")
+    known = [i.name for i in xccl.plugins()]
+    assert rc == 2
+    assert out == ""
+    assert str(xccl.BackendNotFound("no-such-plugin", known)) in err
+
+
+def test_plugin_that_fails_to_load_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    if not any(i.name == "broken-import" for i in xccl.plugins()):
+        pytest.skip("the test plugin distribution tests/plugins/xccl-testplugins is not installed")
+    rc, _, err = caps(capsys, "broken-import")
+    assert rc == 2
+    assert "broken-import" in err and "xccl_testplugins_missing_dependency" in err
+
+
+# ---------------------------------------------------------------------------------------------------- markdown
+
+
+def test_markdown_matrix_and_details(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = caps(capsys, "cpu", "--markdown")
+    table = xccl.capabilities("cpu")
+    assert rc == 0
+    assert out.splitlines()[0] == "| collective | cpu eager | cpu graph |"
+    for op in Collective:
+        eager, graph = table.entry(op, Mode.EAGER), table.entry(op, Mode.GRAPH)
+        assert f"| `{op.value}` | {cell(eager)} | {cell(graph)} |" in out
+        # every eager entry has a detail row that starts with its op, mode and level
+        assert f"| `{op.value}` | eager | {cell(eager)} |" in out
+    assert "### cpu" in out
+
+
+def test_markdown_detail_lists_dtypes_and_reduce_ops() -> None:
+    # gloo-emulated withholds bool and avg: both must be visible in the detail row.
+    if not _loaded("gloo-emulated"):
+        pytest.skip("the test plugin distribution tests/plugins/xccl-testplugins is not installed")
+    md = render_markdown(xccl.capabilities("gloo-emulated"), matrix=False)
+    row = next(ln for ln in md.splitlines() if ln.startswith("| `all_reduce` | eager"))
+    cols = [c.strip() for c in row.split("|")]
+    assert cols[3] == Level.NATIVE.value
+    assert cols[5] == "max, min, product, sum"
+    assert cols[6] == "bool as uint8"
+
+
+# -------------------------------------------------------------------------------------------------------- docs
+
+
+def test_capabilities_doc_is_up_to_date(gen_docs: ModuleType) -> None:
+    doc = ROOT / "docs" / "capabilities.md"
+    infos = gen_docs.documented(xccl.plugins(), gen_docs.repo_distributions(ROOT))
+    assert {"cpu", "cuda"} <= {i.name for i in infos}
+    problems = gen_docs.stale(doc.read_text(), infos)
+    assert not problems, f"docs/capabilities.md is stale ({'; '.join(problems)}): run python scripts/gen_docs.py"
+
+
+def test_embedded_vendor_tables_are_up_to_date(gen_docs: ModuleType) -> None:
+    infos = gen_docs.documented(xccl.plugins(), gen_docs.repo_distributions(ROOT))
+    stale = [
+        p for p in gen_docs.embedding_pages(ROOT) if gen_docs.refresh_embedded(p.read_text(), infos) != p.read_text()
+    ]
+    assert not stale, f"stale embedded tables in {stale}: run python scripts/gen_docs.py"
+
+
+def test_staleness_is_detected(gen_docs: ModuleType) -> None:
+    infos = {i.name: i for i in xccl.plugins()}
+    cpu, cuda = infos["cpu"], infos["cuda"]
+    both = gen_docs.render_document([cpu, cuda])
+    assert gen_docs.stale(both, [cpu, cuda]) == []
+    # A changed cell, a plugin missing from the doc, a hand-written doc: all stale.
+    assert gen_docs.stale(both.replace("| `all_reduce` | native |", "| `all_reduce` | emul(x) |", 1), [cpu, cuda])
+    assert any(
+        "'cuda' is installed but not documented" in p
+        for p in gen_docs.stale(gen_docs.render_document([cpu]), [cpu, cuda])
+    )
+    assert gen_docs.stale("# Capabilities\n", [cpu]) == ["it lacks the generated header"]
+
+
+def test_documented_plugins_absent_here_are_left_alone(gen_docs: ModuleType) -> None:
+    # A doc generated where more plugins were installed (CI installs the vendor plugins) is checked only for
+    # the plugins present: here, a doc with cpu and cuda checked in an environment "with only cpu".
+    infos = {i.name: i for i in xccl.plugins()}
+    cpu, cuda = infos["cpu"], infos["cuda"]
+    both = gen_docs.render_document([cpu, cuda])
+    assert gen_docs.stale(both, [cpu]) == []
+    cuda_section = gen_docs.section("cuda", cuda.plugin.capabilities(), gen_docs._tables([cuda])[1])
+    assert gen_docs.stale(both.replace(cuda_section, cuda_section.replace("native", "emul(z)")), [cpu]) == []
+    broken = both.replace("| `gather` | eager | native |", "| `gather` | eager | emul(z) |", 1)
+    assert gen_docs.stale(broken, [cpu]) == ["section 'cpu' differs from the table"]
+    broken = both.replace("| `gather` | native |", "| `gather` | emul(z) |", 1)
+    assert gen_docs.stale(broken, [cpu]) == ["matrix column 'cpu eager' differs from the table"]
+
+
+def test_embedded_table_is_refreshed(gen_docs: ModuleType) -> None:
+    cpu = next(i for i in xccl.plugins() if i.name == "cpu")
+    page = "# Vendor\n\n<!-- xccl-caps: cpu -->\nold\n<!-- /xccl-caps -->\n\n<!-- xccl-caps: absent -->\nkept\n<!-- /xccl-caps -->\n"
+    new = gen_docs.refresh_embedded(page, [cpu])
+    assert "old" not in new and "kept" in new
+    assert render_markdown({"cpu": xccl.capabilities("cpu")}, heading="####", about=gen_docs._tables([cpu])[1]) in new
