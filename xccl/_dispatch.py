@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import logging
 import operator
+import os
+import sys
 import time
+import types
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -94,9 +97,10 @@ def plan(ctx: GroupContext, op: Collective, dtype: torch.dtype | None, reduce_op
             raise UnsupportedCollective(str(op), ctx.table.backend, "marked native but the plugin has no kernel")
         kernel = native
     else:
+        _emulate.require_blocks(ctx.table, op, res, dtype, redop, ctx.size)
         kernel = _emulate.build(op, res, native, ctx.table.entry(op).level is Level.NATIVE, redop)
         if ctx.fallback == "warn":
-            _warn_once(op, ctx.table.backend, _emulate.describe(op, res))
+            _warn_once(op, ctx.table.backend, _emulate.describe(op, res, dtype))
     ctx.plans[key] = kernel
     return kernel
 
@@ -109,8 +113,24 @@ def _warn_once(op: Collective, backend: str, how: str) -> None:
         f"xccl: {op.value} is emulated on {backend}: {how}. "
         "Pass fallback='emulate' to xccl.init to silence this, or fallback='error' to forbid emulation.",
         EmulationWarning,
-        stacklevel=4,
+        stacklevel=_outside_xccl(),
     )
+
+
+_PACKAGE_DIR: Final = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _outside_xccl() -> int:
+    """The ``stacklevel`` of the first frame outside xccl, as seen from :func:`_warn_once`.
+
+    A fixed level points into xccl for send/recv (one helper deeper) and for ops planned inside an emulation;
+    the user's line is what the warning should name. Runs once per (op, backend), so the walk costs nothing.
+    """
+    frame: types.FrameType | None = sys._getframe(1)  # _warn_once, the frame that stacklevel=1 names
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class EmulationWarning(UserWarning):
@@ -212,12 +232,12 @@ def _counts(op: str, what: str, values: Any) -> list[int]:
 def _splits(op: str, what: str, sizes: Any, n: int, total: int | None) -> list[int] | None:
     if sizes is None:
         return None
-    sizes = _counts(op, what, sizes)
-    if len(sizes) != n:
-        raise InvalidArgument(op, f"{what} has {len(sizes)} entries; the group has {n} ranks")
-    if total is not None and sum(sizes) != total:
-        raise InvalidArgument(op, f"{what}={sizes} sums to {sum(sizes)}, but the tensor's dim 0 is {total}")
-    return sizes
+    counts = _counts(op, what, sizes)
+    if len(counts) != n:
+        raise InvalidArgument(op, f"{what} has {len(counts)} entries; the group has {n} ranks")
+    if total is not None and sum(counts) != total:
+        raise InvalidArgument(op, f"{what}={counts} sums to {sum(counts)}, but the tensor's dim 0 is {total}")
+    return counts
 
 
 # ---------------------------------------------------------------------------------------------- the collectives

@@ -23,11 +23,11 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
-from ._capabilities import Collective, Resolution, reduce_op_name
+from ._capabilities import Collective, Level, Resolution, reduce_op_name
 from ._errors import UnsupportedCollective
 from ._work import finish
 
-__all__ = ["EMULATIONS", "build", "describe", "local_reduce"]
+__all__ = ["EMULATIONS", "NEEDS", "build", "describe", "local_reduce", "require_blocks"]
 
 C = Collective
 R = dist.ReduceOp
@@ -103,9 +103,10 @@ def _all_to_all_via_single(ctx: Any, outs: Sequence[torch.Tensor], ins: Sequence
     isz, osz = [t.numel() for t in ins], [t.numel() for t in outs]
     flat_in = torch.cat([t.reshape(-1) for t in ins])
     flat_out = torch.empty(sum(osz), dtype=flat_in.dtype, device=flat_in.device)
-    even = len(set(isz)) == 1 and len(set(osz)) == 1
-    _api().all_to_all_single(flat_out, flat_in, None if even else osz, None if even else isz, g)
-    for o, chunk in zip(outs, flat_out.split(osz)):
+    # Always pass the sizes: this rank's own sizes being uniform says nothing about its peers' (see
+    # all_to_all_single), and the even and uneven kernels may differ, so the choice must not be made locally.
+    _api().all_to_all_single(flat_out, flat_in, osz, isz, g)
+    for o, chunk in zip(outs, torch.split(flat_out, osz), strict=True):
         o.copy_(chunk.view_as(o))
     return finish(None, a)
 
@@ -122,7 +123,7 @@ def _a2a_uneven_via_padding(
     _api().all_reduce(biggest, R.MAX, g)
     m = int(biggest.item())
     pad_in = inp.new_zeros((n * m, *trail))
-    for j, chunk in enumerate(inp.split(isz)):
+    for j, chunk in enumerate(torch.split(inp, isz)):
         pad_in[j * m : j * m + isz[j]].copy_(chunk)
     pad_out = out.new_empty((n * m, *trail))
     _api().all_to_all_single(pad_out, pad_in, group=g)
@@ -152,7 +153,7 @@ def _rs_uneven_via_padding(
     # Padding rows are reduced too, then dropped: their value never matters, whatever the reduce op.
     n, m, trail = ctx.size, max(sizes), inp.shape[1:]
     pad_in = inp.new_zeros((n * m, *trail))
-    for j, chunk in enumerate(inp.split(sizes)):
+    for j, chunk in enumerate(torch.split(inp, sizes)):
         pad_in[j * m : j * m + sizes[j]].copy_(chunk)
     pad_out = out.new_empty((m, *trail))
     _api().reduce_scatter_tensor(pad_out, pad_in, op, g)
@@ -161,10 +162,11 @@ def _rs_uneven_via_padding(
 
 
 def _a2av_via_single(ctx: Any, out: torch.Tensor, inp: torch.Tensor, matrix: list[list[int]], g: Any, a: bool) -> Any:
-    isz = matrix[ctx.rank]
+    # The matrix is the same on every rank, so "every count equal" is a global fact and may pick the even kernel.
+    if len({c for row in matrix for c in row}) == 1:
+        return _api().all_to_all_single(out.view(-1), inp.view(-1), None, None, g, a)
     osz = [row[ctx.rank] for row in matrix]
-    even = len(set(isz)) == 1 and len(set(osz)) == 1
-    return _api().all_to_all_single(out.view(-1), inp.view(-1), None if even else osz, None if even else isz, g, a)
+    return _api().all_to_all_single(out.view(-1), inp.view(-1), osz, matrix[ctx.rank], g, a)
 
 
 def _send_via_host(ctx: Any, t: torch.Tensor, peer: int, g: Any, a: bool) -> Any:
@@ -177,7 +179,11 @@ def _send_via_host(ctx: Any, t: torch.Tensor, peer: int, g: Any, a: bool) -> Any
 def _recv_via_host(ctx: Any, t: torch.Tensor, peer: int, g: Any, a: bool) -> Any:
     host = torch.empty(t.shape, dtype=t.dtype, device="cpu")
     work = dist.irecv(host, peer, ctx.side_group())
-    return finish(work, a, lambda: t.copy_(host))
+
+    def copy_back() -> None:
+        t.copy_(host)
+
+    return finish(work, a, copy_back)
 
 
 #: op -> via name -> (kernel, extra-traffic note).
@@ -190,7 +196,9 @@ EMULATIONS: Final[dict[Collective, dict[str, tuple[Kernel, str]]]] = {
         "reduce_scatter_tensor": (_rs_list_via_tensor, "concatenates the inputs, then reduce_scatter_tensor"),
     },
     C.ALL_TO_ALL: {
-        "all_to_all_single": (_all_to_all_via_single, "concatenates the inputs, one all_to_all_single, one copy"),
+        "all_to_all_single": (
+            _all_to_all_via_single, "concatenates the inputs, one all_to_all_single with split sizes, one copy out"
+        ),
     },
     C.ALL_TO_ALL_SINGLE_UNEVEN: {
         "padding": (_a2a_uneven_via_padding, "pads every chunk to the largest: one extra 8-byte all_reduce, "
@@ -208,6 +216,56 @@ EMULATIONS: Final[dict[Collective, dict[str, tuple[Kernel, str]]]] = {
     C.SEND: {"host_gloo": (_send_via_host, "staged through host memory over a gloo group")},
     C.RECV: {"host_gloo": (_recv_via_host, "staged through host memory over a gloo group")},
 }
+
+#: What each emulation calls: (op, dtype, reduce op). A dtype of None means the caller's (after any cast), a
+#: reduce op of "=" the caller's (after avg-via-sum and the bool mapping). ``require_blocks`` checks them at plan
+#: time, so an emulation whose building block cannot run the call shape fails before any rank communicates.
+NEEDS: Final[dict[tuple[Collective, str], tuple[tuple[Collective, torch.dtype | None, str | None], ...]]] = {
+    (C.REDUCE_SCATTER_TENSOR, "all_to_all"): ((C.ALL_TO_ALL_SINGLE, None, None),),
+    (C.REDUCE_SCATTER_TENSOR, "all_reduce"): ((C.ALL_REDUCE, None, "="),),
+    (C.REDUCE_SCATTER, "reduce_scatter_tensor"): ((C.REDUCE_SCATTER_TENSOR, None, "="),),
+    (C.ALL_TO_ALL, "all_to_all_single"): ((C.ALL_TO_ALL_SINGLE_UNEVEN, None, None),),
+    (C.ALL_TO_ALL_SINGLE_UNEVEN, "padding"): ((C.ALL_REDUCE, torch.int64, "max"), (C.ALL_TO_ALL_SINGLE, None, None)),
+    (C.ALL_GATHER_INTO_TENSOR_UNEVEN, "padding"): ((C.ALL_GATHER_INTO_TENSOR, None, None),),
+    (C.REDUCE_SCATTER_TENSOR_UNEVEN, "padding"): ((C.REDUCE_SCATTER_TENSOR, None, "="),),
+    (C.ALL_TO_ALL_V, "all_to_all_single"): ((C.ALL_TO_ALL_SINGLE, None, None), (C.ALL_TO_ALL_SINGLE_UNEVEN, None, None)),
+}
+
+
+#: Emulations that reduce on the host with :func:`local_reduce`, and the reduce ops it has.
+_REDUCES_LOCALLY: Final = frozenset({(C.REDUCE_SCATTER_TENSOR, "all_to_all")})
+_LOCAL_OPS: Final = frozenset({"sum", "avg", "product", "min", "max", "band", "bor", "bxor"})
+
+
+def require_blocks(
+    table: Any, op: Collective, res: Resolution, dtype: torch.dtype | None, redop: str | None, world_size: int
+) -> None:
+    """Raise :class:`UnsupportedCollective` now if an op the emulation of ``op`` calls cannot run this shape.
+
+    The table resolves one op at a time: reduce_scatter via all_reduce claims every reduce op, but runs only those
+    the backend's all_reduce has. Checked once per call shape (plans are cached), recursively.
+    """
+    if table.entry(op).level is not Level.EMULATED:
+        return  # the native kernel, perhaps under the cast / avg layers, which resolve() already checked
+    if res.cast is not None:
+        if dtype == torch.bool and redop is not None:
+            redop = reduce_op_name(_BOOL_OPS.get(redop, redop))
+        dtype = res.cast
+    if res.avg_via_sum:
+        redop = "sum"
+    if (op, res.via) in _REDUCES_LOCALLY and redop is not None and redop not in _LOCAL_OPS:
+        # Found out only after the exchange otherwise (premul_sum, say): refuse it before anything is sent.
+        raise UnsupportedCollective(op.value, table.backend, f"emulated via {res.via}, whose local reduction "
+                                    f"has no {redop!r} (it has {', '.join(sorted(_LOCAL_OPS))})")
+    for block, block_dtype, block_redop in NEEDS.get((op, res.via), ()):
+        d, r = block_dtype or dtype, redop if block_redop == "=" else block_redop
+        sub = table.resolve(block, dtype=d, reduce_op=r, world_size=world_size)
+        if sub.level is Level.UNSUPPORTED:
+            raise UnsupportedCollective(
+                op.value, table.backend, f"emulated via {res.via}, which needs {block.value}, and there {sub.reason}"
+            )
+        require_blocks(table, block, sub, d, r, world_size)
+
 
 # Where the reduce op sits among the public arguments (after ctx), per reducing op.
 _REDOP_ARG: Final = {
@@ -246,8 +304,8 @@ def _with_avg(op: Collective, base: Kernel) -> Kernel:
     idx = _REDOP_ARG[op]
     out_idx = 0
 
-    def kernel(ctx: Any, *args: Any) -> Any:
-        args = list(args)
+    def kernel(ctx: Any, *public: Any) -> Any:
+        args = list(public)
         args[idx] = R.SUM
         a = args[-1]
         target = args[out_idx]
@@ -277,8 +335,8 @@ def _with_cast(op: Collective, base: Kernel, src: torch.dtype, dst: torch.dtype)
             return t.view(dst)  # aliases t: nothing to copy back
         return torch.empty_like(t, dtype=dst) if role == _OUT else t.to(dst)
 
-    def kernel(ctx: Any, *args: Any) -> Any:
-        args = list(args)
+    def kernel(ctx: Any, *public: Any) -> Any:
+        args = list(public)
         copies: list[tuple[torch.Tensor, torch.Tensor]] = []
         for idx, role in layout:
             val = args[idx]
@@ -293,14 +351,19 @@ def _with_cast(op: Collective, base: Kernel, src: torch.dtype, dst: torch.dtype)
                 news = [convert(t, role) for t in val]
                 args[idx] = news
                 if role != _IN and not by_view:
-                    copies.extend(zip(val, news))
+                    copies.extend(zip(val, news, strict=True))
         if reducing and src == torch.bool:
             name = reduce_op_name(args[_REDOP_ARG[op]])
             if name not in _BOOL_OPS:
                 raise UnsupportedCollective(op.value, ctx.table.backend, f"reduce op {name!r} over bool")
             args[_REDOP_ARG[op]] = _BOOL_OPS[name]
         work = base(ctx, *args)
-        return finish(work, args[-1], lambda: [orig.copy_(new) for orig, new in copies] and None)
+
+        def copy_back() -> None:
+            for orig, new in copies:
+                orig.copy_(new)
+
+        return finish(work, args[-1], copy_back)
 
     return kernel
 
@@ -339,8 +402,8 @@ def _cast_for(op: Collective, base: Kernel, dst: torch.dtype) -> Kernel:
     return kernel
 
 
-def describe(op: Collective, res: Resolution) -> str:
-    """One line for the fallback warning: which emulation, and what it costs."""
+def describe(op: Collective, res: Resolution, dtype: torch.dtype | None = None) -> str:
+    """One line for the fallback warning: which emulation, and what it costs (``dtype``: the caller's)."""
     parts = []
     if res.via:
         note = EMULATIONS.get(op, {}).get(res.via, (None, ""))[1]
@@ -348,5 +411,12 @@ def describe(op: Collective, res: Resolution) -> str:
     if res.avg_via_sum:
         parts.append("avg as sum then a local divide (no extra traffic)")
     if res.cast is not None:
-        parts.append(f"dtype cast to {str(res.cast).removeprefix('torch.')}")
+        to = str(res.cast).removeprefix("torch.")
+        if dtype is None:
+            parts.append(f"dtype cast to {to}")
+        else:
+            ratio = res.cast.itemsize / dtype.itemsize
+            wire = "the same bytes on the wire" if ratio == 1 else f"{ratio:g}x the bytes on the wire"
+            local = "a free view" if op not in _REDOP_ARG and ratio == 1 else "a local copy each way"
+            parts.append(f"{str(dtype).removeprefix('torch.')} cast to {to} ({wire}, {local})")
     return "; ".join(parts) or res.reason

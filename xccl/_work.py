@@ -25,7 +25,7 @@ class Work:
         result: tensors returned by :meth:`result`.
     """
 
-    __slots__ = ("_works", "_then", "_done", "_result")
+    __slots__ = ("_done", "_error", "_result", "_then", "_works")
 
     def __init__(
         self, works: Sequence[Any] = (), then: Callable[[], None] | None = None, result: Sequence[torch.Tensor] = ()
@@ -34,9 +34,13 @@ class Work:
         self._then = then
         self._done = False
         self._result = list(result)
+        #: A failure seen while polling, raised again by wait().
+        self._error: BaseException | None = None
 
     def wait(self, timeout: _dt.timedelta | None = None) -> bool:
         """Wait for the inner works, then run the local step. Returns True."""
+        if self._error is not None:
+            raise self._error
         if not self._done:
             for w in self._works:
                 if timeout is None:
@@ -48,13 +52,30 @@ class Work:
             self._done = True
         return True
 
+    def synchronize(self) -> None:
+        """``Work.synchronize``: the local step runs on the host, so this waits (see :meth:`wait`)."""
+        self.wait()
+
     def is_completed(self) -> bool:
-        """Whether :meth:`wait` has finished."""
-        return self._done
+        """Whether the collective finished; polling alone completes it (no :meth:`wait` needed).
+
+        Code that polls ``while not work.is_completed()`` must not spin forever: once every inner handle has
+        completed, the local step runs here.
+        """
+        if not self._done and self._error is None and all(w.is_completed() for w in self._works):
+            try:
+                self.wait()
+            except Exception as exc:  # like torch's, is_completed reports a failure; wait() raises it
+                self._error = exc
+        return self._done or self._error is not None
 
     def is_success(self) -> bool:
-        """Whether :meth:`wait` has finished (failures raise from ``wait``)."""
-        return self._done
+        """Whether it finished without error."""
+        return self.is_completed() and self._error is None
+
+    def exception(self) -> BaseException | None:
+        """The failure seen while polling :meth:`is_completed`, if any (:meth:`wait` raises it)."""
+        return self._error
 
     def result(self) -> list[torch.Tensor]:
         """The output tensors (after :meth:`wait`)."""
