@@ -25,7 +25,7 @@ from xccl._errors import CollectiveTimeout, PeerFailure
 from xccl._faults import TypedWork, classify, translate
 from xccl.testing import RankPool, free_port
 
-TIMEOUT = 5.0
+TIMEOUT = 3.0
 TYPED = ("PeerFailure", "CollectiveTimeout")
 
 # Messages as gloo and the store print them (torch 2.13), for the classification tests.

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import os
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,6 +60,7 @@ _PREFIX: Final = "xccl/chk/"
 #: Ops whose tensors legitimately differ between ranks; compared by the rules in :func:`disagreement`.
 _ASYMMETRIC: Final = frozenset({C.ALL_GATHER, C.ALL_TO_ALL, C.ALL_TO_ALL_SINGLE, C.ALL_TO_ALL_SINGLE_UNEVEN})
 _DTYPE_NAMES: Final[dict[torch.dtype, str]] = {}
+_TOKENS: Final[dict[tuple[torch.dtype, torch.Size], str]] = {}
 
 
 # ---------------------------------------------------------------------------------------------------- fingerprint
@@ -122,6 +125,17 @@ def _parse_tensor(text: str) -> tuple[str, tuple[int, ...]]:
     return dtype, tuple(int(d) for d in dims.split("x") if d)
 
 
+def _token(t: torch.Tensor) -> str:
+    """``float32:4x3``: one tensor's part of a fingerprint (cached: a training loop repeats a few shapes)."""
+    key = (t.dtype, t.shape)
+    token = _TOKENS.get(key)
+    if token is None:
+        if len(_TOKENS) > 4096:
+            _TOKENS.clear()
+        token = _TOKENS[key] = f"{_dtype_name(t.dtype)}:{'x'.join(map(str, t.shape))}"
+    return token
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
     name = _DTYPE_NAMES.get(dtype)
     if name is None:
@@ -140,7 +154,7 @@ def encode(
     extra: Sequence[int],
 ) -> bytes:
     """The fingerprint of a call (the inverse of :meth:`Call.decode`)."""
-    ts = " ".join(f"{_dtype_name(t.dtype)}:{'x'.join(map(str, t.shape))}" for t in tensors)
+    ts = " ".join([_token(t) for t in tensors])
     redop = "" if reduce_op is None else reduce_op_name(reduce_op)
     counts = ",".join(map(str, extra))
     # ';' separates fields: a group name holding one (torch's names never do) must not shift them.
@@ -255,6 +269,9 @@ class _Channel:
         except (AttributeError, RuntimeError):  # a store that cannot clone (FileStore): wait on its own timeout
             self.store = default
             self.sliced = False
+        # Where this rank lives, so that a peer on the same host can tell a dead rank from a slow one.
+        if world is not None:
+            self.store.set(f"{_PREFIX}pid/{world.rank}", f"{socket.gethostname()}|{os.getpid()}")
 
 
 _CHANNEL: list[_Channel] = []
@@ -330,18 +347,24 @@ def _wait(
     world = _STATE.world
     deadline = started + (world.timeout.total_seconds() if world is not None else 300.0)
     step = FIRST_WAIT
+    seen: set[int] = set()
     try:
         while True:
-            silent = [peers[i] for i, k in enumerate(keys) if not chan.store.check([k])]
+            present = [chan.store.check([k]) for k in keys]
+            seen.update(q for q, here in zip(peers, present, strict=True) if here)
+            silent = [q for q, here in zip(peers, present, strict=True) if not here]
             if not silent:
                 return list(chan.store.multi_get(keys))
+            _look_for_dead(chan, ctx, op, seq, silent, started)
             _look_for_deadlock(chan, ctx, mine, silent)
             left = deadline - time.monotonic()
             if left <= 0:
-                # Undo this step, so that the clocks realign when the caller recovers and the silent rank
-                # did not call (its next call is this step). The key stays: other waiters still see this rank.
+                # Undo this step, so that the clocks realign if the caller recovers and the silent ranks never
+                # made this call. The key goes: a peer that re-posts at this step must not read a stale call.
+                chan.store.delete_key(f"{_PREFIX}{ctx.name}/{seq}/{ctx.rank}")
                 ctx.seq = seq
-                raise _silent(ctx, op, seq, silent, started)
+                # Peers seen earlier whose key is gone gave up too (their timeout came first): not silent.
+                raise _silent(ctx, op, seq, [q for q in silent if q not in seen] or silent, started)
             step = min(step * 2, 8.0, left)
             chan.store.set_timeout(_dt.timedelta(seconds=step))
             try:
@@ -355,6 +378,44 @@ def _wait(
 
 def _wait_timed_out(exc: RuntimeError) -> bool:
     return isinstance(exc, dist.DistStoreError) and "timeout" in str(exc).lower()
+
+
+def _look_for_dead(chan: _Channel, ctx: Any, op: Collective, seq: int, silent: list[int], started: float) -> None:
+    """Raise PeerFailure if a silent peer runs on this host and its process is gone.
+
+    The store cannot tell a dead rank from a slow one; the kernel can, for ranks on the same host (the usual
+    single-node job). Ranks on other hosts are left to the timeout.
+    """
+    host = socket.gethostname()
+    for q in silent:
+        peer = ctx.ranks[q]
+        key = f"{_PREFIX}pid/{peer}"
+        if not chan.store.check([key]):
+            continue
+        where, _, pid = chan.store.get(key).decode("ascii", "replace").partition("|")
+        if where == host and pid.isdigit() and not _alive(int(pid)):
+            raise PeerFailure(
+                f"rank {peer} (pid {pid} on this host) is dead: it exited while this rank waited for it at step "
+                f"#{seq} of the group. Its own log says why; the group cannot be used any more",
+                rank=ctx.ranks[ctx.rank], op=op.value, group=ctx.name, elapsed=time.monotonic() - started,
+            )
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (a killed child its parent has not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (not Linux): ask the kernel directly
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
 
 def _look_for_deadlock(chan: _Channel, ctx: Any, mine: bytes, silent: list[int]) -> None:
