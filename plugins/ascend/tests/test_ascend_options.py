@@ -63,7 +63,7 @@ def test_precedence_and_env() -> None:
     set_hccl_config({"hccl_buffer_size": 300, "group_name": "world"}, ranks="world")
     set_hccl_config({"group_name": "tp"}, ranks=[0, 1])
     assert config_for(None, env) == {"hccl_buffer_size": 300, "group_name": "world"}
-    assert config_for([0, 1], env) == {"group_name": "tp"}
+    assert config_for([0, 1], env) == config_for([1, 0], env) == {"group_name": "tp"}
     assert config_for([2, 3], env) == {"hccl_buffer_size": 200}
     set_hccl_config(None, ranks=[0, 1])
     assert config_for([0, 1], env) == {"hccl_buffer_size": 200}

@@ -31,6 +31,7 @@ so xccl keeps to the smaller set.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -70,6 +71,7 @@ class ProductLine(str, enum.Enum):
         return self.value
 
 
+@functools.cache
 def product_line(device_name: str) -> ProductLine:
     """``"Ascend910B1"`` -> A2, ``"Ascend910_9391"`` -> A3, anything else (910A, 310P...) -> OTHER."""
     name = device_name.strip()
@@ -130,7 +132,7 @@ def _check_platform(call: FusedCall, kernel: str) -> None:
             kernel, "world size",
             f"the group has {call.world_size} ranks; on Atlas {line} the kernel takes {sorted(sizes)}",
         )
-    if call.cann_version is not None and _cann_key(call.cann_version) < _cann_key(MIN_CANN):
+    if call.cann_version is not None and not _cann_ok(call.cann_version):
         raise call.violation(
             kernel, "CANN >= 8.0.RC2", f"CANN {call.cann_version} is installed; MC2 kernels need {MIN_CANN} or newer"
         )
@@ -144,6 +146,11 @@ def _check_platform(call: FusedCall, kernel: str) -> None:
             )
     if call.comm_turn != 0:
         raise call.violation(kernel, "comm_turn", f"comm_turn={call.comm_turn}; only 0 is supported")
+
+
+@functools.cache
+def _cann_ok(version: str) -> bool:
+    return _cann_key(version) >= _cann_key(MIN_CANN)
 
 
 def _cann_key(version: str) -> tuple[int, int, int, int]:

@@ -193,7 +193,7 @@ def _key(ranks: Sequence[int] | str | None) -> object:
         return ranks
     if isinstance(ranks, str):
         raise InvalidArgument("hccl_config", f"ranks={ranks!r}: pass None, 'world' or a list of global ranks")
-    return tuple(int(r) for r in ranks)
+    return tuple(sorted(int(r) for r in ranks))  # a group's identity is its member set (torch orders it)
 
 
 def config_for(ranks: Sequence[int] | None, env: Mapping[str, str] | None = None) -> dict[str, int | str] | None:
@@ -204,7 +204,7 @@ def config_for(ranks: Sequence[int] | None, env: Mapping[str, str] | None = None
     Raises:
         InvalidArgument: ``XCCL_HCCL_CONFIG`` is not a JSON object of valid options.
     """
-    own = _CONFIGS.get("world" if ranks is None else tuple(ranks))
+    own = _CONFIGS.get("world" if ranks is None else tuple(sorted(ranks)))
     if own is not None:
         return dict(own)
     every = _CONFIGS.get(None)

@@ -6,9 +6,10 @@ which may import it, is built only when the plugin is selected.
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Final
 
-from xccl import CapabilityTable, Plugin, ProbeResult, Runtime
+from xccl import BackendUnavailable, CapabilityTable, Plugin, ProbeResult, Runtime
 
 from ._capabilities import ascend_table
 from ._probe import probe_host
@@ -39,7 +40,19 @@ class AscendPlugin(Plugin):
         return ascend_table()
 
     def simulation(self) -> SimProfile:
-        """HCCL's profile for xccl's CPU simulation (``_simprofile``)."""
+        """HCCL's profile for xccl's CPU simulation (``_simprofile``).
+
+        Raises:
+            BackendUnavailable: torch_npu is already imported here (torch auto-loads it), so its real ``hccl``
+                backend is registered and cannot be replaced by the simulated one.
+        """
+        if "torch_npu" in sys.modules:
+            raise BackendUnavailable(
+                self.name,
+                "torch_npu is already imported in this process (torch auto-loads an installed torch_npu), so its "
+                "real 'hccl' backend is registered and the simulated one cannot replace it",
+                "start Python with TORCH_DEVICE_BACKEND_AUTOLOAD=0 to simulate Ascend on a machine with torch_npu",
+            )
         from ._simprofile import hccl_profile
 
         return hccl_profile()

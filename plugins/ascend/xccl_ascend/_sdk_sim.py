@@ -26,6 +26,7 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
+from xccl import InitError
 from xccl._work import finish
 
 from ._probe import parse_visible_devices
@@ -58,7 +59,10 @@ class SimSdk:
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         env = os.environ if env is None else env
         self._env = env
-        physical = int(env.get(SIM_DEVICES_ENV, "8") or 8)
+        raw = env.get(SIM_DEVICES_ENV, "").strip() or "8"
+        if not raw.isdigit():
+            raise InitError(f"{SIM_DEVICES_ENV}={raw!r} is not a number of NPUs; set it to e.g. 8, or unset it")
+        physical = int(raw)
         self._visible = parse_visible_devices(env.get("ASCEND_RT_VISIBLE_DEVICES"), physical)
         self._current = -1
         self._names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
