@@ -28,7 +28,7 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
-from . import _emulate, _faults
+from . import _emulate, _faults, _graph
 from ._capabilities import Collective, Level, reduce_op_name
 from ._errors import InvalidArgument, UnsupportedCollective, XcclError
 from ._init import _STATE, GroupContext, context
@@ -70,6 +70,9 @@ _WARNED: Final[set[tuple[str, str]]] = set()
 _monotonic: Final = time.monotonic
 _TypedWork: Final = _faults.TypedWork
 _RED_OP_TYPE: Final = ReduceOp.RedOpType
+# Graph mode: while torch.compile traces, every public collective hands over to its graph form (xccl._graph);
+# bound once here so that the eager path pays one call (~60 ns) for the check.
+_compiling: Final = torch.compiler.is_compiling
 
 
 def plan(ctx: GroupContext, op: Collective, dtype: torch.dtype | None, reduce_op: Any = None) -> Kernel:
@@ -245,6 +248,8 @@ def _splits(op: str, what: str, sizes: Any, n: int, total: int | None) -> list[i
 
 def all_reduce(tensor: torch.Tensor, op: Any = SUM, group: Any = None, async_op: bool = False) -> Any:
     """Reduce ``tensor`` across the group in place (``torch.distributed.all_reduce``)."""
+    if _compiling():
+        return _graph.all_reduce(tensor, op, group, async_op)
     # The hottest path: kept flat (no helper calls on a cache hit) because its cost is benchmarked per call.
     ctx = _STATE.default if group is None else None
     if ctx is None:
@@ -269,6 +274,8 @@ def all_reduce(tensor: torch.Tensor, op: Any = SUM, group: Any = None, async_op:
 
 def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group: Any = None, async_op: bool = False) -> Any:
     """Gather ``tensor`` from every rank into ``tensor_list`` (``torch.distributed.all_gather``)."""
+    if _compiling():
+        return _graph.all_gather(tensor_list, tensor, group, async_op)
     ctx = context(group)
     _tensor(ctx, "all_gather", "tensor", tensor)
     outs = _tensor_list(ctx, "all_gather", "tensor_list", tensor_list, ctx.size)
@@ -288,6 +295,8 @@ def all_gather_into_tensor(
     output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any = None, async_op: bool = False
 ) -> Any:
     """Gather every rank's ``input_tensor`` into ``output_tensor`` along dim 0 (or stacked)."""
+    if _compiling():
+        return _graph.all_gather_into_tensor(output_tensor, input_tensor, group, async_op)
     ctx = context(group)
     _tensor(ctx, "all_gather_into_tensor", "output_tensor", output_tensor)
     _tensor(ctx, "all_gather_into_tensor", "input_tensor", input_tensor)
@@ -307,6 +316,8 @@ def reduce_scatter(
     output: torch.Tensor, input_list: list[torch.Tensor], op: Any = SUM, group: Any = None, async_op: bool = False
 ) -> Any:
     """Reduce ``input_list[i]`` across ranks into ``output`` on rank ``i``."""
+    if _compiling():
+        return _graph.reduce_scatter(output, input_list, op, group, async_op)
     ctx = context(group)
     _tensor(ctx, "reduce_scatter", "output", output)
     ins = _tensor_list(ctx, "reduce_scatter", "input_list", input_list, ctx.size)
@@ -326,6 +337,8 @@ def reduce_scatter_tensor(
     output: torch.Tensor, input: torch.Tensor, op: Any = SUM, group: Any = None, async_op: bool = False
 ) -> Any:
     """Reduce ``input`` across ranks and scatter equal dim-0 chunks of the result into ``output``."""
+    if _compiling():
+        return _graph.reduce_scatter_tensor(output, input, op, group, async_op)
     ctx = context(group)
     _tensor(ctx, "reduce_scatter_tensor", "output", output)
     _tensor(ctx, "reduce_scatter_tensor", "input", input)
@@ -345,6 +358,8 @@ def all_to_all(
     output_tensor_list: list[torch.Tensor], input_tensor_list: list[torch.Tensor], group: Any = None, async_op: bool = False
 ) -> Any:
     """Send ``input_tensor_list[j]`` to rank ``j`` and receive rank ``j``'s into ``output_tensor_list[j]``."""
+    if _compiling():
+        return _graph.all_to_all(output_tensor_list, input_tensor_list, group, async_op)
     ctx = context(group)
     outs = _tensor_list(ctx, "all_to_all", "output_tensor_list", output_tensor_list, ctx.size)
     ins = _tensor_list(ctx, "all_to_all", "input_tensor_list", input_tensor_list, ctx.size)
@@ -369,6 +384,8 @@ def all_to_all_single(
     async_op: bool = False,
 ) -> Any:
     """Split ``input`` along dim 0, send chunk ``j`` to rank ``j``, concatenate what arrives into ``output``."""
+    if _compiling():
+        return _graph.all_to_all_single(output, input, output_split_sizes, input_split_sizes, group, async_op)
     ctx = context(group)
     _tensor(ctx, "all_to_all_single", "output", output)
     _tensor(ctx, "all_to_all_single", "input", input)
@@ -397,6 +414,8 @@ def broadcast(
     tensor: torch.Tensor, src: int | None = None, group: Any = None, async_op: bool = False, group_src: int | None = None
 ) -> Any:
     """Copy ``tensor`` from rank ``src`` (global rank) to every rank of the group."""
+    if _compiling():
+        return _graph.broadcast(tensor, src, group, async_op, group_src)
     ctx = context(group)
     _tensor(ctx, "broadcast", "tensor", tensor)
     root = _member(ctx, "broadcast", "src", src, group_src)
@@ -415,6 +434,8 @@ def reduce(
     group_dst: int | None = None,
 ) -> Any:
     """Reduce ``tensor`` across the group into rank ``dst`` (global rank)."""
+    if _compiling():
+        return _graph.reduce(tensor, dst, op, group, async_op, group_dst)
     ctx = context(group)
     _tensor(ctx, "reduce", "tensor", tensor)
     root = _member(ctx, "reduce", "dst", dst, group_dst)
@@ -433,6 +454,8 @@ def gather(
     group_dst: int | None = None,
 ) -> Any:
     """Gather ``tensor`` from every rank into ``gather_list`` on rank ``dst`` (global rank)."""
+    if _compiling():
+        return _graph.gather(tensor, gather_list, dst, group, async_op, group_dst)
     ctx = context(group)
     _tensor(ctx, "gather", "tensor", tensor)
     root = _member(ctx, "gather", "dst", 0 if dst is None and group_dst is None else dst, group_dst)
@@ -459,6 +482,8 @@ def scatter(
     group_src: int | None = None,
 ) -> Any:
     """Scatter ``scatter_list[i]`` from rank ``src`` (global rank) into ``tensor`` on rank ``i``."""
+    if _compiling():
+        return _graph.scatter(tensor, scatter_list, src, group, async_op, group_src)
     ctx = context(group)
     _tensor(ctx, "scatter", "tensor", tensor)
     root = _member(ctx, "scatter", "src", 0 if src is None and group_src is None else src, group_src)
@@ -478,6 +503,8 @@ def scatter(
 
 def barrier(group: Any = None, async_op: bool = False) -> Any:
     """Block until every rank of the group reaches the barrier."""
+    if _compiling():
+        return _graph.barrier(group, async_op)
     ctx = context(group)
     kernel = plan(ctx, C.BARRIER, None)
     if ctx.check:
@@ -499,22 +526,30 @@ def _p2p(op: Collective, tensor: torch.Tensor, peer: int | None, group: Any, gro
 
 def send(tensor: torch.Tensor, dst: int | None = None, group: Any = None, tag: int = 0, group_dst: int | None = None) -> None:
     """Send ``tensor`` to rank ``dst`` (global rank); blocks until it is handed to the backend."""
+    if _compiling():
+        return _graph.send(tensor, dst, group, tag, group_dst)
     _p2p(C.SEND, tensor, dst, group, group_dst, False)
 
 
 def recv(tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: int = 0, group_src: int | None = None) -> int:
     """Receive into ``tensor`` from rank ``src`` (global rank); returns ``src``."""
+    if _compiling():
+        return _graph.recv(tensor, src, group, tag, group_src)
     _p2p(C.RECV, tensor, src, group, group_src, False)
     return src if src is not None else context(group).ranks[group_src]  # type: ignore[index]
 
 
 def isend(tensor: torch.Tensor, dst: int | None = None, group: Any = None, tag: int = 0, group_dst: int | None = None) -> Any:
     """Asynchronous :func:`send`; returns a work handle to ``wait()`` on."""
+    if _compiling():
+        return _graph.isend(tensor, dst, group, tag, group_dst)
     return _p2p(C.SEND, tensor, dst, group, group_dst, True)
 
 
 def irecv(tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: int = 0, group_src: int | None = None) -> Any:
     """Asynchronous :func:`recv`; returns a work handle to ``wait()`` on."""
+    if _compiling():
+        return _graph.irecv(tensor, src, group, tag, group_src)
     return _p2p(C.RECV, tensor, src, group, group_src, True)
 
 
@@ -533,6 +568,8 @@ def all_gather_into_tensor_uneven(
     ``output`` has ``sum(output_split_sizes)`` rows; ``input`` has ``output_split_sizes[rank]`` rows. Without
     split sizes it is :func:`all_gather_into_tensor`.
     """
+    if _compiling():
+        return _graph.all_gather_into_tensor_uneven(output, input, output_split_sizes, group, async_op)
     ctx = context(group)
     op = "all_gather_into_tensor_uneven"
     _tensor(ctx, op, "output", output)
@@ -565,6 +602,8 @@ def reduce_scatter_tensor_uneven(
     async_op: bool = False,
 ) -> Any:
     """Reduce-scatter where rank ``i`` receives ``input_split_sizes[i]`` rows (torch_npu's semantics)."""
+    if _compiling():
+        return _graph.reduce_scatter_tensor_uneven(output, input, input_split_sizes, op, group, async_op)
     ctx = context(group)
     name = "reduce_scatter_tensor_uneven"
     _tensor(ctx, name, "output", output)
@@ -601,6 +640,8 @@ def all_to_all_v(
     row of counts, contiguous per peer; ``output`` receives column ``rank``, contiguous per peer. In-place is
     not allowed.
     """
+    if _compiling():
+        return _graph.all_to_all_v(output, input, send_count_matrix, group, async_op)
     ctx = context(group)
     name = "all_to_all_v"
     _tensor(ctx, name, "output", output)

@@ -68,7 +68,11 @@ class CpuPlugin(Plugin):
             C.ALL_TO_ALL_SINGLE_UNEVEN: Support(Level.NATIVE, dtypes=frozenset(ALL_DTYPES), note="split sizes honoured"),
             **PORTABLE,
         }
-        return table_from("cpu", eager, graph=None)
+        from .._graph._table import graph_entries
+
+        # Graph mode: every op compiles to a _c10d_functional op or an xccl graph op that ends in the same
+        # process-group call as eager mode (tests/test_graph_claims.py checks each entry).
+        return table_from("cpu", eager, graph=graph_entries(eager))
 
 
 #: The entry point's target.

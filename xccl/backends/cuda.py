@@ -69,7 +69,11 @@ class CudaPlugin(Plugin):
             C.BARRIER: Support(Level.NATIVE),
             **PORTABLE,
         }
-        return table_from("cuda", eager, graph=None)
+        from .._graph._table import graph_entries
+
+        # Graph mode: every op compiles to a _c10d_functional op or an xccl graph op that ends in the same
+        # process-group call as eager mode (tests/test_graph_claims.py checks each entry).
+        return table_from("cuda", eager, graph=graph_entries(eager))
 
 
 #: The entry point's target.
