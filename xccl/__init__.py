@@ -47,6 +47,7 @@ from ._errors import (
     XcclError,
 )
 from ._fused import all_gather_mm, mm_all_reduce, mm_reduce_scatter
+from ._graph import compile, functional, patch_collectives
 from ._init import DEFAULT_TIMEOUT, World, comm_name, get_world, init, new_group, shutdown
 from ._parallel import ParallelGroup, ParallelGroups, parallel_groups, parallel_layout
 from ._plugin import PLUGIN_API_VERSION, Plugin, ProbeResult, Runtime
@@ -101,7 +102,9 @@ __all__ = [
     "broadcast",
     "capabilities",
     "comm_name",
+    "compile",
     "gather",
+    "functional",
     "get_world",
     "init",
     "irecv",
@@ -111,6 +114,7 @@ __all__ = [
     "new_group",
     "parallel_groups",
     "parallel_layout",
+    "patch_collectives",
     "plugins",
     "recv",
     "reduce",
