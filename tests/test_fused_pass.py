@@ -8,6 +8,7 @@ fused nodes in the forward and backward graphs, and checks values and gradients 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
 from collections.abc import Callable
@@ -19,7 +20,7 @@ import torch.distributed as dist
 
 import xccl
 from xccl._capabilities import Collective, Level, Support, table_from
-from xccl._fused_pass import FusedMatmulPass, fuse_matmul_collectives
+from xccl._fused_pass import FusedMatmulPass, fuse_matmul_collectives, register
 from xccl._plugin import Plugin, Runtime
 
 C = Collective
@@ -243,9 +244,18 @@ def body_compiled() -> dict[str, Any]:
     torch.manual_seed(dist.get_rank())
     params = [torch.randn(8, 16), torch.randn(16, 32), torch.randn(32, 16)]
     x, w1, w2 = (p.clone().requires_grad_() for p in params)
-    with warnings.catch_warnings(), torch._inductor.config.patch(post_grad_custom_post_pass=FusedMatmulPass()):
+    # Through xccl's compile backend where it offers the post-grad hook, else straight into Inductor's config.
+    via_backend = register()
+    with warnings.catch_warnings(), contextlib.ExitStack() as stack:
         warnings.simplefilter("ignore", FutureWarning)
-        out = torch.compile(tp_mlp_inplace, fullgraph=True)(x, w1, w2)
+        if via_backend:
+            from xccl import _graph
+
+            compiled = _graph.compile(tp_mlp_inplace, fullgraph=True)
+        else:
+            stack.enter_context(torch._inductor.config.patch(post_grad_custom_post_pass=FusedMatmulPass()))
+            compiled = torch.compile(tp_mlp_inplace, fullgraph=True)
+        out = compiled(x, w1, w2)
         out.square().sum().backward()
     # Eager, unfused reference with torch's differentiable functional collectives.
     x2, w12, w22 = (p.clone().requires_grad_() for p in params)
@@ -256,7 +266,7 @@ def body_compiled() -> dict[str, Any]:
     same = torch.allclose(out, ref, atol=1e-4, rtol=1e-4) and all(
         torch.allclose(p.grad, q.grad, atol=1e-3, rtol=1e-4) for p, q in zip((x, w1, w2), (x2, w12, w22), strict=False)
     )
-    return {"same": same, "counters": dict(counters["xccl"])}
+    return {"same": same, "counters": dict(counters["xccl"]), "via_backend": via_backend}
 
 
 def test_pass_fires_on_a_compiled_tp_mlp_and_matches_eager(rank_pools: Any) -> None:

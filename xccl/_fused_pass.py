@@ -45,7 +45,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_file
 from ._capabilities import Collective
 from ._errors import ConstraintViolation
 
-__all__ = ["FusedMatmulPass", "Predicate", "fuse_matmul_collectives", "plugin_predicate", "register"]
+__all__ = ["PASS_NAME", "FusedMatmulPass", "Predicate", "fuse_matmul_collectives", "plugin_predicate", "register"]
 
 LOG = logging.getLogger("xccl")
 
@@ -443,11 +443,18 @@ class FusedMatmulPass(CustomGraphPass):
         return get_hash_for_files(_SOURCES, extra=extra)
 
 
+#: The name the pass is registered under in xccl's compile backend.
+PASS_NAME: Final = "xccl.fused_matmul_collectives"
+
+
 def register() -> bool:
-    """Install the pass into xccl's compile backend, if that backend offers a post-grad pass hook.
+    """Install (or refresh) the pass in the ``xccl`` compile backend's post-grad passes.
+
+    The registered uuid includes the plugin's identity as of this call, so call it again once ``xccl.init`` has
+    selected the plugin (the backend does, when it compiles). Idempotent.
 
     Returns:
-        True when installed; False when ``xccl._graph`` has no ``register_post_grad_pass`` yet.
+        True when installed; False when ``xccl._graph`` offers no ``register_post_grad_pass``.
     """
     try:
         from . import _graph
@@ -457,5 +464,5 @@ def register() -> bool:
     if hook is None:
         return False
     p = FusedMatmulPass()
-    hook("xccl.fused_matmul_collectives", p, p.uuid)
+    hook(PASS_NAME, p, p.uuid().hex())
     return True
