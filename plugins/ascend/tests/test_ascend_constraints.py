@@ -112,3 +112,26 @@ def test_one_domain_per_model_on_a2() -> None:
     tracker.check(A3, "npu_all_gather_base_mm", "2")  # A3 has no such rule
     tracker.reset()
     tracker.check(A2, "npu_all_gather_base_mm", "2")
+
+
+def test_kernel_check_on_meta_tensors() -> None:
+    """``kernel.check`` as xccl's fused graph pass calls it: meta tensors, shapes only."""
+    from xccl_ascend import plugin
+    from xccl_ascend._runtime import AscendRuntime
+    from xccl_ascend._sdk_sim import SimSdk
+
+    from xccl import Collective
+
+    kernels = AscendRuntime(plugin, simulate=True, sdk=SimSdk({})).kernels()
+    meta = {"dtype": H, "device": "meta"}
+    a, b = torch.empty(8, 512, **meta), torch.empty(512, 64, **meta)  # type: ignore[arg-type]
+    kernels[Collective.MM_REDUCE_SCATTER].check(a, b, 2, reduce_op="sum", bias=None)  # type: ignore[attr-defined]
+    kernels[Collective.ALL_GATHER_MM].check(torch.empty(512, 8, **meta).t(), b, 4, gather_output=True)  # type: ignore[arg-type, attr-defined]
+    with pytest.raises(ConstraintViolation, match="k range"):
+        kernels[Collective.ALL_GATHER_MM].check(a[:, :128], b[:128], 2, gather_output=False)  # type: ignore[attr-defined]
+    with pytest.raises(ConstraintViolation) as err:
+        kernels[Collective.MM_REDUCE_SCATTER].check(a, b, 2, reduce_op="sum", bias=torch.empty(64, **meta))  # type: ignore[arg-type, attr-defined]
+    assert err.value.constraint == "bias"
+    kernels[Collective.MM_ALL_REDUCE].check(a, b, 8, bias=torch.empty(64, **meta))  # type: ignore[arg-type, attr-defined]
+    with pytest.raises(ConstraintViolation, match="world size"):
+        kernels[Collective.MM_ALL_REDUCE].check(a, b, 16, bias=None)  # type: ignore[attr-defined]

@@ -176,9 +176,10 @@ class FusedKernel:
     def check(self, a: torch.Tensor, b: torch.Tensor, world_size: int, **options: Any) -> None:
         """Raise :class:`~xccl.ConstraintViolation` if the kernel cannot take these shapes and options.
 
-        Reads shapes, dtypes and devices only; a bias on the meta device counts as non-zero (unknowable).
+        Reads shapes, dtypes and devices only; a bias on the meta device counts as non-zero (unknowable). Like a
+        call, it takes a transposed view of ``a`` (the call makes it contiguous).
         """
-        self._check(self.runtime.fused_call(self.op, world_size), a, b, **options)
+        self._check(self.runtime.fused_call(self.op, world_size), a.contiguous(), b, **options)
 
     def _check(self, call: cons.FusedCall, a: torch.Tensor, b: torch.Tensor, **options: Any) -> None:
         bias = options.get("bias")
