@@ -247,6 +247,8 @@ class CapabilityTable:
                 return Resolution(Level.UNSUPPORTED, reason=f"dtype {_dtype_name(dtype)} is not supported")
             level = Level.EMULATED
             reasons.append(f"{_dtype_name(dtype)} cast to {_dtype_name(cast)}")
+        if dtype == torch.bool and reduce_op in ("avg", "premul_sum"):
+            return Resolution(Level.UNSUPPORTED, reason=f"reduce op {reduce_op!r} is meaningless over bool")
         allowed = sup.reduce_ops_for(dtype if cast is None else cast)
         if reduce_op is not None and op.reduces and allowed is not None and reduce_op not in allowed:
             if reduce_op == "avg" and "sum" in allowed:

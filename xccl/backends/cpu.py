@@ -66,6 +66,13 @@ class CpuPlugin(Plugin):
             C.REDUCE_SCATTER_TENSOR: gloo_reducing(),
             C.BARRIER: Support(Level.NATIVE),
             C.ALL_TO_ALL_SINGLE_UNEVEN: Support(Level.NATIVE, dtypes=frozenset(ALL_DTYPES), note="split sizes honoured"),
+            # gloo's list all_to_all needs every tensor of a call to have one size, and a rank that violates it
+            # raises alone while its peers wait for the timeout; no rank can see its peers' sizes, so always go
+            # through all_to_all_single with explicit sizes (one concatenation and one copy more).
+            C.ALL_TO_ALL: Support(
+                Level.EMULATED, via="all_to_all_single",
+                note="gloo's native list all_to_all requires equal tensor sizes and fails on one rank only",
+            ),
             **PORTABLE,
         }
         from .._graph._table import graph_entries
