@@ -6,6 +6,7 @@ dispatch needs (the plugin's table, the resolved kernel per call shape) so the p
 
 from __future__ import annotations
 
+import atexit
 import datetime as _dt
 import os
 import time
@@ -274,6 +275,9 @@ def init(
         raise _rendezvous_error(exc, rank_, size, time.monotonic() - started) from exc
     world = World(rank_, size, local, device, plugin.name, runtime.backend, sim, fallback, check, tmo)
     _STATE.world, _STATE.args, _STATE.runtime = world, args, runtime
+    # A process group left alive at interpreter exit can abort the process (seen with simulated backends:
+    # "terminate called without an active exception"); tear down in order unless the user already did.
+    atexit.register(_shutdown_at_exit)
     default = dist.group.WORLD
     _STATE.default = _register(default, runtime, range(size), world)
     _STATE.default.side = _side_group(_STATE.default, None)
@@ -419,6 +423,14 @@ def comm_name(group: Any = None) -> str:
     if name is None:
         name = _STATE.comm_names[ctx.group] = ctx.runtime.comm_name(ctx.group)
     return name
+
+
+def _shutdown_at_exit() -> None:
+    if _STATE.world is not None:
+        try:
+            shutdown()
+        except Exception:  # noqa: BLE001 - at exit, a failing teardown must not mask the program's own status
+            pass
 
 
 def shutdown() -> None:
