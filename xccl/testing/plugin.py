@@ -1,12 +1,18 @@
-"""pytest plugin: session-wide pools of live rank processes.
+"""pytest plugin: session-wide pools of live rank processes, and the conformance suite's options.
 
 Registered through the ``pytest11`` entry point, so any test suite in an environment with xccl installed can
 ask for ``rank_pools`` and get ``rank_pools.get(world_size, **init_kwargs)``: a started :class:`RankPool`, shared
 by every test that asks for the same configuration.
+
+``pytest --xccl-plugin NAME [--xccl-simulate]`` runs the conformance suite (:mod:`xccl.testing.conformance`)
+against the installed plugin ``NAME``. Without paths on the command line it runs only the suite; with paths it
+runs the suite as well as those tests. The suite module is added to the session's arguments, so it is collected
+like any test file named on the command line (``-k``, ``-m``, ``-x``, ``--collect-only`` work as usual).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -15,6 +21,62 @@ import pytest
 from ._pool import RankPool
 
 __all__ = ["RankPools"]
+
+# Before anything imports it: the suite's asserts then report values, in whichever module binds the suite.
+pytest.register_assert_rewrite("xccl.testing.conformance")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The conformance suite's command-line options."""
+    group = parser.getgroup("xccl", "xccl plugin conformance")
+    group.addoption(
+        "--xccl-plugin", metavar="NAME", default=None,
+        help="run xccl's conformance suite against the installed plugin NAME (its entry-point name)",
+    )
+    group.addoption(
+        "--xccl-simulate", action="store_true", default=False,
+        help="with --xccl-plugin: run the ranks in xccl's CPU simulation of the vendor",
+    )
+    group.addoption(
+        "--xccl-world-sizes", metavar="N,M", default=None,
+        help="world sizes of the conformance suite's multi-rank checks (default: 2,4)",
+    )
+    group.addoption(
+        "--xccl-compile-backend", metavar="BACKEND", default=None,
+        help="torch.compile backend of the graph-mode checks (default: aot_eager)",
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """With ``--xccl-plugin``: collect the conformance suite (only it, unless paths were given)."""
+    if not config.getoption("xccl_plugin", None):
+        return
+    raw = config.getoption("xccl_world_sizes", None)
+    if raw:
+        from .conformance import parse_world_sizes  # raises UsageError early, before any rank starts
+
+        parse_world_sizes(raw)
+    spec = importlib.util.find_spec("xccl.testing.conformance")
+    if spec is None or spec.origin is None:  # pragma: no cover - part of this very package
+        raise pytest.UsageError("xccl.testing.conformance is missing from this xccl installation")
+    if config.args_source is not pytest.Config.ArgsSource.ARGS:
+        config.args[:] = [spec.origin]  # no paths given: testpaths or the current directory would run too
+    elif spec.origin not in config.args:
+        config.args.append(spec.origin)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize the suite's ``xccl_world_size`` from the suite class or ``--xccl-world-sizes``."""
+    if "xccl_world_size" not in metafunc.fixturenames:
+        return
+    from .conformance import DEFAULT_WORLD_SIZES, parse_world_sizes
+
+    sizes = getattr(metafunc.cls, "xccl_world_sizes", None)
+    if not sizes:
+        raw = metafunc.config.getoption("xccl_world_sizes", None)
+        sizes = parse_world_sizes(raw) if raw else DEFAULT_WORLD_SIZES
+    metafunc.parametrize("xccl_world_size", list(sizes), ids=[f"{n}ranks" for n in sizes])
 
 
 class RankPools:

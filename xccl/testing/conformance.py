@@ -1,0 +1,617 @@
+"""The conformance suite: what every xccl plugin must do, checked by running it.
+
+A plugin distribution runs it against itself, either from the command line::
+
+    pytest --xccl-plugin NAME                     # on the plugin's hardware
+    pytest --xccl-plugin NAME --xccl-simulate     # in xccl's CPU simulation of the vendor
+    pytest --xccl-plugin NAME --xccl-world-sizes 2,4,8 --xccl-compile-backend inductor
+
+or from a test file of its own, so that a plain ``pytest`` run includes it::
+
+    from xccl.testing.conformance import suite
+
+    TestMyVendorConformance = suite("myvendor", simulate=True)
+
+It checks behaviour, not instantiation:
+
+* the plugin is listed (not failed, not written for another plugin API) and its identity is consistent;
+* its capability table is well-formed data (dtypes, reduce ops, world sizes, known emulations);
+* discovering, probing and reading the table import no vendor SDK (checked through ``sys.modules`` in a fresh
+  interpreter);
+* every op and call shape the table marks native or emulated runs at every world size (2 and 4 by default),
+  sync and async, on real rank processes, and matches the reference gloo computes;
+* every call shape marked unsupported raises :class:`~xccl.UnsupportedCollective` on a rank that calls it alone,
+  that is, before any communication;
+* every graph-mode claim holds under ``torch.compile(fullgraph=True)`` and matches eager (once xccl's graph path
+  exists);
+* communicator names are the same on every member, stable, and unique per group.
+
+The calls are batched: one :class:`~xccl.testing.RankPool` run per world size executes every op, and the
+per-op tests read its report, so the whole suite takes seconds after the ranks have started.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final, final
+
+import pytest
+
+from xccl._capabilities import ALL_REDUCE_OPS, CapabilityTable, Collective, Level, Mode, Support
+from xccl._plugin import PLUGIN_API_VERSION, Plugin, ProbeResult
+from xccl._registry import PluginInfo, Status, default_registry
+
+from . import _bodies
+from ._pool import Outcome, RankPool
+
+__all__ = ["Conformance", "Target", "suite"]
+
+#: World sizes the multi-rank checks run at, unless ``--xccl-world-sizes`` or the suite says otherwise.
+DEFAULT_WORLD_SIZES: Final = (2, 4)
+#: ``torch.compile`` backend for the graph-mode checks, unless ``--xccl-compile-backend`` says otherwise:
+#: aot_eager traces and functionalises exactly as Inductor does, without compiling C++ (seconds, not minutes).
+DEFAULT_COMPILE_BACKEND: Final = "aot_eager"
+#: Vendor SDK modules no plugin may import while being discovered, whoever depends on them.
+KNOWN_SDKS: Final = frozenset({
+    "torch_npu", "torchair", "acl", "torch_tpu", "sophon", "torch_xla", "habana_frameworks",
+    "intel_extension_for_pytorch", "oneccl_bindings_for_pytorch",
+})
+_BATCH_TIMEOUT: Final = 300.0
+_COLLECTIVE_TIMEOUT: Final = 60.0
+
+
+@final
+@dataclass(frozen=True)
+class Target:
+    """The plugin under test and how to run it."""
+
+    #: Entry-point name.
+    name: str
+    #: Run in xccl's CPU simulation of the vendor.
+    simulate: bool
+    #: What discovery reported.
+    info: PluginInfo
+    world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES
+    compile_backend: str = DEFAULT_COMPILE_BACKEND
+    #: Extra environment for the rank processes.
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def plugin(self) -> Plugin:
+        """The loaded plugin object."""
+        if self.info.plugin is None:  # pragma: no cover - Target is built only for loaded plugins
+            raise RuntimeError(f"plugin {self.name!r} did not load")
+        return self.info.plugin
+
+    @property
+    def mode(self) -> str:
+        """``"simulated"`` or ``"on hardware"``, for messages."""
+        return "simulated" if self.simulate else "on hardware"
+
+    def init_kwargs(self) -> dict[str, Any]:
+        """What each rank passes to ``xccl.init``: emulations allowed silently, a collective timeout short
+        enough that a hang becomes a report within a minute."""
+        return {"vendor": self.name, "simulate": self.simulate, "fallback": "emulate", "timeout": _COLLECTIVE_TIMEOUT}
+
+    def cannot_run(self, world_size: int) -> str | None:
+        """Why ranks of this plugin cannot start here at ``world_size`` (a skip reason), or None."""
+        if self.simulate:
+            return None
+        if self.info.status is not Status.AVAILABLE:
+            hint = " (or test it in simulation: --xccl-simulate)" if self.plugin.simulation() is not None else ""
+            return f"plugin {self.name!r} is unavailable here: {self.info.reason}{hint}"
+        devices = self.info.facts.get("devices", "")
+        if self.plugin.device_type != "cpu" and devices.isdigit() and int(devices) < world_size:
+            return f"{world_size} ranks need {world_size} {self.plugin.device_type} devices; {devices} visible"
+        return None
+
+
+def _target(request: pytest.FixtureRequest) -> Target:
+    cls = request.cls
+    config = request.config
+    name = getattr(cls, "xccl_plugin", None) or config.getoption("xccl_plugin", None)
+    if not name:
+        pytest.fail("no plugin to test: run pytest --xccl-plugin NAME, or bind the suite with "
+                    "xccl.testing.conformance.suite(NAME)", pytrace=False)
+    simulate = getattr(cls, "xccl_simulate", None)
+    if simulate is None:
+        simulate = bool(config.getoption("xccl_simulate", False))
+    infos = default_registry().infos()
+    info = infos.get(name)
+    if info is None:
+        pytest.fail(
+            f"no xccl plugin named {name!r} is installed (discovered: {', '.join(infos) or 'none'}). Install its "
+            "distribution in this environment (pip install -e .) and check its [project.entry-points.\"xccl.plugins\"]",
+            pytrace=False,
+        )
+    if info.status in (Status.FAILED, Status.INCOMPATIBLE) or info.plugin is None:
+        pytest.fail(f"plugin {name!r} is {info.status}: {info.reason}. Fix: {info.fix}", pytrace=False)
+    if simulate and info.plugin.simulation() is None:
+        pytest.fail(f"--xccl-simulate: plugin {name!r} has no CPU simulation (its simulation() returns None)",
+                    pytrace=False)
+    sizes = getattr(cls, "xccl_world_sizes", None) or _sizes_option(config)
+    backend = getattr(cls, "xccl_compile_backend", None) or config.getoption("xccl_compile_backend", None)
+    env = dict(getattr(cls, "xccl_env", None) or {})
+    return Target(name, simulate, info, tuple(sizes), backend or DEFAULT_COMPILE_BACKEND, env)
+
+
+def _sizes_option(config: pytest.Config) -> tuple[int, ...]:
+    raw = config.getoption("xccl_world_sizes", None)
+    return parse_world_sizes(raw) if raw else DEFAULT_WORLD_SIZES
+
+
+def parse_world_sizes(raw: str) -> tuple[int, ...]:
+    """``"2,4"`` -> ``(2, 4)``; raises ``pytest.UsageError`` for anything but integers >= 2."""
+    try:
+        sizes = tuple(int(p) for p in raw.split(",") if p.strip())
+    except ValueError:
+        raise pytest.UsageError(f"--xccl-world-sizes={raw!r}: expected integers separated by commas, e.g. 2,4") from None
+    if not sizes or any(s < 2 for s in sizes):
+        raise pytest.UsageError(f"--xccl-world-sizes={raw!r}: every world size must be at least 2")
+    return sizes
+
+
+# -------------------------------------------------------------------------------------- batched rank runs
+
+
+class _Batches:
+    """Runs each batch body once per world size and remembers the merged report, or the failure, so that the
+    per-op tests read it instead of running (or hanging) again.
+
+    The suite keeps its own rank pools (one per world size, closed with the suite) rather than the session's
+    ``rank_pools``: its ranks are initialised for one plugin and would only evict the pools other tests share.
+    CPU and simulated ranks fork from a server that imported torch once (a pool starts in a second instead of
+    several); ranks on a real accelerator are spawned, since a vendor runtime need not survive a fork.
+    """
+
+    def __init__(self, target: Target, workdir: str) -> None:
+        self.target = target
+        self.workdir = workdir
+        self._pools: dict[int, RankPool] = {}
+        self._done: dict[tuple[str, int], dict[str, dict[str, list[str]]] | list[Outcome] | str] = {}
+
+    def _pool(self, world_size: int) -> RankPool:
+        why = self.target.cannot_run(world_size)
+        if why:
+            pytest.skip(why)
+        pool = self._pools.get(world_size)
+        if pool is None:
+            cpu = self.target.simulate or self.target.plugin.device_type == "cpu"
+            pool = self._pools[world_size] = RankPool(
+                world_size, self.target.init_kwargs(), self.target.env, start_method="forkserver" if cpu else "spawn"
+            )
+        if not pool.alive:
+            pool.start()
+        return pool
+
+    def close(self) -> None:
+        """Stop every rank."""
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+
+    def outcomes(self, kind: str, world_size: int, body: Callable[..., Any], *args: Any) -> list[Outcome]:
+        """Every rank's outcome of ``body(*args, progress)``, run once per (kind, world size)."""
+        key = (kind, world_size)
+        if key not in self._done:
+            progress = os.path.join(self.workdir, f"{kind}-{world_size}")
+            try:
+                pool = self._pool(world_size)
+                self._done[key] = pool.run(body, *args, progress, timeout=_BATCH_TIMEOUT)
+            except TimeoutError as exc:
+                self._done[key] = f"{exc}. {_where(progress, world_size)}"
+            except RuntimeError as exc:  # the pool failed to start: xccl.init raised on some rank
+                self._done[key] = f"the {world_size} ranks could not start {self.target.mode}: {exc}"
+        done = self._done[key]
+        if isinstance(done, str):
+            pytest.fail(done, pytrace=False)
+        return done  # type: ignore[return-value]
+
+    def report(self, kind: str, world_size: int, body: Callable[..., Any], *args: Any) -> dict[str, dict[str, list[str]]]:
+        """The per-op report of a batch body, merged over ranks: a label ran only if it ran on every rank."""
+        key = (f"{kind}:merged", world_size)
+        if key not in self._done:
+            outs = self.outcomes(kind, world_size, body, *args)
+            bad = [o for o in outs if not o.ok]
+            if bad:
+                self._done[key] = "the batch failed on some ranks:\n" + "\n".join(map(str, bad))
+            else:
+                self._done[key] = _merge([o.value for o in outs])
+        done = self._done[key]
+        if isinstance(done, str):
+            pytest.fail(done, pytrace=False)
+        return done  # type: ignore[return-value]
+
+
+def _where(progress: str, world_size: int) -> str:
+    lines = []
+    for r in range(world_size):
+        try:
+            with open(f"{progress}.{r}", encoding="utf-8") as f:
+                lines.append(f"rank {r} was in: {f.read()}")
+        except OSError:
+            continue
+    return "; ".join(lines) if lines else "no rank reported what it was doing"
+
+
+def _merge(reports: list[dict[str, dict[str, list[str]]]]) -> dict[str, dict[str, list[str]]]:
+    merged: dict[str, dict[str, list[str]]] = {}
+    for op in Collective:
+        per_rank = [rep[op.value] for rep in reports]
+        ran = [label for label in per_rank[0]["ran"] if all(label in p["ran"] for p in per_rank)]
+        failures = [f"rank {r}: {msg}" for r, p in enumerate(per_rank) for msg in p["failures"]]
+        merged[op.value] = {
+            "ran": ran,
+            "refused": per_rank[0]["refused"],
+            "skipped": per_rank[0]["skipped"],
+            "failures": failures,
+        }
+    return merged
+
+
+# ---------------------------------------------------------------------------------------- static checks
+
+
+def table_problems(plugin: Plugin, table: object) -> list[str]:
+    """Everything wrong with a plugin's capability table as data (empty when it is well-formed)."""
+    from xccl._emulate import EMULATIONS
+
+    if not isinstance(table, CapabilityTable):
+        return [f"capabilities() returned {type(table).__name__}, not an xccl.CapabilityTable"]
+    problems = []
+    if table.backend != plugin.name:
+        problems.append(f"table.backend is {table.backend!r}, not the plugin's name {plugin.name!r}: errors would "
+                        "name another backend (build it with table_from(plugin.name, ...))")
+    for (op, mode), sup in table.items():
+        where = f"{op.value} ({mode.value})"
+        if not isinstance(sup, Support) or not isinstance(sup.level, Level):
+            problems.append(f"{where}: entry is {sup!r}, not a Support with a Level")
+            continue
+        problems += [f"{where}: {p}" for p in _entry_problems(op, mode, sup, EMULATIONS)]
+        if mode is Mode.GRAPH and sup.level is not Level.UNSUPPORTED and table.entry(op).level is Level.UNSUPPORTED:
+            problems.append(f"{where}: supported in graph mode but unsupported in eager mode")
+    try:
+        json.dumps(table.to_dict())
+    except (TypeError, ValueError) as exc:
+        problems.append(f"to_dict() is not JSON-serialisable ({exc}): `xccl caps --json` and the docs need it")
+    return problems
+
+
+def _entry_problems(op: Collective, mode: Mode, sup: Support, emulations: Mapping[Any, Any]) -> list[str]:
+    import torch
+
+    out = []
+    dtypes = sup.dtypes
+    if dtypes is not None and (not isinstance(dtypes, frozenset) or not all(isinstance(d, torch.dtype) for d in dtypes)):
+        out.append(f"dtypes {dtypes!r} must be a frozenset of torch.dtype (or None for any)")
+        dtypes = None
+    for what, ops in [("reduce_ops", sup.reduce_ops), *((f"dtype_reduce_ops[{d}]", v) for d, v in sup.dtype_reduce_ops.items())]:
+        if ops is None:
+            continue
+        unknown = set(ops) - set(ALL_REDUCE_OPS)
+        if unknown:
+            out.append(f"{what} has unknown reduce ops {sorted(unknown)}; known: {', '.join(ALL_REDUCE_OPS)}")
+        if not op.reduces:
+            out.append(f"{what} given, but {op.value} does not reduce")
+    if sup.world_sizes is not None and (
+        not sup.world_sizes or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in sup.world_sizes)
+    ):
+        out.append(f"world_sizes {sorted(sup.world_sizes, key=str)} must be a non-empty set of positive integers")
+    if sup.min_torch is not None and not (
+        isinstance(sup.min_torch, tuple) and len(sup.min_torch) == 2 and all(isinstance(v, int) for v in sup.min_torch)
+    ):
+        out.append(f"min_torch {sup.min_torch!r} must be a (major, minor) tuple of integers")
+    for src, dst in sup.cast_to.items():
+        if dtypes is not None and dst not in dtypes:
+            out.append(f"cast_to maps {src} to {dst}, which the kernel does not accept either")
+        if dtypes is not None and src in dtypes:
+            out.append(f"cast_to maps {src}, which the kernel already accepts")
+    if sup.level is Level.EMULATED and mode is Mode.EAGER:
+        known = sorted(emulations.get(op, {}))
+        if op in (Collective.MM_REDUCE_SCATTER, Collective.ALL_GATHER_MM, Collective.MM_ALL_REDUCE):
+            pass  # the portable pipelined version needs no named emulation
+        elif not sup.via:
+            out.append("emulated, but names no emulation in `via`" + (f" (xccl has: {', '.join(known)})" if known else ""))
+        elif sup.via not in known:
+            out.append(f"emulated via {sup.via!r}, which xccl does not have for this op"
+                       + (f" (it has: {', '.join(known)})" if known else " (it has none: mark it unsupported)"))
+    return out
+
+
+def identity_problems(info: PluginInfo, plugin: Plugin, probe: object) -> list[str]:
+    """What is inconsistent in a plugin's identity, contract version and probe result."""
+    problems = []
+    if plugin.name != info.name:
+        problems.append(f"Plugin.name is {plugin.name!r} but the entry point is named {info.name!r}: xccl looks "
+                        "plugins up by the entry-point name, so the two must agree")
+    if plugin.api_version != PLUGIN_API_VERSION:
+        problems.append(f"api_version is {plugin.api_version}; this xccl speaks plugin API {PLUGIN_API_VERSION}")
+    for attr in ("vendor", "device_type", "backend"):
+        value = getattr(plugin, attr)
+        if not isinstance(value, str) or not value:
+            problems.append(f"Plugin.{attr} must be a non-empty string, got {value!r}")
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", str(plugin.backend)):
+        problems.append(f"Plugin.backend {plugin.backend!r} must be a lower-case identifier (torch.distributed "
+                        "backend names are)")
+    if not isinstance(plugin.accelerator, bool):
+        problems.append(f"Plugin.accelerator must be a bool, got {plugin.accelerator!r}")
+    if not isinstance(probe, ProbeResult):
+        problems.append(f"probe() returned {type(probe).__name__}, not an xccl.ProbeResult")
+    elif not probe.available and not (probe.reason and probe.fix):
+        problems.append("probe() says unavailable without both a reason and a fix; `xccl doctor` shows them to users")
+    profile = plugin.simulation()
+    if profile is not None and getattr(profile, "backend", None) != plugin.backend:
+        problems.append(f"simulation() profile simulates backend {getattr(profile, 'backend', None)!r}, but the "
+                        f"plugin's backend is {plugin.backend!r}")
+    return problems
+
+
+_DISCOVERY_SCRIPT: Final = textwrap.dedent(
+    """
+    import json, sys
+    import torch  # its device-backend autoload may import a vendor SDK: not the plugin's doing
+    before = set(sys.modules)
+    from importlib.metadata import entry_points
+    import xccl
+    (ep,) = [e for e in entry_points(group="xccl.plugins") if e.name == sys.argv[1]]
+    obj = ep.load()
+    plugin = obj() if callable(obj) and not isinstance(obj, xccl.Plugin) else obj
+    plugin.probe()
+    plugin.capabilities()
+    plugin.simulation()
+    new = sorted({m.split(".")[0] for m in set(sys.modules) - before})
+    print(json.dumps({"new": new, "dist": ep.dist.name if ep.dist else "", "module": ep.module}))
+    """
+)
+
+
+def discovery_imports(name: str) -> dict[str, Any]:
+    """Top-level modules a fresh interpreter imports to load, probe and read the table of plugin ``name``."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _DISCOVERY_SCRIPT, name], capture_output=True, text=True, timeout=300, check=False
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"loading plugin {name!r} in a fresh interpreter failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def foreign_imports(found: Mapping[str, Any]) -> list[str]:
+    """Modules in ``found["new"]`` that neither the plugin, xccl, their required dependencies nor the standard
+    library provide, and every known vendor SDK: what a cheap probe must not import."""
+    from importlib import metadata
+
+    allowed = _requirement_closure(["xccl", found.get("dist") or ""])
+    owners = metadata.packages_distributions()
+    own_top = str(found.get("module", "")).split(".")[0]
+    bad = []
+    for mod in found["new"]:
+        if mod in KNOWN_SDKS:
+            bad.append(f"{mod} (a vendor SDK)")
+        elif mod in sys.stdlib_module_names or mod == own_top or mod.startswith("__"):
+            continue
+        else:
+            dists = {_norm(d) for d in owners.get(mod, [])}
+            if not dists & allowed:
+                bad.append(f"{mod} (from {', '.join(sorted(dists)) or 'no installed distribution'})")
+    return bad
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_closure(roots: list[str]) -> set[str]:
+    from importlib import metadata
+
+    seen: set[str] = set()
+    todo = [_norm(r) for r in roots if r]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            reqs = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for req in reqs:
+            if "extra ==" in req.replace(" ", " ") or "extra==" in req:
+                continue
+            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+            if m:
+                todo.append(_norm(m.group(1)))
+    return seen
+
+
+# ----------------------------------------------------------------------------------------------- the suite
+
+_OPS: Final = list(Collective)
+
+
+class Conformance:
+    """The conformance tests. Not collected itself: :func:`suite` makes a collected subclass bound to a plugin,
+    and ``pytest --xccl-plugin NAME`` collects :class:`TestConformance` from this module."""
+
+    __test__ = False
+    #: Entry-point name of the plugin under test; None reads ``--xccl-plugin``.
+    xccl_plugin: ClassVar[str | None] = None
+    #: Test in simulation; None reads ``--xccl-simulate``.
+    xccl_simulate: ClassVar[bool | None] = None
+    #: World sizes; None reads ``--xccl-world-sizes`` (default 2 and 4).
+    xccl_world_sizes: ClassVar[tuple[int, ...] | None] = None
+    #: torch.compile backend of the graph checks; None reads ``--xccl-compile-backend`` (default aot_eager).
+    xccl_compile_backend: ClassVar[str | None] = None
+    #: Extra environment for the rank processes (a rank table path, a chip map...).
+    xccl_env: ClassVar[Mapping[str, str] | None] = None
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def xccl_target(cls, request: pytest.FixtureRequest) -> Target:
+        """The plugin under test."""
+        return _target(request)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def xccl_batches(cls, xccl_target: Target) -> Iterator[_Batches]:
+        """The batched rank runs of this suite, each run once; the ranks stop with the suite."""
+        with tempfile.TemporaryDirectory(prefix="xccl-conformance-") as workdir:
+            batches = _Batches(xccl_target, workdir)
+            try:
+                yield batches
+            finally:
+                batches.close()
+
+    # -- static
+
+    def test_plugin_is_listed_with_a_consistent_identity(self, xccl_target: Target) -> None:
+        """Listed (not failed, same plugin API), entry-point name = Plugin.name, probe with reason and fix."""
+        plugin = xccl_target.plugin
+        problems = identity_problems(xccl_target.info, plugin, plugin.probe())
+        assert not problems, "\n".join(problems)
+
+    def test_capability_table_is_well_formed(self, xccl_target: Target) -> None:
+        """The table is valid data, stable between calls, and names only emulations xccl has."""
+        plugin = xccl_target.plugin
+        table = plugin.capabilities()
+        problems = table_problems(plugin, table)
+        if not problems and plugin.capabilities().to_dict() != table.to_dict():
+            problems.append("capabilities() returns a different table on a second call")
+        assert not problems, "\n".join(problems)
+
+    def test_discovery_imports_no_vendor_sdk(self, xccl_target: Target) -> None:
+        """Loading the entry point, probing and reading the table import nothing but the plugin, xccl, their
+        required dependencies and the standard library (a fresh interpreter's ``sys.modules`` tells)."""
+        found = discovery_imports(xccl_target.name)
+        bad = foreign_imports(found)
+        assert not bad, (
+            f"discovering plugin {xccl_target.name!r} imported {', '.join(bad)}. The entry point must be a cheap "
+            "probe: import the vendor SDK inside Plugin.runtime(), once the plugin is selected"
+        )
+
+    # -- behaviour on ranks
+
+    @pytest.mark.parametrize("op", _OPS, ids=str)
+    def test_eager(self, xccl_target: Target, xccl_batches: _Batches, xccl_world_size: int, op: Collective) -> None:
+        """Every call shape the table marks native or emulated runs, sync and async, and matches gloo."""
+        table = xccl_target.plugin.capabilities()
+        rep = xccl_batches.report("eager", xccl_world_size, _bodies.eager_batch)[op.value]
+        where = f"{op.value} on {xccl_target.name} ({xccl_target.mode}, {xccl_world_size} ranks)"
+        assert not rep["failures"], where + ":\n" + "\n".join(rep["failures"])
+        if table.entry(op).level is Level.UNSUPPORTED:
+            pytest.skip("marked unsupported: test_unsupported_shapes_raise_before_communicating checks it")
+        if not rep["ran"] and rep["skipped"]:
+            pytest.skip("; ".join(rep["skipped"]))
+        assert rep["ran"], (
+            f"{op.value} is marked {table.entry(op).level.value}, but none of the call shapes tried "
+            f"({', '.join(str(d).removeprefix('torch.') for d in _bodies.DTYPES)}) is supported at {xccl_world_size} "
+            "ranks: the claim is never exercised"
+        )
+
+    def test_unsupported_shapes_raise_before_communicating(
+        self, xccl_target: Target, xccl_batches: _Batches, xccl_world_size: int
+    ) -> None:
+        """Every call shape the table marks unsupported raises UnsupportedCollective on a rank that calls it
+        while its peers call nothing; afterwards the group still works."""
+        reports = xccl_batches.report("refusals", xccl_world_size, _bodies.refusal_batch)
+        failures = [msg for rep in reports.values() for msg in rep["failures"]]
+        assert not failures, "\n".join(failures)
+
+    def test_graph_mode_claims_hold(self, xccl_target: Target, xccl_batches: _Batches) -> None:
+        """Every op marked native or emulated in graph mode compiles with fullgraph=True (no graph break) and
+        returns what eager returns, at the smallest world size."""
+        if importlib.util.find_spec("xccl._graph") is None:
+            pytest.skip("xccl's graph path (xccl._graph) is not part of this xccl: graph claims are not checked")
+        table = xccl_target.plugin.capabilities()
+        size = min(xccl_target.world_sizes)
+        claimed = _bodies.graph_ops(table, size)
+        if not claimed:
+            pytest.skip(f"{xccl_target.name} claims no op in graph mode")
+        reports = xccl_batches.report("graph", size, _bodies.graph_batch, xccl_target.compile_backend)
+        failures = [msg for rep in reports.values() for msg in rep["failures"]]
+        assert not failures, "\n".join(failures)
+        missing = [op.value for op in claimed if not reports[op.value]["ran"]]
+        assert not missing, f"graph claims not exercised: {missing}"
+
+    def test_comm_names_are_unique_per_group_and_stable(
+        self, xccl_target: Target, xccl_batches: _Batches, xccl_world_size: int
+    ) -> None:
+        """Every member of a group gets the same name, asking twice gives the same name, two groups (even over
+        the same ranks) never share one."""
+        outs = xccl_batches.outcomes("names", xccl_world_size, _bodies.comm_names)
+        bad = [o for o in outs if not o.ok]
+        assert not bad, "comm_name failed:\n" + "\n".join(map(str, bad))
+        assert not (problems := comm_name_problems([o.value for o in outs])), "\n".join(problems)
+
+
+def comm_name_problems(per_rank: list[dict[str, str]]) -> list[str]:
+    """What is wrong with the names every rank reported (see :func:`xccl.testing._bodies.comm_names`)."""
+    problems = []
+    by_group: dict[str, set[str]] = {}
+    for r, names in enumerate(per_rank):
+        for label, name in names.items():
+            if not isinstance(name, str) or not name:
+                problems.append(f"rank {r}: comm_name of {label} is {name!r}, not a non-empty string")
+            by_group.setdefault(label, set()).add(name)
+        if names["world"] != names["world again"]:
+            problems.append(f"rank {r}: the world's name changed between calls: {names['world']!r}, {names['world again']!r}")
+        if names["every rank, group a"] != names["every rank, group a again"]:
+            problems.append(f"rank {r}: a group's name changed between calls")
+    for label, names_ in by_group.items():
+        if len(names_) > 1:
+            problems.append(f"members of {label} disagree on its name: {sorted(names_)}")
+    distinct = {label: next(iter(v)) for label, v in by_group.items() if not label.endswith("again")}
+    if len(set(distinct.values())) != len(distinct):
+        problems.append(f"two different groups share a name: {distinct}")
+    return problems
+
+
+def suite(
+    plugin: str,
+    *,
+    simulate: bool = False,
+    world_sizes: tuple[int, ...] | None = None,
+    compile_backend: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> type[Conformance]:
+    """The conformance suite bound to ``plugin``, as a test class to assign in a test module.
+
+    Args:
+        plugin: the entry-point name.
+        simulate: run the ranks in xccl's CPU simulation of the vendor.
+        world_sizes: world sizes of the multi-rank checks (default: ``--xccl-world-sizes``, else 2 and 4).
+        compile_backend: ``torch.compile`` backend of the graph checks (default: ``aot_eager``).
+        env: extra environment for the rank processes.
+
+    Example::
+
+        # tests/test_myvendor_conformance.py
+        from xccl.testing.conformance import suite
+
+        TestMyVendorConformance = suite("myvendor", simulate=True)
+    """
+    attrs = {
+        "__test__": True,
+        "xccl_plugin": plugin,
+        "xccl_simulate": simulate,
+        "xccl_world_sizes": tuple(world_sizes) if world_sizes else None,
+        "xccl_compile_backend": compile_backend,
+        "xccl_env": dict(env or {}),
+        "__module__": sys._getframe(1).f_globals.get("__name__", __name__),
+    }
+    name = "Test" + "".join(p.capitalize() for p in re.split(r"[^A-Za-z0-9]+", plugin) if p) + "Conformance"
+    return type(name, (Conformance,), attrs)
+
+
+class TestConformance(Conformance):
+    """The suite for ``pytest --xccl-plugin NAME``: collected only when that option adds this module."""
+
+    __test__ = True
