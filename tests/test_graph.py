@@ -34,12 +34,19 @@ def _count(i: int, j: int) -> int:
     return 1 + (i + 2 * j) % 3
 
 
+#: Group size and group rank for _program, as a global: with dynamic=True Dynamo turns integers captured in a
+#: closure into symbols, and a root or peer must be a constant (xccl raises Unsupported for a symbolic one).
+_CFG: dict[str, int] = {}
+
+
 def _program(group: Any, n: int, me: int) -> Any:
     """Every public collective on group ``group`` (``n`` ranks, this one group rank ``me``), in one function."""
     R = dist.ReduceOp
-    uneven = [1 + i % 3 for i in range(n)]
+    _CFG.update(n=n, me=me)
 
     def f(x: torch.Tensor) -> dict[str, Any]:
+        n, me = _CFG["n"], _CFG["me"]
+        uneven = [1 + i % 3 for i in range(n)]
         k = x.shape[0]
         out: dict[str, Any] = {}
         t = x * 2
