@@ -19,6 +19,7 @@ $(VENV)/.core: pyproject.toml
 
 $(VENV)/.test: $(VENV)/.core $(PLUGINS) tests/plugins/xccl-testplugins/pyproject.toml
 	$(PIP) install --quiet -e ".[test]" $(foreach p,$(dir $(PLUGINS)) $(TEST_PLUGINS),-e $(p))
+	$(PIP) install --quiet --no-build-isolation "deepspeed==0.19.8"
 	touch $@
 
 ## Run the demo: a tensor-parallel MLP trained on 2 local CPU ranks through xccl.

@@ -62,29 +62,6 @@ def _rank_main(rank: int, args: argparse.Namespace) -> None:
         xccl.shutdown()
 
 
-class _AllReduceSum(torch.autograd.Function):
-    """Megatron's row-parallel join: all_reduce forward, identity backward."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Any) -> Any:
-        import xccl
-
-        y = x.clone()
-        xccl.all_reduce(y)
-        return y
-
-    @staticmethod
-    def backward(ctx: Any, grad: Any) -> Any:
-        return grad
-
-
-def _reduce_from_tp(x: Any) -> Any:
-    import xccl
-
-    fn = getattr(xccl, "functional", None)
-    if fn is not None and hasattr(fn, "all_reduce"):
-        return fn.all_reduce(x)  # differentiable and traceable when xccl's graph layer is present
-    return _AllReduceSum.apply(x)
 
 
 def _train(world: Any, args: argparse.Namespace) -> None:
@@ -104,16 +81,24 @@ def _train(world: Any, args: argparse.Namespace) -> None:
     w2s = w2[shard, :].clone().requires_grad_()
     opt = torch.optim.SGD([w1s, w2s], lr=0.1)
 
+    def forward(w1s: Any, w2s: Any) -> Any:
+        # xccl.functional.all_reduce is differentiable with the adjoint collective as its backward (an all_reduce
+        # of the gradients), which treats the n identical per-rank losses as one summed loss: step() scales by
+        # 1/n so the gradients are the single-device ones.
+        y = xccl.functional.all_reduce(F.gelu(x @ w1s) @ w2s)
+        return F.mse_loss(y, target)
+
+    if args.compile:
+        # Forward and backward (through AOT autograd) are compiled; the optimizer step stays eager.
+        forward = xccl.compile(forward, fullgraph=True)
+
     def step() -> Any:
         opt.zero_grad()
-        y = _reduce_from_tp(F.gelu(x @ w1s) @ w2s)
-        loss = F.mse_loss(y, target)
-        loss.backward()
+        loss = forward(w1s, w2s)
+        (loss / n).backward()
         opt.step()
         return loss.detach()
 
-    if args.compile:
-        step = xccl.compile(step) if hasattr(xccl, "compile") else torch.compile(step, fullgraph=True)
     all_same = True
     if rank == 0:
         ref_w = [w1.clone().requires_grad_(), w2.clone().requires_grad_()]
