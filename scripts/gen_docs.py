@@ -50,15 +50,18 @@ of other collectives by `xccl._emulate`; `via` names the composition, and xccl w
 The same data is available at run time and on the command line:
 
 ```python
+import torch
+
 import xccl
+
 table = xccl.capabilities("cpu")
-table.supports("reduce_scatter_tensor", mode="graph")
-table.require("all_reduce", dtype=torch.bfloat16, reduce_op="avg")   # raises when it cannot run
+print(table.supports("all_to_all_v"))                                # True: emulated via all_to_all_single
+print(table.resolve("all_reduce", dtype=torch.int32, reduce_op="avg"))  # how this call shape would run
+table.require("all_reduce", dtype=torch.bfloat16, reduce_op="sum")   # raises UnsupportedCollective if it cannot
 ```
 
-```console
-$ xccl caps                 # this matrix, as text
-$ xccl caps sophgo --json   # everything, including dtypes and reduce ops per op
+```sh
+xccl caps cpu --mode eager     # the matrix as text; --json adds dtypes and reduce ops per op
 ```
 
 Dtypes and reduce ops outside an entry's lists may still run: `dtype casts` name the dtype an unsupported one is
