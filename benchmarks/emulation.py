@@ -124,7 +124,6 @@ def _variants(
         sizes = [unit * (j + 1) for j in range(n)]
         inp = torch.randn(sizes[rank], generator=g)
         pad, a2a = torch.empty(sum(sizes)), torch.empty(sum(sizes))
-        rep = inp.repeat(n)
         even = sum(sizes) // n
         even_in, even_out = torch.randn(even, generator=g), torch.empty(even * n)
         ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -133,7 +132,8 @@ def _variants(
             "emulated: padding": (lambda: xccl.all_gather_into_tensor_uneven(pad, inp, sizes))
             if via_xccl
             else (lambda: kernel(ctx, pad, inp, sizes, None, False)),
-            "native all_to_all_single": lambda: dist.all_to_all_single(a2a, rep, sizes, [sizes[rank]] * n),
+            # the input repeated for every peer is built per call, as an emulation would have to
+            "native all_to_all_single": lambda: dist.all_to_all_single(a2a, inp.repeat(n), sizes, [sizes[rank]] * n),
             "native even all_gather (ref)": lambda: ag(even_out, even_in),
         }
         return sum(sizes) * 4, calls, lambda: [pad, a2a]
@@ -200,8 +200,20 @@ def main() -> int:
     parser.add_argument("--mib", type=int, default=64, help="message size in MiB (default 64)")
     parser.add_argument("--iters", type=int, default=10, help="timed rounds (default 10)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed rounds (default 2)")
-    parser.add_argument("--json", type=Path, default=RESULTS, help=f"output (default {RESULTS})")
+    parser.add_argument("--json", type=Path, help=f"output (default {RESULTS}, or emulation_reuse_memory.json)")
+    parser.add_argument(
+        "--reuse-memory",
+        action="store_true",
+        help="keep freed memory in the ranks' heap (glibc: MALLOC_MMAP_MAX_=0, MALLOC_TRIM_THRESHOLD_ huge), as a "
+        "caching allocator would, so fresh temporaries cost no page faults; shows how much of a variant's time is "
+        "first-touching new buffers",
+    )
     args = parser.parse_args()
+    if args.json is None:
+        args.json = RESULTS.with_name("emulation_reuse_memory.json") if args.reuse_memory else RESULTS
+    if args.reuse_memory:
+        # Read by glibc when each spawned rank starts.
+        os.environ.update(MALLOC_MMAP_MAX_="0", MALLOC_TRIM_THRESHOLD_=str(1 << 40))
 
     from xccl.testing._pool import free_port
 
@@ -213,12 +225,13 @@ def main() -> int:
         "iters": args.iters,
         "warmup": args.warmup,
         "cpus": os.cpu_count(),
+        "reuse_memory": args.reuse_memory,
         "timing": "median over rounds of the slowest rank's time per call",
         "runs": {},
     }
     print(
         f"# emulation vs native, {args.mib} MiB float32, emulated variants via plugin {plugin!r}, "
-        f"median of {args.iters} rounds"
+        f"median of {args.iters} rounds{', freed memory kept in the heap' if args.reuse_memory else ''}"
     )
     print(f"# {'ranks':>5}  {'collective':<22} {'variant':<32} {'time(ms)':>9} {'busbw GB/s':>10} {'ratio':>6}")
     for n in args.ranks:

@@ -318,15 +318,15 @@ def build_case(op: str, nbytes: int, dtype: torch.dtype, n: int, rank: int, devi
         out, inp = z(sum(sizes)), z(sizes[rank])
         # torch.distributed has no uneven all_gather into a tensor (gloo's list all_gather refuses uneven
         # sizes); the plain way is an all_to_all_single that sends this rank's rows to every peer.
-        rep = inp.repeat(n)
-        raw = lambda: dist.all_to_all_single(out, rep, sizes, [sizes[rank]] * n)  # noqa: E731
+        # The input repeated for every peer is built per call, as an emulation of the op would have to.
+        raw = lambda: dist.all_to_all_single(out, inp.repeat(n), sizes, [sizes[rank]] * n)  # noqa: E731
         return Case(
             sum(sizes) * e,
             sum(sizes),
             lambda: xccl.all_gather_into_tensor_uneven(out, inp, sizes),
             raw,
             "dist.all_to_all_single (own rows to every peer)",
-            [out, inp, rep],
+            [out, inp],
         )
     if op == "reduce_scatter_tensor_uneven":
         u = _uneven_unit(elems, n)
