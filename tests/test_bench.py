@@ -214,3 +214,46 @@ def test_plot_is_a_png(run: dict[str, Any]) -> None:
 def test_config_is_checked_before_launching() -> None:
     with pytest.raises(BenchError, match="--iters"):
         BenchConfig(iters=0).check()
+
+
+def test_simulated_vendor_reports_what_it_refuses(tmp_path: Path) -> None:
+    # Sophgo's SCCL has no reduce_scatter: xccl runs its emulation, and the raw call is refused by the
+    # simulation exactly as on the hardware, which the results say instead of failing the run.
+    info = next((i for i in xccl.plugins() if i.name == "sophgo"), None)
+    if info is None or info.plugin is None or info.plugin.simulation() is None:
+        pytest.skip("the xccl-sophgo plugin (plugins/sophgo) is not installed")
+    argv = [
+        sys.executable,
+        "-m",
+        "xccl",
+        "bench",
+        "--op",
+        "reduce_scatter_tensor,all_reduce",
+        "--plugin",
+        "sophgo",
+        "--simulate",
+        "-n",
+        str(WORLD),
+        "-b",
+        "64",
+        "-e",
+        "64",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--compare-raw",
+        "--json",
+        str(tmp_path / "sim.json"),
+        "--no-progress",
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "sim.json").read_text())
+    assert (doc["plugin"], doc["backend"], doc["simulate"]) == ("sophgo", "sccl", True)
+    rs, ar = doc["results"]
+    table = xccl.capabilities("sophgo")
+    assert (rs["level"], rs["via"]) == ("emulated", table.entry("reduce_scatter_tensor").via)
+    assert "SimulatedVendorError" in rs["raw_unavailable"]
+    assert "raw" not in rs["rows"][0] and rs["rows"][0]["xccl"]["time_us"] > 0
+    assert ar["raw_unavailable"] is None and ar["rows"][0]["raw"]["time_us"] > 0

@@ -124,6 +124,21 @@ def test_text_cells_and_footnotes() -> None:
     assert "  toy: a table-wide remark" in text.splitlines()
 
 
+def test_text_wraps_plugins_into_blocks() -> None:
+    tables = {name: _toy_table() for name in ("one", "two", "three")}
+    single = render_text(tables)
+    wrapped = render_text(tables, width=80)
+    blocks = [b for b in wrapped.split("\n\n") if b.startswith("collective")]
+    assert len(blocks) > 1
+    assert all(len(line) <= 80 for b in blocks for line in b.splitlines())
+    # every plugin's two mode columns stay together, and every block has every collective
+    heads = [b.splitlines()[0].split()[1:] for b in blocks]
+    assert sorted(h for head in heads for h in head) == sorted(["one", "one", "two", "two", "three", "three"])
+    assert all(set(_text_rows(b)) == {c.value for c in Collective} for b in blocks)
+    # the notes are the same, wrapped or not
+    assert _footnotes(wrapped) == _footnotes(single)
+
+
 def test_text_ascii_fallback() -> None:
     text = render_text({"toy": _toy_table()}, ascii_only=True)
     assert DASH not in text

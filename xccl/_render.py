@@ -137,39 +137,68 @@ def _columns(tables: Tables, modes: Sequence[Mode]) -> list[tuple[str, Capabilit
     return [(name, t, m) for name, t in named(tables) for m in modes]
 
 
-def render_text(tables: Tables, modes: Sequence[Mode] = tuple(Mode), *, ascii_only: bool = False) -> str:
+def render_text(
+    tables: Tables, modes: Sequence[Mode] = tuple(Mode), *, ascii_only: bool = False, width: int | None = None
+) -> str:
     """The matrix as aligned text: rows are collectives, columns plugin x mode, footnotes underneath.
 
     Args:
         tables: the tables, one column group each.
         modes: which modes to show.
         ascii_only: use ``-`` for unsupported cells (for terminals that cannot print an em dash).
+        width: wrap to this many characters: plugins that do not fit go to a further block of the same rows
+            (a plugin's modes stay together). ``None``: one block, however wide.
     """
     dash = ASCII_DASH if ascii_only else DASH
     notes = _Footnotes()
-    cols = _columns(tables, modes)
-    head1 = ["collective", *(name for name, _, _ in cols)]
-    head2 = ["", *(m.value for _, _, m in cols)]
-    rows = []
-    for op in Collective:
-        row = [op.value]
-        for _, t, m in cols:
-            sup = t.entry(op, m)
-            row.append(cell(sup, dash) + notes.mark(footnote(op, sup)))
-        rows.append(row)
-    widths = [max(len(r[i]) for r in [head1, head2, *rows]) for i in range(len(head1))]
-    out = [_join(head1, widths)]
-    if len(modes) > 1 or len(cols) == 1:
-        out.append(_join(head2, widths))
-    out.append(_join(["-" * w for w in widths], widths))
-    out.extend(_join(r, widths) for r in rows)
+    pairs = named(tables)
+    # Cells per plugin; footnotes are numbered plugin by plugin, so the numbers grow from block to block.
+    columns: list[list[list[str]]] = []
+    for name, t in pairs:
+        cols = []
+        for m in modes:
+            cells = [name, m.value]
+            for op in Collective:
+                sup = t.entry(op, m)
+                cells.append(cell(sup, dash) + notes.mark(footnote(op, sup)))
+            cols.append(cells)
+        columns.append(cols)
+    first = ["collective", "", *(op.value for op in Collective)]
+    out: list[str] = []
+    for block in _blocks(first, columns, width):
+        if out:
+            out.append("")
+        widths = [max(map(len, col)) for col in block]
+        rows = list(zip(*block, strict=True))
+        out.append(_join(rows[0], widths))
+        if len(modes) > 1 or len(block) == 2:
+            out.append(_join(rows[1], widths))
+        out.append(_join(["-" * w for w in widths], widths))
+        out.extend(_join(r, widths) for r in rows[2:])
     out += ["", _LEGEND.format(dash=dash)]
     if notes.texts:
         out += ["", "Notes:", *(f"  {line}" for line in notes.lines())]
-    for name, t in named(tables):
+    for name, t in pairs:
         out += [f"  {name}: {n}" for n in t.notes]
     out.append("Dtypes, reduce ops and dtype casts per op: xccl caps --json.")
     return "\n".join(out) + "\n"
+
+
+def _blocks(first: list[str], plugins: list[list[list[str]]], width: int | None) -> list[list[list[str]]]:
+    """Pack plugins' column groups into blocks no wider than ``width``, each led by the collective column."""
+
+    def span(cols: list[list[str]]) -> int:
+        return sum(2 + max(map(len, c)) for c in cols)
+
+    blocks: list[list[list[str]]] = []
+    current: list[list[str]] = [first]
+    for cols in plugins:
+        if width is not None and len(current) > 1 and span(current) + span(cols) - 2 > width:
+            blocks.append(current)
+            current = [first]
+        current = current + cols
+    blocks.append(current)
+    return blocks
 
 
 def _join(cells: Sequence[str], widths: Sequence[int]) -> str:

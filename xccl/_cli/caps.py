@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import shutil
 import sys
 from typing import Any
 
@@ -74,14 +76,23 @@ def run(args: argparse.Namespace) -> int:
 
     modes = _render.modes_from(args.mode)
     if args.json:
-        print(json.dumps(_render.render_json(tables, modes, about=about), indent=2))
+        text = json.dumps(_render.render_json(tables, modes, about=about), indent=2) + "\n"
     elif args.markdown:
-        print(_render.render_markdown(tables, modes, about=about), end="")
+        text = _render.render_markdown(tables, modes, about=about)
     else:
-        print(_render.render_text(tables, modes, ascii_only=not _can_print(_render.DASH)), end="")
-        for info in chosen:
-            if not info.available:
-                print(f"{info.name}: not available here ({info.reason}); its table is shown all the same")
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+        text = _render.render_text(tables, modes, ascii_only=not _can_print(_render.DASH), width=width)
+        text += "".join(
+            f"{i.name}: not available here ({i.reason}); its table is shown all the same\n"
+            for i in chosen
+            if not i.available
+        )
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `xccl caps | head`: the reader left; say nothing more (and keep Python from complaining at exit).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
