@@ -227,7 +227,9 @@ def body_order_and_hooks() -> dict[str, Any]:
     register_post_grad_pass("test-token-chain", lambda g: chains.append(_token_chain(g)), "v1")
     try:
         torch._dynamo.reset()
-        got = xccl.compile(_ring, fullgraph=True)(x)
+        # The pass only runs when Inductor compiles; an FX-graph cache hit from an earlier run would skip it.
+        with torch._inductor.config.patch(fx_graph_cache=False):
+            got = xccl.compile(_ring, fullgraph=True)(x)
     finally:
         unregister_post_grad_pass("test-token-chain")
     ref = _ring(x)
