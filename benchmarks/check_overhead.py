@@ -3,8 +3,9 @@
 Each rank runs ``xccl.all_reduce`` on the same gloo group with the detector off and on, and
 ``torch.distributed.all_reduce`` as the baseline, in alternating rounds (``--rounds`` of ``--calls`` calls each) so
 that every variant sees the same machine noise; the table gives the median per-call time of each and the
-detector's added time relative to the plain xccl call. ``detector only`` times the check alone (fingerprint,
-three store round trips, comparison) with no collective after it.
+detector's added time relative to the plain xccl call. Each size runs back to back and with 200 us of busy
+"compute" before every call (see ``GAPS_US``: the gap row is what a training loop sees). ``detector alone`` times
+the check by itself (fingerprint, one-way set, two store round trips, comparison) with no collective after it.
 
 Usage: ``python benchmarks/check_overhead.py [--world 2] [--rounds 30] [--calls 200] [--json PATH]``
 """
@@ -25,6 +26,10 @@ import torch
 import torch.multiprocessing as mp
 
 SIZES = (1, 262_144)  # elements of float32: 4 bytes and 1 MiB
+#: Busy "compute" between calls, in microseconds. Back to back (0), gloo's threads are still awake from the
+#: previous call; any gap of ~50 us or more lets them sleep, and every call then pays their wake-up. Training
+#: loops compute between collectives, so the gap row is the realistic one; the tight row is the worst case.
+GAPS_US = (0, 200)
 
 
 def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any) -> None:
@@ -47,22 +52,36 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
             fn()
         return (time.perf_counter() - t0) / calls
 
-    def with_check(on: bool, t: torch.Tensor) -> Callable[[], Any]:
+    def compute(gap: float) -> None:
+        end = time.perf_counter() + gap
+        while time.perf_counter() < end:
+            pass
+
+    def with_check(on: bool, t: torch.Tensor, gap: float) -> Callable[[], Any]:
         def run() -> None:
+            compute(gap)
             # Every rank flips the flag at the same point, so the detector's clocks stay aligned.
             ctx.check = on
             xccl.all_reduce(t)
 
         return run
 
+    def plain(t: torch.Tensor, gap: float) -> Callable[[], Any]:
+        def run() -> None:
+            compute(gap)
+            dist.all_reduce(t)
+
+        return run
+
     results: dict[str, Any] = {}
-    for size in SIZES:
+    for size, gap_us in [(size, gap) for size in SIZES for gap in GAPS_US]:
         t = torch.ones(size)
+        gap = gap_us * 1e-6
         calls = args.calls if size == 1 else max(10, args.calls // 10)
         variants: dict[str, Callable[[], Any]] = {
-            "torch": lambda t=t: dist.all_reduce(t),
-            "xccl": with_check(False, t),
-            "xccl_check": with_check(True, t),
+            "torch": plain(t, gap),
+            "xccl": with_check(False, t, gap),
+            "xccl_check": with_check(True, t, gap),
         }
         for fn in variants.values():  # warm up every path
             for _ in range(5):
@@ -73,7 +92,7 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
             order = names[i % len(names):] + names[: i % len(names)]  # rotate who goes first
             for name in order:
                 times[name].append(timed(variants[name], calls))
-        results[str(size)] = times
+        results[f"{size}/{gap_us}"] = times
     ctx.check = True
     probe = torch.ones(1)
     only = timed(lambda: verify(ctx, Collective.ALL_REDUCE, (probe,), xccl.ReduceOp.SUM), args.calls * 5)
@@ -110,12 +129,17 @@ def main() -> int:
         "sizes": {},
     }
     print(f"world size {args.world}, gloo on loopback, medians of {args.rounds} rounds")
-    print(f"{'elements':>10} {'torch.dist':>12} {'xccl':>12} {'xccl+check':>12} {'check adds':>12} {'overhead':>9}")
-    for size, times in res["sizes"].items():
+    print("times include the gap of busy compute before each call; 'check adds' is xccl+check minus xccl")
+    print(f"{'elements':>10} {'gap':>7} {'torch.dist':>12} {'xccl':>12} {'xccl+check':>12} {'check adds':>12} "
+          f"{'overhead':>9}")
+    for key, times in res["sizes"].items():
+        size, gap_us = key.split("/")
         med = {k: statistics.median(v) * 1e6 for k, v in times.items()}
         paired = statistics.median(c / x - 1 for c, x in zip(times["xccl_check"], times["xccl"], strict=True))
         added = med["xccl_check"] - med["xccl"]
-        out["sizes"][size] = {
+        out["sizes"][key] = {
+            "elements": int(size),
+            "gap_us": int(gap_us),
             "torch_median_us": med["torch"],
             "xccl_median_us": med["xccl"],
             "xccl_check_median_us": med["xccl_check"],
@@ -124,7 +148,7 @@ def main() -> int:
             "median_paired_overhead": paired,
         }
         print(
-            f"{size:>10} {med['torch']:>9.1f} us {med['xccl']:>9.1f} us {med['xccl_check']:>9.1f} us "
+            f"{size:>10} {gap_us:>4} us {med['torch']:>9.1f} us {med['xccl']:>9.1f} us {med['xccl_check']:>9.1f} us "
             f"{added:>9.1f} us {added / med['xccl']:>8.0%}"
         )
     print(f"detector alone (no collective): {out['detector_only_us']:.1f} us per call")

@@ -8,7 +8,7 @@ shapes, becomes an immediate error, and the group stays usable.
 The side channel is the rendezvous store (the c10d ``TCPStore`` every rank already reaches), through a private
 clone of the client so that its timeout can be short without touching the store the process groups use::
 
-    set     xccl/chk/<group>/<seq>/<group rank>  = fingerprint     one round trip
+    set     xccl/chk/<group>/<seq>/<group rank>  = fingerprint     one way (TCPStore does not answer a set)
     get     the same key of every other member (waits)             one round trip
     delete  this rank's key of <seq - 1> (everyone has read it)    one round trip
 
@@ -23,8 +23,9 @@ deadlock in call order); this rank then posts its own fingerprint into that grou
 ranks waiting there see the mismatch too, and raises. Every wait is bounded by the group timeout: a peer that
 never arrives (hung, dead, or in a group this rank is not in) gives :class:`~xccl.CollectiveTimeout` naming it.
 
-Cost: three store round trips per collective (~50-80 us on loopback), measured against a 1-element gloo
-all_reduce by ``benchmarks/check_overhead.py``. It is a debugging aid, off by default.
+Cost: one one-way send and two store round trips per collective, measured against a 1-element gloo all_reduce
+by ``benchmarks/check_overhead.py`` (figures in ``docs/performance_reliability.md``). It is a debugging aid, off
+by default.
 """
 
 from __future__ import annotations
