@@ -105,7 +105,9 @@ def add_parser(sub: Any, name: str) -> None:
     p = sub.add_parser(
         name,
         help="diagnose this node: torch, vendor packages, plugins, devices, rank table, rendezvous",
-        description=(__doc__ or "").split("\n\n")[0],
+        description="Diagnose this node for xccl: torch and its autoloaded extensions, vendor packages, every "
+        "plugin and why it is (not) available, the plugin xccl.init would select, visible-devices variables, the "
+        "rank table and the rendezvous variables. Exit status 1 when the selected plugin cannot work here.",
     )
     p.add_argument("--vendor", help="the plugin to judge (default: XCCL_VENDOR / XCCL_SIMULATE, else auto)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -423,7 +425,8 @@ def _selected(env: Mapping[str, str], vendor: str | None, registry: Any) -> tupl
         plugin = registry.select(name)
     except XcclError as exc:
         fix = getattr(exc, "fix", "") or "see the plugins section above"
-        return None, Finding("selected", name, "fail", f"xccl.init(vendor={name!r}) would fail: {exc}", fix)
+        reason = getattr(exc, "reason", "") or str(exc)  # BackendUnavailable's message repeats its fix
+        return None, Finding("selected", name, "fail", f"xccl.init(vendor={name!r}) would fail: {reason}", fix)
     how = "named" if name != "auto" else "auto-selected"
     summary = f"{how}: {plugin.name} ({plugin.vendor}), backend {plugin.backend}, device {plugin.device_type}"
     return plugin.name, Finding("selected", plugin.name, "ok", summary)
