@@ -266,10 +266,12 @@ def all_reduce(tensor: torch.Tensor, op: Any = SUM, group: Any = None, async_op:
     if ctx.check:
         _check(ctx, _ALL_REDUCE, (tensor,), op)
     try:
-        return kernel(ctx, tensor, op, group, async_op)
+        work = kernel(ctx, tensor, op, group, async_op)
     except RuntimeError as exc:
         raise_typed(exc, ctx, "all_reduce")
         raise
+    # Async handles are wrapped so wait() raises typed faults too; the sync path returns None untouched.
+    return work if work is None else _TypedWork(work, ctx, "all_reduce", _monotonic())
 
 
 def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group: Any = None, async_op: bool = False) -> Any:

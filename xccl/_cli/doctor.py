@@ -233,10 +233,11 @@ def _autoload(env: Mapping[str, str], try_import: bool) -> list[Finding]:
     names = {ep.name: ep.value for ep in eps}
     if not eps:
         return [Finding("autoload", "import torch", "ok", "no device-backend extension is registered for autoload")]
-    facts = {**names, _AUTOLOAD_ENV: env.get(_AUTOLOAD_ENV, "(unset: on)")}
+    shim = env.get("XCCL_DOCTOR_AUTOLOAD_SET_BY_SHIM") == "1"  # set by the `xccl` console script, not the user
+    facts = {**names, _AUTOLOAD_ENV: "(unset: on)" if shim else env.get(_AUTOLOAD_ENV, "(unset: on)")}
     if not try_import:
         return [Finding("autoload", "import torch", "info", f"autoloaded extensions: {', '.join(names)}", facts=facts)]
-    child = {k: v for k, v in env.items() if k != _AUTOLOAD_ENV}
+    child = {k: v for k, v in env.items() if k not in (_AUTOLOAD_ENV, "XCCL_DOCTOR_AUTOLOAD_SET_BY_SHIM")}
     ok, error = _import_torch(child)
     if ok:
         return [Finding(
