@@ -436,10 +436,12 @@ def _shutdown_at_exit() -> None:
 def shutdown() -> None:
     """Destroy the process groups and forget the world; ``xccl.init`` may be called again afterwards."""
     runtime = _STATE.runtime
+    # Drop our references to the process groups first, so that destroy_process_group releases the last ones
+    # and the backends are torn down there, in order, rather than later by whoever drops a reference last.
+    _STATE.world = _STATE.args = _STATE.runtime = _STATE.default = None
+    _STATE.groups.clear()
+    _STATE.comm_names.clear()
     if dist.is_initialized():
         dist.destroy_process_group()
     if runtime is not None:
         runtime.shutdown()
-    _STATE.world = _STATE.args = _STATE.runtime = _STATE.default = None
-    _STATE.groups.clear()
-    _STATE.comm_names.clear()
