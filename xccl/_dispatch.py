@@ -66,6 +66,8 @@ _NATIVE: Final[dict[Collective, Kernel]] = {
     C.RECV: lambda ctx, t, peer, g, a: dist.irecv(t, peer, g) if a else dist.recv(t, peer, g),
 }
 
+_NATIVE_ALL_REDUCE: Final = _NATIVE[C.ALL_REDUCE]
+_dist_all_reduce: Final = dist.all_reduce
 _WARNED: Final[set[tuple[str, str]]] = set()
 _monotonic: Final = time.monotonic
 _TypedWork: Final = _faults.TypedWork
@@ -266,7 +268,11 @@ def all_reduce(tensor: torch.Tensor, op: Any = SUM, group: Any = None, async_op:
     if ctx.check:
         _check(ctx, _ALL_REDUCE, (tensor,), op)
     try:
-        work = kernel(ctx, tensor, op, group, async_op)
+        # The native kernel is called directly: one Python frame less on the path benchmarked per call.
+        if kernel is _NATIVE_ALL_REDUCE:
+            work = _dist_all_reduce(tensor, op, group, async_op)
+        else:
+            work = kernel(ctx, tensor, op, group, async_op)
     except RuntimeError as exc:
         raise_typed(exc, ctx, "all_reduce")
         raise
