@@ -94,7 +94,7 @@ def main() -> int:
     for proc in procs:
         proc.join(timeout=60)
     mx, md = statistics.median(res["xccl_s"]), statistics.median(res["torch_s"])
-    ratios = [x / d for x, d in zip(res["xccl_s"], res["torch_s"])]
+    ratios = [x / d for x, d in zip(res["xccl_s"], res["torch_s"], strict=True)]
     out = {
         "world_size": 2,
         "tensor": "1 x float32",

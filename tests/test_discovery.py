@@ -61,9 +61,9 @@ def test_broken_entry_points_are_listed_not_raised(name, status, phrase):
 def test_selecting_a_broken_plugin_raises_typed():
     with pytest.raises(xccl.BackendUnavailable, match="No module named"):
         xccl.Registry().get("broken-import")
-    with pytest.raises(xccl.BackendNotFound, match="discovered: .*cpu"):
+    with pytest.raises(xccl.BackendNotFound, match=r"discovered: .*cpu"):
         xccl.Registry().select("no-such-vendor")
-    with pytest.raises(xccl.BackendUnavailable, match="CPU-only|no CUDA"):
+    with pytest.raises(xccl.BackendUnavailable, match=r"CPU-only|no CUDA"):
         xccl.Registry().select("cuda")
 
 

@@ -129,7 +129,7 @@ def body_patch_torch() -> dict[str, Any]:
         patched = list(patch.patched)
     return {
         "unpatched_breaks": unpatched_breaks,
-        "equal": all(torch.equal(a, b) for a, b in zip(ref, got)),
+        "equal": all(torch.equal(a, b) for a, b in zip(ref, got, strict=True)),
         "restored": dist.broadcast is original and not hasattr(dist.send, "__xccl_original__"),
         "patched_broadcast": "torch.distributed.broadcast" in patched,
     }
@@ -174,7 +174,7 @@ def body_patch_deepspeed() -> dict[str, Any]:
     finally:
         patch.restore()
     return {
-        "equal": all(torch.equal(a, b) for a, b in zip(ref, got)),
+        "equal": all(torch.equal(a, b) for a, b in zip(ref, got, strict=True)),
         "deepspeed_patched": patch.deepspeed,
         "restored": not hasattr(dsc.all_reduce, "__xccl_original__"),
     }

@@ -9,6 +9,8 @@ Importing xccl imports torch but no vendor SDK: plugins are discovered from entr
 are imported only once selected.
 """
 
+from torch.distributed import ReduceOp
+
 from ._capabilities import CapabilityTable, Collective, Level, Mode, Resolution, Support
 from ._dispatch import (
     EmulationWarning,
@@ -52,8 +54,6 @@ from ._init import DEFAULT_TIMEOUT, World, comm_name, get_world, init, new_group
 from ._parallel import ParallelGroup, ParallelGroups, parallel_groups, parallel_layout
 from ._plugin import PLUGIN_API_VERSION, Plugin, ProbeResult, Runtime
 from ._registry import PluginInfo, Registry, Status, capabilities, plugins
-
-from torch.distributed import ReduceOp
 
 __version__ = "0.1.0"
 

@@ -200,7 +200,7 @@ class CapabilityTable:
         table.require("all_reduce", dtype=torch.bfloat16, reduce_op="avg")
     """
 
-    __slots__ = ("backend", "_entries", "notes")
+    __slots__ = ("_entries", "backend", "notes")
 
     def __init__(
         self,

@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from . import _emulate, _faults, _graph
 from ._capabilities import Collective, Level, reduce_op_name
-from ._errors import InvalidArgument, UnsupportedCollective, XcclError
+from ._errors import InvalidArgument, UnsupportedCollective
 from ._init import _STATE, GroupContext, context
 
 LOG = logging.getLogger("xccl")
@@ -372,7 +372,7 @@ def all_to_all(
     outs = _tensor_list(ctx, "all_to_all", "output_tensor_list", output_tensor_list, ctx.size)
     ins = _tensor_list(ctx, "all_to_all", "input_tensor_list", input_tensor_list, ctx.size)
     dtype = ins[0].dtype
-    for i, t in enumerate([*outs, *ins]):
+    for t in [*outs, *ins]:
         if t.dtype != dtype:
             raise InvalidArgument("all_to_all", f"tensors have mixed dtypes ({t.dtype} vs {dtype})")
     if outs[ctx.rank].numel() != ins[ctx.rank].numel():

@@ -7,6 +7,7 @@ dispatch needs (the plugin's table, the resolved kernel per call shape) so the p
 from __future__ import annotations
 
 import atexit
+import contextlib
 import datetime as _dt
 import os
 import time
@@ -17,8 +18,7 @@ from typing import Any, Final, Literal, final
 import torch
 import torch.distributed as dist
 
-from ._capabilities import CapabilityTable
-from ._capabilities import Collective
+from ._capabilities import CapabilityTable, Collective
 from ._errors import BackendUnavailable, InitError, InvalidArgument, RendezvousTimeout, UnsupportedCollective, XcclError
 from ._plugin import Plugin, Runtime
 from ._registry import Registry, default_registry
@@ -61,8 +61,19 @@ class GroupContext:
     """Per-process-group dispatch state: plugin, table, ranks, and the cache of resolved kernels."""
 
     __slots__ = (
-        "group", "runtime", "table", "size", "rank", "ranks", "plans", "name", "fallback", "check", "seq", "side",
+        "check",
         "device_type",
+        "fallback",
+        "group",
+        "name",
+        "plans",
+        "rank",
+        "ranks",
+        "runtime",
+        "seq",
+        "side",
+        "size",
+        "table",
     )
 
     def __init__(self, group: dist.ProcessGroup, runtime: Runtime, ranks: Sequence[int], world: World) -> None:
@@ -427,10 +438,9 @@ def comm_name(group: Any = None) -> str:
 
 def _shutdown_at_exit() -> None:
     if _STATE.world is not None:
-        try:
+        # At exit, a failing teardown must not mask the program's own status.
+        with contextlib.suppress(Exception):
             shutdown()
-        except Exception:  # noqa: BLE001 - at exit, a failing teardown must not mask the program's own status
-            pass
 
 
 def shutdown() -> None:

@@ -178,7 +178,7 @@ def _load_one(name: str, target: str, dist_name: str, load: Callable[[], object]
     try:
         obj = load()
         plugin = obj() if callable(obj) and not isinstance(obj, Plugin) else obj
-    except Exception as exc:  # noqa: BLE001 - any import error must be listed, not raised
+    except Exception as exc:
         LOG.debug("xccl plugin %s failed to load", name, exc_info=True)
         return PluginInfo(
             name,
@@ -209,7 +209,7 @@ def _load_one(name: str, target: str, dist_name: str, load: Callable[[], object]
         )
     try:
         probe = plugin.probe()
-    except Exception as exc:  # noqa: BLE001 - a crashing probe is a plugin bug to report, not to propagate
+    except Exception as exc:
         LOG.debug("xccl plugin %s probe raised", name, exc_info=True)
         probe = ProbeResult.unavailable(f"its probe raised {type(exc).__name__}: {exc}", "report this to its authors")
     status = Status.AVAILABLE if probe.available else Status.UNAVAILABLE
@@ -238,7 +238,7 @@ def _distribution_of(target: str) -> str:
     try:
         names = _packages_distributions().get(top, [])
         return " ".join((names[0], metadata.version(names[0]))) if names else ""
-    except Exception:  # noqa: BLE001 - only decorates messages
+    except Exception:
         return ""
 
 

@@ -50,7 +50,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _rank_main(rank: int, args: argparse.Namespace) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(args.nproc), LOCAL_RANK=str(rank))
-    import torch
 
     import xccl
 
@@ -65,7 +64,6 @@ def _rank_main(rank: int, args: argparse.Namespace) -> None:
 
 
 def _train(world: Any, args: argparse.Namespace) -> None:
-    import torch
     import torch.nn.functional as F
 
     import xccl

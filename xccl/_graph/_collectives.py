@@ -251,7 +251,7 @@ def all_to_all(
     osz = [t.numel() for t in output_tensor_list]
     out = _all_to_all(g, native, torch.cat([t.reshape(-1) for t in input_tensor_list]), osz, isz)
     offset = 0
-    for t, n in zip(output_tensor_list, osz):
+    for t, n in zip(output_tensor_list, osz, strict=True):
         t.copy_(out[offset : offset + n].view(t.shape))
         offset = offset + n
     return _work(async_op)
@@ -329,7 +329,7 @@ def gather(
         fail("gather", "gather_list must have one tensor per rank of the group on the destination rank")
     outs = _chained(g, _X.gather, tensor, r)
     if g.rank == r and gather_list is not None:
-        for t, o in zip(gather_list, outs):
+        for t, o in zip(gather_list, outs, strict=True):
             t.copy_(o)
     return _work(async_op)
 

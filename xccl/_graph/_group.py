@@ -125,7 +125,7 @@ def _table_of(pg: Any) -> tuple[CapabilityTable, str, torch.device, str]:
 
 
 def _info(pg: Any) -> GroupInfo:
-    table, backend, device, _ = _table_of(pg)
+    _table, backend, device, _ = _table_of(pg)
     name = pg.group_name
     if name not in TOKENS:
         TOKENS[name] = torch.zeros(1, dtype=torch.int32, device=device)
