@@ -11,7 +11,7 @@ are imported only once selected.
 
 from torch.distributed import ReduceOp
 
-from ._capabilities import CapabilityTable, Collective, Level, Mode, Resolution, Support
+from ._capabilities import CapabilityTable, Collective, Level, Mode, Resolution, Support, table_from
 from ._dispatch import (
     EmulationWarning,
     all_gather,
@@ -54,6 +54,7 @@ from ._init import DEFAULT_TIMEOUT, World, comm_name, get_world, init, new_group
 from ._parallel import ParallelGroup, ParallelGroups, parallel_groups, parallel_layout
 from ._plugin import PLUGIN_API_VERSION, Plugin, ProbeResult, Runtime
 from ._registry import PluginInfo, Registry, Status, capabilities, plugins
+from ._sim import SimProfile
 
 __version__ = "0.1.0"
 
@@ -84,6 +85,7 @@ __all__ = [
     "RendezvousTimeout",
     "Resolution",
     "Runtime",
+    "SimProfile",
     "Status",
     "Support",
     "UnsupportedCollective",
@@ -124,4 +126,5 @@ __all__ = [
     "scatter",
     "send",
     "shutdown",
+    "table_from",
 ]
