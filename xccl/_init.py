@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime as _dt
+import gc
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -455,3 +456,7 @@ def shutdown() -> None:
         dist.destroy_process_group()
     if runtime is not None:
         runtime.shutdown()
+    # A process group can still be held by garbage reference cycles (a stored exception's traceback keeps the
+    # frames that created it alive). Collect them now: if the collector only meets them during interpreter
+    # shutdown, gloo's worker threads need the GIL to drop their last tensor and the process aborts.
+    gc.collect()

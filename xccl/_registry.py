@@ -92,19 +92,20 @@ class Registry:
             return self._loaders
         from stevedore import ExtensionManager
 
-        failed: list[tuple[str, str, BaseException]] = []
+        failed: list[tuple[str, str, Callable[[], object]]] = []
 
         def on_failure(_mgr: object, ep: object, exc: BaseException) -> None:
-            # stevedore would log and drop it; we list it as failed with its error instead.
-            failed.append((getattr(ep, "name", "?"), getattr(ep, "value", "?"), exc))
+            # stevedore would log and drop it; we list it as failed with its error instead. Only its type name
+            # and message are kept (see _ImportFailed for why not the exception itself).
+            failed.append((getattr(ep, "name", "?"), getattr(ep, "value", "?"), _raiser(exc)))
 
         mgr = ExtensionManager(NAMESPACE, invoke_on_load=False, on_load_failure_callback=on_failure)
         out: list[tuple[str, str, str, Callable[[], object]]] = [
             (ext.name, ext.entry_point.value, _distribution_of(ext.entry_point.value), (lambda o=ext.plugin: o))
             for ext in mgr
         ]
-        for name, target, exc in failed:
-            out.append((name, target, _distribution_of(target), _raiser(exc)))
+        for name, target, load in failed:
+            out.append((name, target, _distribution_of(target), load))
         return out
 
     def infos(self, *, refresh: bool = False) -> dict[str, PluginInfo]:
@@ -183,7 +184,7 @@ def _load_one(name: str, target: str, dist_name: str, load: Callable[[], object]
         return PluginInfo(
             name,
             Status.FAILED,
-            f"importing {target} failed: {type(exc).__name__}: {exc}",
+            f"importing {target} failed: {getattr(exc, 'type_name', type(exc).__name__)}: {exc}",
             f"reinstall or fix the distribution {dist_name or 'that declares it'}",
             target,
             dist_name,
@@ -216,9 +217,25 @@ def _load_one(name: str, target: str, dist_name: str, load: Callable[[], object]
     return PluginInfo(name, status, probe.reason, probe.fix, target, dist_name, plugin, dict(probe.facts))
 
 
+class _ImportFailed(Exception):
+    """Stands in for an entry point's import error: its type name and message, nothing else.
+
+    Keeping the original exception and raising it again makes a reference cycle (exception -> traceback ->
+    frame -> closure -> exception) that keeps the calling frames alive until the garbage collector runs; those
+    frames can hold process groups (``xccl.init``'s), whose gloo threads then die at interpreter exit
+    (``std::terminate``: "terminate called without an active exception").
+    """
+
+    def __init__(self, type_name: str, message: str) -> None:
+        self.type_name = type_name
+        super().__init__(message)
+
+
 def _raiser(exc: BaseException) -> Callable[[], object]:
+    type_name, message = type(exc).__name__, str(exc)
+
     def load() -> object:
-        raise exc
+        raise _ImportFailed(type_name, message)
 
     return load
 
