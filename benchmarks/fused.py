@@ -2,13 +2,15 @@
 
 For each op and shape, every rank times, in interleaved rounds so that all variants see the same machine noise:
 
-* ``seq``: the plain sequence (``chunks=1``: one matmul, then one blocking collective);
-* ``fused``: the portable pipelined version with the chunk count the cost model picks (or ``--chunks``);
+* ``seq``: the unfused sequence a user writes: ``torch.mm``, then the blocking xccl collective (or the reverse);
+* ``fused``: the fused op as called by default (the chunk count the cost model picks; where it picks 1 this is the
+  plain sequence inside the op), or ``--chunks`` / each count of ``--sweep``;
 * ``mm``: the matmul alone; ``comm``: the collective alone (same sizes, output allocated as in the op).
 
 A round's time is the slowest rank's; each variant reports the minimum over rounds (the least disturbed run on a
-shared machine) and the median. Derived per shape: ``speedup = seq / fused``; ``fused/seq`` against its limit
-``max(mm, comm) / (mm + comm)`` (perfect overlap); and the share of the hideable time actually hidden,
+shared machine) and the median, and the median CPU time of the rank process (all threads, gloo's included).
+Derived per shape: ``speedup = seq / fused``; ``fused/seq`` against its limit ``max(mm, comm) / (mm + comm)``
+(perfect overlap); the collective's CPU share (CPU time over wall time); and the share of the hideable time hidden,
 ``hidden = (mm + comm - fused) / min(mm, comm)`` (100% is perfect overlap; negative means slower than the sum).
 
 Usage::
@@ -76,6 +78,10 @@ def _case(op: str, shape: str, dtype: torch.dtype, world: int, rank: int) -> dic
 
         def comm() -> None:
             xccl.reduce_scatter_tensor(y.new_empty((m // world, n)), y)
+
+        def seq() -> None:
+            z = torch.mm(a, b)
+            xccl.reduce_scatter_tensor(z.new_empty((m // world, n)), z)
     elif op == "mm_all_reduce":
         y = torch.mm(a, b)
 
@@ -84,6 +90,9 @@ def _case(op: str, shape: str, dtype: torch.dtype, world: int, rank: int) -> dic
 
         def comm() -> None:
             xccl.all_reduce(y)
+
+        def seq() -> None:
+            xccl.all_reduce(torch.mm(a, b))
     else:
         g = a.new_empty((m, k))
 
@@ -93,7 +102,12 @@ def _case(op: str, shape: str, dtype: torch.dtype, world: int, rank: int) -> dic
         def comm() -> None:
             xccl.all_gather_into_tensor(a.new_empty((m, k)), a)
 
-    return {"a": a, "b": b, "fused": fused, "mm": mm, "comm": comm}
+        def seq() -> None:
+            h = a.new_empty((m, k))
+            xccl.all_gather_into_tensor(h, a)
+            torch.mm(h, b)
+
+    return {"a": a, "b": b, "fused": fused, "mm": mm, "comm": comm, "seq": seq}
 
 
 def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any) -> None:
@@ -107,13 +121,15 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
 
     xccl.init("cpu", fallback="emulate")
 
-    def timed(fn: Any) -> float:
+    def timed(fn: Any) -> tuple[float, float]:
+        """Wall time of the slowest rank, and this process's CPU time (all its threads: gloo's too)."""
         xccl.barrier()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-        xccl.all_reduce(dt, xccl.ReduceOp.MAX)  # the slowest rank's time is the op's time
-        return float(dt.item())
+        cpu = time.process_time() - c0
+        dt = torch.tensor([time.perf_counter() - t0, cpu], dtype=torch.float64)
+        xccl.all_reduce(dt, xccl.ReduceOp.MAX)
+        return float(dt[0]), float(dt[1])
 
     results = []
     for op in args.ops:
@@ -125,28 +141,29 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
                 m, k, n = (int(x) for x in shape.split("x"))
                 rows = {"mm_reduce_scatter": m // world, "all_gather_mm": m // world, "mm_all_reduce": m}[op]
                 auto = choose_chunks(Collective(op), "cpu", dtype, rows, k, n, world)
-                variants: dict[str, Any] = {
-                    "seq": lambda fused=fused, a=a, b=b: fused(a, b, chunks=1),
-                    "mm": case["mm"],
-                    "comm": case["comm"],
-                }
+                variants: dict[str, Any] = {"seq": case["seq"], "mm": case["mm"], "comm": case["comm"]}
                 counts = sorted({int(c) for c in args.sweep.split(",")}) if args.sweep else [args.chunks or auto]
                 for c in counts:
-                    if c != 1:
-                        variants[f"c{c}"] = lambda c=c, fused=fused, a=a, b=b: fused(a, b, chunks=c)
+                    # The default call (chunks=None) when timing the model's choice, so its cost is included.
+                    chosen = None if not args.sweep and not args.chunks else c
+                    variants[f"c{c}"] = lambda c=chosen, fused=fused, a=a, b=b: fused(a, b, chunks=c)
                 times: dict[str, list[float]] = {v: [] for v in variants}
+                cpu: dict[str, list[float]] = {v: [] for v in variants}
                 for fn in variants.values():  # warm up: allocator, gloo buffers, matmul kernels
                     fn()
                 names = list(variants)
                 for r in range(args.rounds):
                     order = names if r % 2 == 0 else names[::-1]
                     for v in order:
-                        times[v].append(timed(variants[v]))
+                        wall, used = timed(variants[v])
+                        times[v].append(wall)
+                        cpu[v].append(used)
                 row = {
                     "op": op, "shape": shape, "dtype": dname, "world_size": world, "auto_chunks": auto,
                     "chunks": [len(_bounds(rows, c)) for c in counts],
                     "min_s": {v: min(ts) for v, ts in times.items()},
                     "median_s": {v: statistics.median(ts) for v, ts in times.items()},
+                    "cpu_median_s": {v: statistics.median(ts) for v, ts in cpu.items()},
                 }
                 results.append(row)
                 if rank == 0:
@@ -164,13 +181,15 @@ def _is_chunked(variant: str) -> bool:
 def _derive(row: dict[str, Any]) -> dict[str, Any]:
     t = row["min_s"]
     mm, comm, seq = t["mm"], t["comm"], t["seq"]
-    fused_key = min((k for k in t if _is_chunked(k)), key=lambda k: t[k], default="seq")
+    fused_key = min((k for k in t if _is_chunked(k)), key=lambda k: t[k])
     fused = t[fused_key]
+    comm_cpu = min(row["cpu_median_s"]["comm"], comm)
     return {
         "fused_variant": fused_key,
         "speedup": seq / fused,
         "fused_over_seq": fused / seq,
         "limit": max(mm, comm) / (mm + comm),
+        "comm_cpu_share": comm_cpu / comm,
         "hidden": (mm + comm - fused) / min(mm, comm),
     }
 
@@ -182,37 +201,40 @@ def _line(row: dict[str, Any]) -> str:
     return (
         f"{row['op']:18s} {row['shape']:15s} {row['dtype']:8s} auto={row['auto_chunks']} "
         f"seq={t['seq'] * 1e3:7.1f}ms {sweep} mm={t['mm'] * 1e3:.1f} comm={t['comm'] * 1e3:.1f} "
-        f"speedup={d['speedup']:.2f}x fused/seq={d['fused_over_seq']:.2f} (limit {d['limit']:.2f}) "
-        f"hidden={d['hidden'] * 100:.0f}%"
+        f"comm_cpu={d['comm_cpu_share'] * 100:.0f}% speedup={d['speedup']:.2f}x "
+        f"fused/seq={d['fused_over_seq']:.2f} (limit {d['limit']:.2f}) hidden={d['hidden'] * 100:.0f}%"
     )
 
 
 def _markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The results as a Markdown table with its legend."""
     out = [
-        "# Fused matmul + collective: portable pipelined version vs the plain sequence",
-        "",
         f"{meta['world_size']} CPU ranks over gloo (loopback), {meta['threads']} compute thread each, torch "
-        f"{meta['torch']}, {meta['cpus']} cores shared with other work; `python benchmarks/fused.py` "
-        f"({meta['rounds']} interleaved rounds, minimum over rounds, slowest rank per round).",
+        f"{meta['torch']}, {meta['cpus']} cores, {meta['malloc']} malloc; {meta['rounds']} interleaved rounds, "
+        "minimum over rounds of the slowest rank's time.",
         "",
-        "| op | m x k x n | dtype | chunks | sequential ms | fused ms | speedup | mm ms | comm ms | fused/seq "
-        "| limit | hidden |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| op | m x k x n | dtype | chunks | sequential ms | fused ms | speedup | mm ms | comm ms | comm CPU "
+        "| fused/seq | limit | hidden |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         t, d = row["min_s"], _derive(row)
-        chunks = d["fused_variant"][1:] if d["fused_variant"] != "seq" else "1"
+        chunks = d["fused_variant"][1:]
+        chunks = "1 (plain)" if chunks == "1" else chunks
         out.append(
             f"| {row['op']} | {row['shape'].replace('x', ' x ')} | {row['dtype']} | {chunks} "
             f"| {t['seq'] * 1e3:.1f} | {t[d['fused_variant']] * 1e3:.1f} | {d['speedup']:.2f}x "
-            f"| {t['mm'] * 1e3:.1f} | {t['comm'] * 1e3:.1f} | {d['fused_over_seq']:.2f} | {d['limit']:.2f} "
-            f"| {d['hidden'] * 100:.0f}% |"
+            f"| {t['mm'] * 1e3:.1f} | {t['comm'] * 1e3:.1f} | {d['comm_cpu_share'] * 100:.0f}% "
+            f"| {d['fused_over_seq']:.2f} | {d['limit']:.2f} | {d['hidden'] * 100:.0f}% |"
         )
     out += [
         "",
-        "`fused/seq` cannot go below `limit = max(mm, comm) / (mm + comm)` (everything hidden); `hidden = (mm + comm"
-        " - fused) / min(mm, comm)` is the share of the hideable time that was hidden. all_gather_mm's shapes are "
-        "m (rows after the gather) x k x n; it moves k columns where the others move n.",
+        "`sequential`: `torch.mm` and the blocking xccl collective, one after the other (what the op replaces). "
+        "`fused`: the op as called by default; `chunks` is the cost model's choice (`1 (plain)`: it runs the plain "
+        "sequence inside the op). `comm CPU`: CPU time of the collective alone (all threads of a rank) over its "
+        "wall time. `limit = max(mm, comm) / (mm + comm)`: the best `fused/seq` with perfect overlap. `hidden = "
+        "(mm + comm - fused) / min(mm, comm)`: the share of the hideable time hidden (negative: slower than mm and "
+        "comm measured apart).",
         "",
     ]
     return "\n".join(out)
@@ -230,24 +252,52 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sweep", default="", help="comma list of chunk counts to time instead of the model's choice")
     p.add_argument("--json", default="benchmarks/results/fused.json")
     p.add_argument("--markdown", default="", help="also write the table to this file")
+    p.add_argument(
+        "--system-malloc", action="store_true",
+        help="leave glibc's malloc as it is (default: keep freed memory, as accelerators' caching allocators do)",
+    )
+    p.add_argument(
+        "--merge", nargs="+", metavar="JSON",
+        help="run nothing: merge these result files (e.g. one per op, each run when the machine was quiet)",
+    )
     args = p.parse_args(argv)
+    if args.merge:
+        runs = [json.loads(Path(f).read_text()) for f in args.merge]
+        return _write(args, [row for run in runs for row in run["results"]], runs[0]["meta"])
+    if not args.system_malloc:
+        # glibc returns every buffer of 32 MB or more to the kernel on free, so each new one page-faults afresh:
+        # on this VM 60-80 ms per 64 MB, more than the matmul. Smaller chunks stay in the heap, which would credit
+        # the pipelined version with a gain that has nothing to do with overlap. Keep freed memory instead, like
+        # the caching allocators of CUDA and Ascend. glibc reads these at process start; the spawned ranks do.
+        os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 40))
+        os.environ.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 40))
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     port = _port()
     procs = [ctx.Process(target=_rank, args=(r, args.world_size, port, args, queue)) for r in range(args.world_size)]
     for proc in procs:
         proc.start()
+    # Rank 0 puts its results, or dies without: poll so a failed rank does not leave us waiting forever.
+    rows = None
+    while rows is None and all(proc.exitcode in (None, 0) for proc in procs):
+        if not queue.empty():
+            rows = queue.get()
+        else:
+            time.sleep(0.2)
     for proc in procs:
         proc.join()
-    if any(proc.exitcode for proc in procs):
+    if rows is None or any(proc.exitcode for proc in procs):
         print("a rank failed", file=sys.stderr)
         return 1
-    rows = queue.get()
     meta = {
         "world_size": args.world_size, "threads": args.threads, "rounds": args.rounds, "torch": torch.__version__,
         "cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
-        "load_average": os.getloadavg(),
+        "load_average": os.getloadavg(), "malloc": "system" if args.system_malloc else "caching",
     }
+    return _write(args, rows, meta)
+
+
+def _write(args: argparse.Namespace, rows: list[dict[str, Any]], meta: dict[str, Any]) -> int:
     for row in rows:
         row.update(_derive(row))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -57,8 +57,8 @@ A plugin provides a fused kernel through ``Runtime.kernels()`` under the op's :c
 The portable pipelined version
 ------------------------------
 The matmul is split into ``c`` row chunks; chunk ``i``'s collective is issued asynchronously (``async_op=True``
-through xccl's own public collectives, so emulated collectives work too) and runs while chunk ``i + 1`` is
-multiplied. Every rank issues the same collectives in the same order, since ``c`` and the chunk bounds depend only
+through xccl's own public collectives: ``reduce_scatter_tensor``, ``all_gather`` (list form, into the final
+places), ``all_reduce``; so emulated collectives work too) and runs while chunk ``i + 1`` is multiplied. Every rank issues the same collectives in the same order, since ``c`` and the chunk bounds depend only
 on shapes and options. ``c`` comes from a cost model (:func:`choose_chunks`: matmul flops against bytes moved,
 per device type, :class:`Tuning`); ``c == 1`` is the plain sequence, chosen where the predicted gain is too small
 to pay for smaller matmuls and more collective calls. ``chunks=`` overrides it.
@@ -153,15 +153,20 @@ class Tuning:
     flops: float
     #: Matmul rate of 16-bit floats relative to fp32 (CPUs without bf16 instructions are much slower).
     half_speed: float
-    #: Bytes per second of the collective's payload (the full matrix it reduces or gathers), per collective.
+    #: Bus bandwidth per collective, bytes/s, as nccl-tests define it: a collective over W ranks whose full matrix
+    #: (the one reduced, or gathered) has S bytes takes ``S·f/bw`` with ``f = 2(W-1)/W`` for all-reduce and
+    #: ``(W-1)/W`` for reduce-scatter and all-gather.
     bw_all_reduce: float
     bw_reduce_scatter: float
     bw_all_gather: float
     #: Fixed cost of issuing one more collective and one more, smaller matmul (seconds).
     per_chunk: float
-    #: Fraction of the shorter phase that overlap can hide (below 1 where communication competes for the
-    #: same cores, as gloo's threads do with the matmul on CPU).
-    overlap: float
+    #: Per collective, the fraction of the shorter phase that overlap can hide: near 1 where the collective runs
+    #: on its own engine (a communication stream), lower where it competes for the same cores (gloo's threads
+    #: doing the reduction and the loopback copies beside the matmul on CPU).
+    overlap_all_reduce: float
+    overlap_reduce_scatter: float
+    overlap_all_gather: float
     #: Predicted relative gain below which the plain sequence runs.
     min_gain: float = 0.05
     #: Most chunks ever used.
@@ -170,16 +175,20 @@ class Tuning:
     min_rows: int = 64
 
 
-# CPU numbers measured on gloo over loopback, 2 ranks with one thread each (benchmarks/fused.py); accelerator
-# numbers are order-of-magnitude defaults (NVLink / HCCS class links), to be calibrated per machine.
+# CPU numbers measured on gloo over loopback, 2 ranks with one thread each (benchmarks/fused.py,
+# docs/performance_fused.md). gloo's all-reduce and reduce-scatter are CPU-bound there (their CPU time is 85-100%
+# of their wall time: reductions and loopback copies), so they barely overlap a matmul and the model keeps the
+# plain sequence; gather chunks issued together finish in about half the time of one big gather, which the
+# all-gather's "overlap" stands for. Accelerator numbers are order-of-magnitude defaults (NVLink / HCCS class
+# links), to be calibrated per machine.
 _TUNING: dict[str, Tuning] = {
     "cpu": Tuning(
-        flops=1.0e11, half_speed=0.2, bw_all_reduce=1.0e9, bw_reduce_scatter=0.5e9, bw_all_gather=1.0e9,
-        per_chunk=1.5e-3, overlap=0.6,
+        flops=1.5e11, half_speed=0.2, bw_all_reduce=1.5e9, bw_reduce_scatter=0.55e9, bw_all_gather=0.5e9,
+        per_chunk=1.0e-3, overlap_all_reduce=0.1, overlap_reduce_scatter=0.1, overlap_all_gather=0.8,
     ),
     "cuda": Tuning(
-        flops=2.0e14, half_speed=2.0, bw_all_reduce=1.0e11, bw_reduce_scatter=2.0e11, bw_all_gather=2.0e11,
-        per_chunk=3.0e-5, overlap=0.9,
+        flops=2.0e14, half_speed=2.0, bw_all_reduce=1.0e11, bw_reduce_scatter=1.0e11, bw_all_gather=1.0e11,
+        per_chunk=3.0e-5, overlap_all_reduce=0.9, overlap_reduce_scatter=0.9, overlap_all_gather=0.9,
     ),
 }
 _DEFAULT_ACCELERATOR: Final = _TUNING["cuda"]
@@ -191,7 +200,7 @@ def tuning(device_type: str) -> Tuning:
 
 
 def set_tuning(device_type: str, value: Tuning | None = None, **changes: Any) -> Tuning:
-    """Replace (``value``) or adjust (``**changes``, e.g. ``overlap=0.8``) the constants for ``device_type``.
+    """Replace (``value``) or adjust (``**changes``, e.g. ``per_chunk=1e-4``) the constants for ``device_type``.
 
     Every rank must make the same change: the chunk count decides which collectives are issued.
     """
@@ -200,9 +209,13 @@ def set_tuning(device_type: str, value: Tuning | None = None, **changes: Any) ->
     return new
 
 
-def _comm_time(t: Tuning, op: Collective, payload: int) -> float:
-    bw = {C.MM_REDUCE_SCATTER: t.bw_reduce_scatter, C.ALL_GATHER_MM: t.bw_all_gather}.get(op, t.bw_all_reduce)
-    return payload / bw
+def _comm_time(t: Tuning, op: Collective, payload: int, world_size: int) -> float:
+    share = (world_size - 1) / world_size
+    if op is C.MM_REDUCE_SCATTER:
+        return payload * share / t.bw_reduce_scatter
+    if op is C.ALL_GATHER_MM:
+        return payload * share / t.bw_all_gather
+    return payload * 2 * share / t.bw_all_reduce
 
 
 def choose_chunks(
@@ -233,18 +246,21 @@ def choose_chunks(
     full_rows = rows * world_size if op is not C.MM_ALL_REDUCE else rows
     mm = 2.0 * full_rows * k * n / speed
     payload = full_rows * (k if op is C.ALL_GATHER_MM else n) * dtype.itemsize
-    comm = _comm_time(t, op, payload)
+    comm = _comm_time(t, op, payload, world_size)
     seq = mm + comm
-    hideable = t.overlap * min(mm, comm)
-    best_c, best = 1, seq
+    overlap = {C.MM_REDUCE_SCATTER: t.overlap_reduce_scatter, C.ALL_GATHER_MM: t.overlap_all_gather}.get(
+        op, t.overlap_all_reduce
+    )
+    hideable = overlap * min(mm, comm)
     limit = max(1, min(t.max_chunks, rows // max(1, t.min_rows)))
-    for c in range(2, limit + 1):
-        cost = seq - hideable * (1.0 - 1.0 / c) + (c - 1) * t.per_chunk
-        if cost < best:
-            best_c, best = c, cost
-    if best_c > 1 and (seq - best) < t.min_gain * seq:
+    costs = {c: seq - hideable * (1.0 - 1.0 / c) + (c - 1) * t.per_chunk for c in range(2, limit + 1)}
+    paying = {c: cost for c, cost in costs.items() if cost <= (1.0 - t.min_gain) * seq}
+    if not paying:
         return 1
-    return best_c
+    # The curve is flat near its minimum: take the fewest chunks within 1% of it (less exposed to the model's
+    # error on per-chunk costs).
+    best = min(paying.values())
+    return min(c for c, cost in paying.items() if cost <= best + 0.01 * seq)
 
 
 def _bounds(rows: int, chunks: int) -> list[tuple[int, int]]:
@@ -446,12 +462,18 @@ def _mm_reduce_scatter_portable(
         rs(out, y, op, group)
         return out
     # Chunk j holds rows [lo, hi) of every destination rank's block, so its reduce-scatter lands in rows [lo, hi)
-    # of this rank's output: contiguous, written in place, no copy at the end.
-    blocks = a.reshape(w, block, k)
+    # of this rank's output: contiguous, written in place, no copy at the end. One matmul per destination block
+    # reads a's rows where they are (gathering them first would copy a).
     works, keep = [], []
     for lo, hi in _bounds(block, c):
-        rows = blocks[:, lo:hi].reshape(w * (hi - lo), k)
-        y = torch.mm(rows, b) if bias is None else torch.addmm(bias, rows, b)
+        s = hi - lo
+        y = a.new_empty((w * s, n))
+        for r in range(w):
+            rows = a[r * block + lo : r * block + hi]
+            if bias is None:
+                torch.mm(rows, b, out=y[r * s : (r + 1) * s])
+            else:
+                torch.addmm(bias, rows, b, out=y[r * s : (r + 1) * s])
         works.append(rs(out[lo:hi], y, op, group, async_op=True))
         keep.append(y)  # alive until its collective completed
     _wait_all(works)
@@ -463,28 +485,26 @@ def _all_gather_mm_portable(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     w, (m, k), n = ctx.size, a.shape, b.shape[1]
     a = a.contiguous()
-    ag = _api().all_gather_into_tensor
     c = _pick(C.ALL_GATHER_MM, ctx, chunks, a.dtype, m, k, n)
+    gathered = a.new_empty((w * m, k))
     if c == 1:
-        whole = a.new_empty((w * m, k))
-        ag(whole, a, group)
-        return torch.mm(whole, b), whole if gather_output else a.new_empty(0)
+        _api().all_gather_into_tensor(gathered, a, group)
+        return torch.mm(gathered, b), gathered if gather_output else a.new_empty(0)
     out = a.new_empty((w * m, n))
-    gathered = a.new_empty((w, m, k)) if gather_output else None
     bounds = _bounds(m, c)
-    # Issue every gather at once: the collectives queue up behind each other while the matmuls consume them in
-    # order, so chunk j's matmul overlaps the gathers of chunks j+1...
-    bufs = [a.new_empty((w * (hi - lo), k)) for lo, hi in bounds]
-    works = [ag(buf, a[lo:hi], group, async_op=True) for buf, (lo, hi) in zip(bufs, bounds, strict=False)]
-    for (lo, hi), buf, work in zip(bounds, bufs, works, strict=False):
+    # Chunk j gathers rows [lo, hi) of every rank straight into their final places (the list form takes one
+    # contiguous block per source rank: no staging buffer, no copy). Every gather is issued at once; the matmuls
+    # consume them in order, so chunk j's matmul overlaps the gathers of chunks j+1...
+    ag = _api().all_gather
+    works = [
+        ag([gathered[r * m + lo : r * m + hi] for r in range(w)], a[lo:hi], group, async_op=True) for lo, hi in bounds
+    ]
+    for (lo, hi), work in zip(bounds, works, strict=True):
         if work is not None:
             work.wait()
-        parts = buf.view(w, hi - lo, k)
         for r in range(w):
-            torch.mm(parts[r], b, out=out[r * m + lo : r * m + hi])
-        if gathered is not None:
-            gathered[:, lo:hi].copy_(parts)
-    return out, gathered.view(w * m, k) if gathered is not None else a.new_empty(0)
+            torch.mm(gathered[r * m + lo : r * m + hi], b, out=out[r * m + lo : r * m + hi])
+    return out, gathered if gather_output else a.new_empty(0)
 
 
 def _mm_all_reduce_portable(
