@@ -17,7 +17,7 @@ Usage::
 
     python benchmarks/fused.py                      # 2 ranks, one thread each, the default shapes
     python benchmarks/fused.py --ops mm_reduce_scatter --shapes 4096x256x4096 --sweep 1,2,3,4,6,8
-    python benchmarks/fused.py --markdown docs/performance_fused.md
+    python benchmarks/fused.py --markdown benchmarks/results/fused.md   # a table to paste into docs/performance.md
 
 Writes ``benchmarks/results/fused.json`` (``--json``).
 """

@@ -24,7 +24,7 @@ ranks waiting there see the mismatch too, and raises. Every wait is bounded by t
 never arrives (hung, dead, or in a group this rank is not in) gives :class:`~xccl.CollectiveTimeout` naming it.
 
 Cost: one one-way send and two store round trips per collective, measured against a 1-element gloo all_reduce
-by ``benchmarks/check_overhead.py`` (figures in ``docs/performance_reliability.md``). It is a debugging aid, off
+by ``benchmarks/check_overhead.py`` (figures in ``docs/performance.md``). It is a debugging aid, off
 by default.
 """
 

@@ -176,7 +176,7 @@ class Tuning:
 
 
 # CPU numbers measured on gloo over loopback, 2 ranks with one thread each (benchmarks/fused.py,
-# docs/performance_fused.md). gloo's all-reduce and reduce-scatter are CPU-bound there (their CPU time is 85-100%
+# docs/performance.md). gloo's all-reduce and reduce-scatter are CPU-bound there (their CPU time is 85-100%
 # of their wall time: reductions and loopback copies), so they barely overlap a matmul and the model keeps the
 # plain sequence; gather chunks issued together finish in about half the time of one big gather, which the
 # all-gather's "overlap" stands for. Accelerator numbers are order-of-magnitude defaults (NVLink / HCCS class
