@@ -688,7 +688,3 @@ def _check(
 
     verify(ctx, op, tensors, reduce_op, root, extra)
 
-
-def capability_level(group: Any, op: Collective | str, **shape: Any) -> Level:
-    """How ``op`` would run on ``group``'s backend for this call shape."""
-    return context(group).table.level(op, world_size=context(group).size, **shape)

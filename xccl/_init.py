@@ -292,15 +292,20 @@ def init(
     atexit.register(_shutdown_at_exit)
     default = dist.group.WORLD
     _STATE.default = _register(default, runtime, range(size), world)
-    _STATE.default.side = _side_group(_STATE.default, None)
+    _STATE.default.side = _side_group(runtime, default, None)
     return world
 
 
-def _side_group(ctx: GroupContext, ranks: list[int] | None) -> Any:
-    """Create the host-side gloo group when the table emulates point-to-point through it (collective call)."""
-    needs = any(ctx.table.entry(op).via == "host_gloo" for op in (Collective.SEND, Collective.RECV))
-    if not needs or ctx.runtime.backend == "gloo":
-        return ctx.group if needs else None
+def _side_group(runtime: Runtime, group: Any, ranks: list[int] | None) -> Any:
+    """The host-side gloo group over ``ranks`` when the table emulates point-to-point through it, else None.
+
+    A collective call, like creating ``group`` itself: every rank of the world makes it, members or not.
+    """
+    table = runtime.plugin.capabilities()
+    if not any(table.entry(op).via == "host_gloo" for op in (Collective.SEND, Collective.RECV)):
+        return None
+    if runtime.backend == "gloo":
+        return group
     return dist.new_group(ranks, backend="gloo")
 
 
@@ -413,14 +418,11 @@ def new_group(ranks: Sequence[int] | None = None, *, timeout: _dt.timedelta | fl
     if options is not None:
         kwargs["pg_options"] = options
     group = dist.new_group(backend=runtime.backend, **kwargs)
-    table = runtime.plugin.capabilities()
-    # The side group must be created by every rank of the world, members or not, like the group itself.
-    needs_side = any(table.entry(op).via == "host_gloo" for op in (Collective.SEND, Collective.RECV))
-    side = dist.new_group(members, backend="gloo") if needs_side and runtime.backend != "gloo" else None
+    side = _side_group(runtime, group, members)
     if group is not dist.GroupMember.NON_GROUP_MEMBER:
         # torch orders a group's ranks ascending whatever order they were passed in: ask it, don't assume.
         ctx = _register(group, runtime, dist.get_process_group_ranks(group), world)
-        ctx.side = side if side is not None else (group if needs_side else None)
+        ctx.side = side
     return group
 
 

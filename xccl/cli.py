@@ -1,8 +1,8 @@
 """The ``xccl`` command (also ``python -m xccl``): demo, caps, doctor, rank-table, bench.
 
-Each subcommand lives in its own module under ``xccl/_cli/`` with ``add_parser(subparsers)`` and
-``run(args) -> int``; this file only wires them, so ``xccl --help`` stays fast (no torch import until a
-subcommand runs).
+Each subcommand lives in its own module under ``xccl/_cli/`` with ``add_parser(subparsers, name)`` registering
+``func=run``; this file only wires them. The console script itself is the ``xccl_cli`` shim at the top level,
+which prepares the environment for ``doctor`` before anything imports torch.
 """
 
 from __future__ import annotations

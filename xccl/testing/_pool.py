@@ -97,7 +97,7 @@ def _worker(
 
     try:
         xccl.init(**init_kwargs)
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the test with it
+    except BaseException as exc:  # reported to the parent, which fails the test with it
         results.put(("init", _describe(rank, exc, 0.0)))
         return
     results.put(("init", Outcome(rank, True)))
@@ -110,11 +110,11 @@ def _worker(
         try:
             value = fn(*args, **kwargs)
             out = Outcome(rank, True, value, elapsed=time.monotonic() - started)
-        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
+        except BaseException as exc:  # every failure goes back to the parent
             out = _describe(rank, exc, time.monotonic() - started)
         try:
             results.put((seq, out))
-        except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable return value
+        except Exception as exc:  # e.g. an unpicklable return value
             results.put((seq, _describe(rank, exc, 0.0)))
     with contextlib.suppress(Exception):
         xccl.shutdown()
