@@ -35,7 +35,7 @@ from typing import Any, Final, TextIO, final
 
 import torch
 
-from ._capabilities import Collective
+from ._capabilities import ALL_DTYPES, Collective
 
 __all__ = [
     "BUSBW_FACTORS",
@@ -78,20 +78,7 @@ OPS: Final = tuple(BUSBW_FACTORS)
 #: The capability-table entry that decides how each bench op runs.
 _COLLECTIVE: Final = {op: C(op) for op in OPS if op != "sendrecv"} | {"sendrecv": C.SEND}
 
-DTYPES: Final = {
-    str(d).removeprefix("torch."): d
-    for d in (
-        torch.float32,
-        torch.float64,
-        torch.float16,
-        torch.bfloat16,
-        torch.int8,
-        torch.uint8,
-        torch.int32,
-        torch.int64,
-        torch.bool,
-    )
-}
+DTYPES: Final = {str(d).removeprefix("torch."): d for d in ALL_DTYPES}
 
 
 class BenchError(Exception):
