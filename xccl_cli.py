@@ -18,7 +18,7 @@ def main() -> int:
         os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
         # Tell doctor the variable was not the user's, so it reports autoload as the user's shell has it.
         os.environ["XCCL_DOCTOR_AUTOLOAD_SET_BY_SHIM"] = "1"
-    from xccl.cli import main as cli_main
+    from xccl.tools.cli import main as cli_main
 
     return cli_main()
 

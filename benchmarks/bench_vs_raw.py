@@ -18,7 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from xccl._bench import BenchConfig, launch, parse_size
+from xccl.tools._bench import BenchConfig, launch, parse_size
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_vs_raw.json"
 

@@ -15,7 +15,7 @@ Three questions, each at 2 and 4 ranks:
 
 The emulated variants go through xccl's dispatch on the ``gloo-emulated`` test plugin (``tests/plugins/
 xccl-testplugins``, whose table marks these ops emulated over gloo) when it is installed; otherwise they call the
-emulation kernels from ``xccl._emulate.EMULATIONS`` on the ``cpu`` plugin, which is the same code minus the
+emulation kernels from ``xccl.collectives._emulate.EMULATIONS`` on the ``cpu`` plugin, which is the same code minus the
 dispatch. The native variants call ``torch.distributed`` directly on the same gloo process group.
 
 Method: every variant runs once and is checked against the native result, then ``--iters`` rounds each time one
@@ -76,9 +76,9 @@ def _variants(
     import torch.distributed as dist
 
     import xccl
-    from xccl._capabilities import Collective as C
-    from xccl._emulate import EMULATIONS
-    from xccl._init import context
+    from xccl.plugin._capabilities import Collective as C
+    from xccl.collectives._emulate import EMULATIONS
+    from xccl.runtime._init import context
 
     ctx = context(None)
     g = torch.Generator().manual_seed(1234 + rank)
@@ -147,7 +147,7 @@ def _rank(rank: int, n: int, port: int, args: argparse.Namespace, plugin: str, p
     )
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // n))
     import xccl
-    from xccl._bench import _slowest
+    from xccl.tools._bench import _slowest
 
     xccl.init(plugin, fallback="emulate", timeout=300)
     device = torch.device("cpu")
@@ -190,7 +190,7 @@ def _rank(rank: int, n: int, port: int, args: argparse.Namespace, plugin: str, p
     xccl.barrier()
     xccl.shutdown()
     sys.stdout.flush()
-    os._exit(0)  # see xccl._bench._rank_main: skip C++ teardown after a clean shutdown
+    os._exit(0)  # see xccl.tools._bench._rank_main: skip C++ teardown after a clean shutdown
 
 
 def main() -> int:

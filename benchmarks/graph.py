@@ -68,7 +68,7 @@ def main() -> None:
     from torch._dynamo.testing import CompileCounterWithBackend
 
     torch._dynamo.reset()
-    counter = CompileCounterWithBackend(xccl._graph.XcclBackend())
+    counter = CompileCounterWithBackend(xccl.graph.XcclBackend())
     breaks0 = sum(torch._dynamo.utils.counters["graph_break"].values())
     compiled_fn = torch.compile(mlp_loss, backend=counter)
     dist.barrier()

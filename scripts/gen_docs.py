@@ -25,9 +25,9 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from xccl import _render
-from xccl._capabilities import CapabilityTable, Mode
-from xccl._registry import PluginInfo, Status, plugins
+from xccl.tools import _render
+from xccl.plugin._capabilities import CapabilityTable, Mode
+from xccl.plugin._registry import PluginInfo, Status, plugins
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = Path("docs/capabilities.md")
@@ -44,7 +44,7 @@ _INTRO = """\
 # Capabilities
 
 What each plugin runs, per collective and per mode: **native** (the backend's own kernel), **emul(via)** (composed
-of other collectives by `xccl._emulate`; `via` names the composition, and xccl warns once per op with its cost) or
+of other collectives by `xccl.collectives._emulate`; `via` names the composition, and xccl warns once per op with its cost) or
 **—** (unsupported: xccl raises `UnsupportedCollective` on every rank before any communication).
 
 The same data is available at run time and on the command line:

@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 import xccl
 from xccl import Plugin, ProbeResult, Registry
-from xccl._ranktable import load_rank_table
+from xccl.plugin._ranktable import load_rank_table
 from xccl.backends.cpu import CpuPlugin
 from xccl.testing import RankPool, free_port
 
@@ -329,7 +329,7 @@ _CLEAN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "XCC
 
 @pytest.mark.parametrize("case_id", list(LOCAL), ids=list(LOCAL))
 def test_local_case(case_id, monkeypatch):
-    from xccl._init import _STATE
+    from xccl.runtime._init import _STATE
 
     if _STATE.world is not None or dist.is_initialized():
         pytest.skip("this process already has a process group")

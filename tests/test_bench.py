@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 import xccl
-from xccl import _bench
-from xccl._bench import BenchConfig, BenchError, busbw_factor, parse_size, sweep_sizes
-from xccl.cli import main
+from xccl.tools import _bench
+from xccl.tools._bench import BenchConfig, BenchError, busbw_factor, parse_size, sweep_sizes
+from xccl.tools.cli import main
 
 WORLD = 2
 

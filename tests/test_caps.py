@@ -12,9 +12,9 @@ import pytest
 
 import xccl
 from xccl import Collective, Level, Mode, Support
-from xccl._capabilities import table_from
-from xccl._render import ASCII_DASH, DASH, cell, footnote, render_markdown, render_text
-from xccl.cli import main
+from xccl.plugin._capabilities import table_from
+from xccl.tools._render import ASCII_DASH, DASH, cell, footnote, render_markdown, render_text
+from xccl.tools.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 

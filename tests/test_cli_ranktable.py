@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from xccl._ranktable import generate_sophgo, load_sophgo
-from xccl.cli import main
+from xccl.plugin._ranktable import generate_sophgo, load_sophgo
+from xccl.tools.cli import main
 
 DATA = Path(__file__).parent / "data" / "ranktables"
 

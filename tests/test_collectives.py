@@ -267,7 +267,7 @@ def test_capability_claims_of_cpu_are_true_for_every_dtype_and_op(rank_pools):
 def _native_truth() -> list[str]:
     import torch.distributed as dist
 
-    from xccl._capabilities import ALL_DTYPES, ALL_REDUCE_OPS, Level
+    from xccl.plugin._capabilities import ALL_DTYPES, ALL_REDUCE_OPS, Level
 
     table = xccl.capabilities("cpu")
     bad = []

@@ -18,7 +18,7 @@ import torch
 
 import xccl
 from xccl import CapabilityTable, Collective, Level, Mode, Plugin, ProbeResult, Support
-from xccl._registry import PluginInfo, Status
+from xccl.plugin._registry import PluginInfo, Status
 from xccl.testing.conformance import (
     comm_name_problems,
     foreign_imports,

@@ -21,7 +21,7 @@ import torch
 
 import xccl
 from xccl import Plugin, ProbeResult, Registry
-from xccl._cli.doctor import Finding, autoload_failure, collect, render
+from xccl.tools.cli.doctor import Finding, autoload_failure, collect, render
 from xccl.backends.cpu import CpuPlugin
 
 DATA = Path(__file__).parent / "data" / "ranktables"

@@ -14,7 +14,7 @@ runs on three pools with the same inputs:
 Each case's inputs come from a generator seeded by (case, group rank), so every rank can build every rank's input
 and compute the reference. The parent then checks, per pool, that results equal the reference and that a case was
 refused (``UnsupportedCollective`` on every rank) exactly where the pool's capability table says so; then that the
-emulated results equal the native ones; and that every emulation in ``xccl._emulate.EMULATIONS`` was exercised.
+emulated results equal the native ones; and that every emulation in ``xccl.collectives._emulate.EMULATIONS`` was exercised.
 
 Further bodies check that emulated async handles complete by polling ``is_completed()`` alone, and that what an
 emulation cannot do is refused before anything is sent.
@@ -36,7 +36,7 @@ import torch.distributed as dist
 import xccl
 from xccl import Collective as C
 from xccl import Level
-from xccl._emulate import EMULATIONS
+from xccl.collectives._emulate import EMULATIONS
 
 DTYPES = (torch.float32, torch.bfloat16, torch.int64, torch.bool)
 REDUCE_OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
@@ -371,7 +371,7 @@ def body_matrix(
     ranks = tuple(range(dist.get_world_size()) if group is None else dist.get_process_group_ranks(group))
     e = Env(group, ranks, ranks.index(dist.get_rank()))
     if rs_via is not None:
-        from xccl._init import context
+        from xccl.runtime._init import context
 
         kernel = EMULATIONS[C.REDUCE_SCATTER_TENSOR][rs_via][0]
         e = Env(group, ranks, e.r, lambda out, inp, op, g, a: kernel(context(g), out, inp, op, g, a))

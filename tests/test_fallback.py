@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 import xccl
 from xccl import Collective as C
-from xccl._emulate import describe
+from xccl.collectives._emulate import describe
 
 #: What the warning for each emulated op must say: the emulation, and what it costs.
 EXPECTED_TEXT = {
@@ -88,7 +88,7 @@ def native_calls() -> None:
 
 def _forget_plans(group: Any = None) -> None:
     # The warning is issued when a call shape is first planned; earlier bodies in this pool may have planned it.
-    from xccl._init import context
+    from xccl.runtime._init import context
 
     context(group).plans.clear()
 
@@ -102,7 +102,7 @@ def _record(fn: Callable[[], None]) -> list[tuple[str, str, str]]:
 
 def body_warn() -> dict[str, Any]:
     """Each emulated op twice, native ops, then again with fresh plans, then on a new group."""
-    from xccl import _dispatch
+    from xccl.collectives import _dispatch
 
     _dispatch._WARNED.clear()
     _forget_plans()
@@ -124,7 +124,7 @@ def body_warn() -> dict[str, Any]:
 
 
 def body_emulate() -> list[tuple[str, str, str]]:
-    from xccl import _dispatch
+    from xccl.collectives import _dispatch
 
     _dispatch._WARNED.clear()
     _forget_plans()

@@ -21,8 +21,8 @@ import pytest
 import torch
 
 import xccl
-from xccl._errors import CollectiveTimeout, PeerFailure
-from xccl._faults import TypedWork, classify, translate
+from xccl.errors import CollectiveTimeout, PeerFailure
+from xccl.collectives._faults import TypedWork, classify, translate
 from xccl.testing import RankPool, free_port
 
 TIMEOUT = 3.0

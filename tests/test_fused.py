@@ -1,4 +1,4 @@
-"""Fused matmul + collective ops (xccl._fused) on live gloo ranks: values and gradients against references each
+"""Fused matmul + collective ops (xccl.fused._api) on live gloo ranks: values and gradients against references each
 rank computes locally from every rank's (deterministic) inputs, typed errors, and native-kernel dispatch with the
 fallback policy.
 
@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 
 import xccl
-from xccl._capabilities import Collective, Level, Support, table_from
-from xccl._plugin import Plugin, Runtime
+from xccl.plugin._capabilities import Collective, Level, Support, table_from
+from xccl.plugin._contract import Plugin, Runtime
 
 C = Collective
 OPS = ("mm_reduce_scatter", "all_gather_mm", "mm_all_reduce")
@@ -263,7 +263,7 @@ _GROUPS: dict[tuple[str, str], Any] = {}
 def _group(runtime: str, fallback: str) -> Any:
     """A group over the world with its own dispatch context: the cpu runtime or the test vendor's, and the given
     fallback policy (xccl's group registry is the test seam; the process group itself is real)."""
-    from xccl import _init
+    from xccl.runtime import _init
 
     key = (runtime, fallback)
     if key not in _GROUPS:
@@ -427,7 +427,7 @@ def test_constraint_violation_under_error_raises_on_every_rank(rank_pools: Any) 
 
 
 def body_sophgo() -> list[str]:
-    import xccl._init as init
+    import xccl.runtime._init as init
 
     assert init.context(None).table.backend == "sophgo"
     return body_values((torch.float32,)) + body_gradients(3, unfused=False)

@@ -1,4 +1,4 @@
-"""The matmul + collective fusion pass (xccl._fused_pass) on live gloo ranks.
+"""The matmul + collective fusion pass (xccl.fused._pass) on live gloo ranks.
 
 Graphs are traced with ``make_fx`` (fake tensors, the post-autograd form Inductor's post-grad passes see) from
 functions written with torch's functional collectives; each test runs the graph before and after the pass for
@@ -19,9 +19,9 @@ import torch
 import torch.distributed as dist
 
 import xccl
-from xccl._capabilities import Collective, Level, Support, table_from
-from xccl._fused_pass import FusedMatmulPass, fuse_matmul_collectives, register
-from xccl._plugin import Plugin, Runtime
+from xccl.plugin._capabilities import Collective, Level, Support, table_from
+from xccl.fused._pass import FusedMatmulPass, fuse_matmul_collectives, register
+from xccl.plugin._contract import Plugin, Runtime
 
 C = Collective
 FUSED = ("torch.ops.xccl.mm_reduce_scatter", "torch.ops.xccl.all_gather_mm")
@@ -181,7 +181,7 @@ _MC2: Any = None
 
 def _mc2_group() -> Any:
     """A real group whose dispatch context has kernels refusing k < 256 (xccl's group registry is the seam)."""
-    from xccl import _init
+    from xccl.runtime import _init
 
     global _MC2
     if _MC2 is None:
@@ -252,7 +252,7 @@ def body_compiled() -> dict[str, Any]:
         # the temp directory) would skip it, and the counters it is judged by would stay empty.
         stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False))
         if via_backend:
-            from xccl import _graph
+            from xccl import graph as _graph
 
             compiled = _graph.compile(tp_mlp_inplace, fullgraph=True)
         else:

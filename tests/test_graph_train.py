@@ -13,9 +13,9 @@ import torch
 import torch.distributed as dist
 
 import xccl
-from xccl._graph import XcclBackend, register_post_grad_pass, unregister_post_grad_pass
-from xccl._graph._backend import _custom_pass
-from xccl._graph._ops import OPS
+from xccl.graph import XcclBackend, register_post_grad_pass, unregister_post_grad_pass
+from xccl.graph._backend import _custom_pass
+from xccl.graph._ops import OPS
 
 TIMEOUT = 400.0
 

@@ -1,4 +1,4 @@
-"""Tests of xccl._ranktable: Sophgo and HCCL rank tables, parsed, validated and generated. No torch needed."""
+"""Tests of xccl.plugin._ranktable: Sophgo and HCCL rank tables, parsed, validated and generated. No torch needed."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from xccl._errors import RankTableError
-from xccl._ranktable import (
+from xccl.errors import RankTableError
+from xccl.plugin._ranktable import (
     HcclRankTable,
     SophgoDevice,
     SophgoRankTable,
@@ -652,7 +652,7 @@ def test_malformed_hccl_table(case: Case, example: Path, tmp_path: Path) -> None
 
 def test_module_imports_only_the_standard_library() -> None:
     # The CLI and the plugins' cheap probes read rank tables; that must never pull in torch or a vendor SDK.
-    import xccl._ranktable as module
+    import xccl.plugin._ranktable as module
 
     tree = ast.parse(Path(module.__file__ or "").read_text(encoding="utf-8"))
     imported: set[str] = set()
@@ -662,4 +662,4 @@ def test_module_imports_only_the_standard_library() -> None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module)
     outside = {name for name in imported if name.split(".")[0] not in sys.stdlib_module_names}
-    assert outside == {"xccl._errors"}
+    assert outside == {"xccl.errors"}

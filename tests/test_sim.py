@@ -1,4 +1,4 @@
-"""Tests of xccl._sim: simulated vendor backends, run as real two-process gloo worlds (no mocks).
+"""Tests of xccl.plugin._sim: simulated vendor backends, run as real two-process gloo worlds (no mocks).
 
 Spawning a rank costs about two seconds (importing torch), so one spawn of two ranks runs every distributed check
 in ``CHECKS``; each pytest test then reports one check's outcome on both ranks. Three simulated backends are
@@ -29,8 +29,8 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 import torch.multiprocessing as mp
 
-import xccl._sim as sim
-from xccl._sim import NATIVE_OP_KEYS, REDUCE_OP_NAMES, SimProfile, SimulatedVendorError
+import xccl.plugin._sim as sim
+from xccl.plugin._sim import NATIVE_OP_KEYS, REDUCE_OP_NAMES, SimProfile, SimulatedVendorError
 
 WORLD = 2
 ALL_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,

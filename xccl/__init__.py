@@ -11,8 +11,8 @@ are imported only once selected.
 
 from torch.distributed import ReduceOp
 
-from ._capabilities import CapabilityTable, Collective, Level, Mode, Resolution, Support, table_from
-from ._dispatch import (
+from .plugin._capabilities import CapabilityTable, Collective, Level, Mode, Resolution, Support, table_from
+from .collectives._dispatch import (
     EmulationWarning,
     all_gather,
     all_gather_into_tensor,
@@ -34,7 +34,7 @@ from ._dispatch import (
     scatter,
     send,
 )
-from ._errors import (
+from .errors import (
     BackendNotFound,
     BackendUnavailable,
     CollectiveMismatch,
@@ -48,13 +48,13 @@ from ._errors import (
     UnsupportedCollective,
     XcclError,
 )
-from ._fused import all_gather_mm, mm_all_reduce, mm_reduce_scatter
-from ._graph import compile, functional, patch_collectives
-from ._init import DEFAULT_TIMEOUT, World, comm_name, get_world, init, new_group, shutdown
-from ._parallel import ParallelGroup, ParallelGroups, parallel_groups, parallel_layout
-from ._plugin import PLUGIN_API_VERSION, Plugin, ProbeResult, Runtime
-from ._registry import PluginInfo, Registry, Status, capabilities, plugins
-from ._sim import SimProfile
+from .fused._api import all_gather_mm, mm_all_reduce, mm_reduce_scatter
+from .graph import compile, functional, patch_collectives
+from .runtime._init import DEFAULT_TIMEOUT, World, comm_name, get_world, init, new_group, shutdown
+from .runtime._parallel import ParallelGroup, ParallelGroups, parallel_groups, parallel_layout
+from .plugin._contract import PLUGIN_API_VERSION, Plugin, ProbeResult, Runtime
+from .plugin._registry import PluginInfo, Registry, Status, capabilities, plugins
+from .plugin._sim import SimProfile
 
 __version__ = "0.1.0"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from .._capabilities import Collective, Level, Support
+from ..plugin._capabilities import Collective, Level, Support
 
 C = Collective
 

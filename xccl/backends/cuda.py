@@ -14,8 +14,8 @@ from typing import Final
 
 import torch
 
-from .._capabilities import ALL_DTYPES, CapabilityTable, Collective, Level, Support, table_from
-from .._plugin import Plugin, ProbeResult
+from ..plugin._capabilities import ALL_DTYPES, CapabilityTable, Collective, Level, Support, table_from
+from ..plugin._contract import Plugin, ProbeResult
 from ._common import PORTABLE
 
 __all__ = ["CudaPlugin", "plugin"]
@@ -69,7 +69,7 @@ class CudaPlugin(Plugin):
             C.BARRIER: Support(Level.NATIVE),
             **PORTABLE,
         }
-        from .._graph._table import graph_entries
+        from ..plugin._graph_column import graph_entries
 
         # Graph mode: every op compiles to a _c10d_functional op or an xccl graph op that ends in the same
         # process-group call as eager mode (tests/test_graph_claims.py checks each entry).

@@ -20,10 +20,10 @@ from typing import Any, Final, final
 import torch
 
 import xccl
-from xccl._capabilities import ALL_REDUCE_OPS, CapabilityTable, Collective, Level, Mode
+from xccl.plugin._capabilities import ALL_REDUCE_OPS, CapabilityTable, Collective, Level, Mode
 
 try:
-    from xccl._emulate import require_blocks
+    from xccl.collectives._emulate import require_blocks
 except ImportError:  # an xccl whose dispatch does not check an emulation's building blocks: resolve() decides
 
     def require_blocks(*_args: Any) -> None:  # type: ignore[misc]

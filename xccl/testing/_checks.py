@@ -13,9 +13,9 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any, Final
 
-from xccl._capabilities import ALL_REDUCE_OPS, CapabilityTable, Collective, Level, Mode, Support
-from xccl._plugin import PLUGIN_API_VERSION, Plugin, ProbeResult
-from xccl._registry import PluginInfo
+from xccl.plugin._capabilities import ALL_REDUCE_OPS, CapabilityTable, Collective, Level, Mode, Support
+from xccl.plugin._contract import PLUGIN_API_VERSION, Plugin, ProbeResult
+from xccl.plugin._registry import PluginInfo
 
 __all__ = [
     "KNOWN_SDKS",
@@ -35,7 +35,7 @@ KNOWN_SDKS: Final = frozenset({
 
 def table_problems(plugin: Plugin, table: object) -> list[str]:
     """Everything wrong with a plugin's capability table as data (empty when it is well-formed)."""
-    from xccl._emulate import EMULATIONS
+    from xccl.collectives._emulate import EMULATIONS
 
     if not isinstance(table, CapabilityTable):
         return [f"capabilities() returned {type(table).__name__}, not an xccl.CapabilityTable"]

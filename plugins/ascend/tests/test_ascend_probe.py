@@ -215,11 +215,11 @@ def test_entry_point_probe_and_doctor_without_cann(tmp_path: Path) -> None:
     """torch_npu installed, no CANN: `import torch` fails as gotcha 1 says; with autoload off (as doctor's own
     docstring advises) xccl lists the plugin with the right reason, and `xccl doctor` names the cause and the fix,
     all without importing torch_npu."""
-    pytest.importorskip("xccl._cli.doctor", reason="this xccl has no `xccl doctor`")
+    pytest.importorskip("xccl.tools.cli.doctor", reason="this xccl has no `xccl doctor`")
     site = fake_dist(tmp_path / "site", "torch_npu", "2.13.0", ("torch==2.13.0.*",), autoload=True)
     code = (
         "import json, sys, xccl\n"
-        "from xccl.cli import main\n"
+        "from xccl.tools.cli import main\n"
         "status = main(['doctor'])\n"
         "info = {i.name: i for i in xccl.plugins()}['ascend']\n"
         "print(json.dumps([status, info.status.value, info.reason, info.fix, 'torch_npu' in sys.modules]))\n"

@@ -15,7 +15,7 @@ from xccl_ascend._runtime import AscendRuntime
 from xccl_ascend._sdk_sim import SimSdk
 
 from xccl import InitError, RankTableError
-from xccl.cli import main
+from xccl.tools.cli import main
 
 
 def v10(servers: int = 2, per: int = 2) -> dict[str, Any]:

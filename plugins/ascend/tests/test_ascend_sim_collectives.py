@@ -12,7 +12,7 @@ import xccl_ascend
 from xccl_ascend._simprofile import SimHcclOptions
 
 import xccl
-from xccl._sim import simulated_backend_of
+from xccl.plugin._sim import simulated_backend_of
 
 SIM = {"XCCL_SIMULATE": "ascend"}
 R = xccl.ReduceOp

@@ -14,7 +14,7 @@ import torch
 import xccl_ascend
 
 import xccl
-import xccl._fused
+import xccl.fused._api
 
 SIM = {"XCCL_SIMULATE": "ascend"}
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
@@ -50,7 +50,7 @@ def run_ops(dtype: torch.dtype, m: int, k: int, n: int, group: Any = None, ranks
 
 def warned(fn: Callable[[], Any]) -> tuple[Any, list[str]]:
     """Run ``fn``, returning its result and the fallback warnings it issued (dedup state cleared first)."""
-    xccl._fused._WARNED.clear()
+    xccl.fused._api._WARNED.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = fn()
@@ -92,7 +92,7 @@ def policy_group(fallback: str) -> Any:
     as in xccl's own fused tests), so one pool serves every policy."""
     import dataclasses
 
-    from xccl import _init
+    from xccl.runtime import _init
 
     if fallback not in _POLICY_GROUPS:
         world = xccl.get_world()
@@ -187,7 +187,7 @@ def body_comm_name_is_collective() -> dict[str, Any]:
         return {}
     h = torch.float16
     xccl.mm_all_reduce(operand(0, (2, 256), h, 5), operand(0, (256, 4), h, 6), group)
-    from xccl import _init
+    from xccl.runtime import _init
 
     xccl_ascend.reset_mc2_domain()
     return {"cached": _init._STATE.comm_names.get(group)}

@@ -35,7 +35,7 @@ from typing import Final
 import torch
 
 from xccl import CapabilityTable, Collective, Level, Support
-from xccl._capabilities import table_from
+from xccl.plugin._capabilities import table_from
 
 __all__ = ["MOVED_DTYPES", "REDUCED_DTYPES", "ascend_table"]
 

@@ -15,7 +15,7 @@ from ._capabilities import ascend_table
 from ._probe import probe_host
 
 if TYPE_CHECKING:
-    from xccl._sim import SimProfile
+    from xccl.plugin._sim import SimProfile
 
 __all__ = ["AscendPlugin", "plugin"]
 

@@ -403,8 +403,8 @@ def _truncation(value: str | None) -> str:
 
 
 def _rank_table_problem(path: str) -> tuple[str, str] | None:
-    from xccl._errors import RankTableError
-    from xccl._ranktable import load_hccl
+    from xccl.errors import RankTableError
+    from xccl.plugin._ranktable import load_hccl
 
     try:
         load_hccl(path)

@@ -20,14 +20,14 @@ import torch.distributed as dist
 
 import xccl
 from xccl import Collective, InitError, RankTableError, Runtime
-from xccl._capabilities import reduce_op_name
+from xccl.plugin._capabilities import reduce_op_name
 
 from . import _constraints as cons
 from ._hccl_config import config_for
 from ._probe import find_cann
 
 if TYPE_CHECKING:
-    from xccl._init import GroupContext
+    from xccl.runtime._init import GroupContext
 
     from ._sdk import HcclSdk
 
@@ -164,7 +164,7 @@ _KERNEL_NAMES: Final = {
 class FusedKernel:
     """One MC2 kernel behind xccl's fused API: the documented checks, the domain rule, then the SDK call.
 
-    ``kernel(ctx, a, b, group, *options)`` as ``xccl._fused`` calls it; :meth:`check` is the same shape check
+    ``kernel(ctx, a, b, group, *options)`` as ``xccl.fused._api`` calls it; :meth:`check` is the same shape check
     without the call (the graph pass uses it with meta tensors).
     """
 
@@ -236,7 +236,7 @@ def _check_rank_table(env: Mapping[str, str]) -> None:
     path = env.get("RANK_TABLE_FILE")
     if not path:
         return
-    from xccl._ranktable import load_hccl
+    from xccl.plugin._ranktable import load_hccl
 
     table = load_hccl(path)
     world = env.get("WORLD_SIZE", "")

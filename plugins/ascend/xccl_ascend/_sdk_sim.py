@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from xccl import InitError
-from xccl._work import finish
+from xccl.plugin._work import finish
 
 from ._probe import parse_visible_devices
 

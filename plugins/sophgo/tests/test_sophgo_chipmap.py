@@ -22,7 +22,7 @@ from xccl_sophgo._runtime import SophgoRuntime
 from xccl_sophgo._sdk import SimulatedSCCLOptions, current_simulated_chip
 
 import xccl
-from xccl._ranktable import dump, generate_sophgo
+from xccl.plugin._ranktable import dump, generate_sophgo
 from xccl.testing import RankPool
 
 #: Sophgo's documented template (03_Tutorial.rst), verbatim.

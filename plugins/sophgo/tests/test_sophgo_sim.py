@@ -269,7 +269,7 @@ def test_collective_matches_reference(rank_pools: Any, world_size: int, body: Ca
 def world_facts() -> dict[str, Any]:
     from xccl_sophgo._sdk import current_simulated_chip
 
-    from xccl._sim import simulated_backend_of
+    from xccl.plugin._sim import simulated_backend_of
 
     world = xccl.get_world()
     return {
@@ -401,7 +401,7 @@ def test_sccl_creator_checks_options(rank_pools: Any, how: str, error: str, text
 
 @pytest.fixture(scope="module")
 def rank_table(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from xccl._ranktable import dump, generate_sophgo
+    from xccl.plugin._ranktable import dump, generate_sophgo
 
     path = tmp_path_factory.mktemp("sophgo") / "rank_table.json"
     dump(generate_sophgo([[6, 2]]), path)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from xccl import InitError, RankTableError
-from xccl._ranktable import SophgoRankTable, load_sophgo
+from xccl.plugin._ranktable import SophgoRankTable, load_sophgo
 
 __all__ = ["Job", "Placement", "job_from_env", "parse_chip_map", "resolve_placement"]
 

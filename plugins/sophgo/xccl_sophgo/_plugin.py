@@ -14,7 +14,7 @@ from . import _probe
 from ._table import sophgo_table
 
 if TYPE_CHECKING:
-    from xccl._sim import SimProfile
+    from xccl.plugin._sim import SimProfile
 
 __all__ = ["SophgoPlugin", "plugin"]
 

@@ -25,7 +25,7 @@ from ._chipmap import Placement, resolve_placement
 from ._sdk import SimulatedTpu, TpuSdk
 
 if TYPE_CHECKING:
-    from xccl._init import GroupContext
+    from xccl.runtime._init import GroupContext
 
 __all__ = ["SophgoRuntime", "load_sdk"]
 

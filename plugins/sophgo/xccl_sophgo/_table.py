@@ -25,7 +25,7 @@ from typing import Final
 import torch
 
 from xccl import CapabilityTable, Collective, Level, Support
-from xccl._capabilities import table_from
+from xccl.plugin._capabilities import table_from
 from xccl.backends._common import PORTABLE
 
 __all__ = ["NATIVE_REDUCE_OPS", "SCCL_DTYPES", "sophgo_table"]

@@ -16,7 +16,7 @@ import os
 import torch
 
 from xccl import CapabilityTable, Collective, Level, Plugin, ProbeResult, Support
-from xccl._capabilities import table_from
+from xccl.plugin._capabilities import table_from
 from xccl.backends._common import PORTABLE
 
 C = Collective

@@ -1,1 +1,0 @@
-"""Subcommands of the ``xccl`` command, one module each (see ``xccl/cli.py``)."""

@@ -1,0 +1,1 @@
+"""The collectives: dispatch to native kernels or emulations, faults, and the mismatch detector."""

@@ -1,0 +1,187 @@
+"""Backend faults as typed errors.
+
+A dead peer and a silent peer look like this from gloo (torch 2.13, measured by ``tests/test_faults.py``)::
+
+    RuntimeError: [.../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:28361. ...
+    RuntimeError: [.../gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:51091: Connection reset by peer. ...
+    RuntimeError: [.../gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 5000ms for recv operation ...
+
+They become :class:`~xccl.PeerFailure` and :class:`~xccl.CollectiveTimeout`, carrying rank, op, group and elapsed
+time, with the backend's exception chained (``raise ... from exc``) so that nothing is hidden: the original text
+is both quoted in the message and reachable as ``__cause__``. Anything unrecognised is re-raised unchanged.
+
+Synchronous calls are translated by ``_dispatch.call``. An asynchronous call's fault surfaces later, in
+``Work.wait()``; :class:`TypedWork` wraps only the handles of asynchronous calls (``async_op=True``), so the
+synchronous hot path gains no object and no indirection.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+import time
+from typing import Any, Final, final
+
+from ..errors import CollectiveTimeout, PeerFailure, XcclError
+
+__all__ = ["TypedWork", "classify", "translate"]
+
+#: Lower-case fragments of a backend message that mean a peer's process or connection is gone.
+#: gloo: "Connection reset by peer", "Connection closed by peer", "Broken pipe"; NCCL: "remote process exited",
+#: ncclRemoteError; TCPStore: "Connection reset", "Socket Timeout" is *not* here (that is a timeout).
+_PEER_GONE: Final = (
+    "connection reset by peer",
+    "connection closed by peer",
+    "broken pipe",
+    "connection refused",
+    "remote process exited",
+    "ncclremoteerror",
+    "socket closed",
+    "end of file",
+)
+#: Fragments that mean the backend gave up waiting. gloo: "Timed out waiting 5000ms for recv operation";
+#: NCCL watchdog: "Watchdog caught collective operation timeout"; TCPStore: "wait timeout after 5000ms".
+_TIMEOUT: Final = ("timed out", "timeout")
+_WAITED: Final = re.compile(r"(\d+)\s*ms\b")
+
+
+def classify(text: str) -> type[XcclError] | None:
+    """The typed error class a backend message stands for (:class:`PeerFailure`, :class:`CollectiveTimeout`) or None.
+
+    A dead peer is tested first: gloo's reset messages mention a "hanging" worker but never a timeout, while a
+    timeout message never mentions a closed connection.
+    """
+    low = text.lower()
+    if any(s in low for s in _PEER_GONE):
+        return PeerFailure
+    if any(s in low for s in _TIMEOUT):
+        return CollectiveTimeout
+    return None
+
+
+def _waited(text: str) -> float:
+    """Seconds a backend says it waited ("Timed out waiting 5000ms"), when the caller did not time the call."""
+    match = _WAITED.search(text)
+    return int(match.group(1)) / 1000.0 if match else 0.0
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _timeout_hint() -> str:
+    from ..runtime._init import _STATE
+
+    world = _STATE.world
+    seconds = f"{world.timeout.total_seconds():g} s" if world is not None else "the timeout"
+    return f"the timeout is {seconds} (xccl.init(timeout=...) or XCCL_TIMEOUT)"
+
+
+def translate(exc: BaseException, ctx: Any, op: str, started: float | None = None) -> BaseException:
+    """The typed error for a backend exception raised during ``op`` on ``ctx``'s group, or ``exc`` itself.
+
+    Args:
+        exc: what the backend raised.
+        ctx: the group's :class:`~xccl.runtime._init.GroupContext`.
+        op: the public collective's name.
+        started: ``time.monotonic()`` when the call began, for the elapsed time.
+
+    The caller chains the result (``raise translate(exc, ...) from exc``).
+    """
+    if isinstance(exc, XcclError):
+        return exc
+    kind = classify(str(exc))
+    if kind is None:
+        return exc
+    elapsed = time.monotonic() - started if started is not None else _waited(str(exc))
+    where: dict[str, Any] = {"rank": ctx.ranks[ctx.rank], "op": op, "group": ctx.name, "elapsed": elapsed}
+    members = list(ctx.ranks)
+    if kind is CollectiveTimeout:
+        return CollectiveTimeout(
+            f"no answer from a peer of ranks {members} ({_first_line(exc)}). A peer is hung, slow, dead without "
+            f"closing its connection, or called a different collective; {_timeout_hint()}. "
+            "Look at the other ranks' logs; xccl.init(check=True) (or XCCL_CHECK=1) turns mismatched calls into "
+            "CollectiveMismatch naming what each rank called",
+            **where,
+        )
+    return PeerFailure(
+        f"a peer of ranks {members} closed its connection ({_first_line(exc)}). It probably died: its own log "
+        "says why. The group cannot be used any more; restart the job (an elastic launcher such as torchrun "
+        "--max-restarts does this)",
+        **where,
+    )
+
+
+@final
+class TypedWork:
+    """An asynchronous collective's handle whose ``wait()`` raises typed faults.
+
+    It forwards ``torch.distributed.Work``'s interface to the backend's handle; ``wait`` and ``synchronize``
+    translate a dead or silent peer as the synchronous path does, with the elapsed time counted from the call.
+
+    Args:
+        work: the handle the kernel returned.
+        ctx: the group's dispatch context.
+        op: the public collective's name.
+        started: ``time.monotonic()`` at the call.
+    """
+
+    __slots__ = ("_ctx", "_op", "_started", "work")
+
+    def __init__(self, work: Any, ctx: Any, op: str, started: float) -> None:
+        #: The backend's own handle.
+        self.work: Final = work
+        self._ctx = ctx
+        self._op = op
+        self._started = started
+
+    def _fault(self, exc: RuntimeError) -> BaseException:
+        return translate(exc, self._ctx, self._op, self._started)
+
+    def wait(self, timeout: _dt.timedelta | None = None) -> bool:
+        """Wait for completion (``Work.wait``); raises :class:`~xccl.PeerFailure` or :class:`~xccl.CollectiveTimeout`."""
+        try:
+            return bool(self.work.wait() if timeout is None else self.work.wait(timeout))
+        except RuntimeError as exc:
+            raise self._fault(exc) from exc
+
+    def synchronize(self) -> None:
+        """``Work.synchronize`` with typed faults."""
+        try:
+            self.work.synchronize()
+        except RuntimeError as exc:
+            raise self._fault(exc) from exc
+
+    def is_completed(self) -> bool:
+        """Whether the collective finished (successfully or not)."""
+        return bool(self.work.is_completed())
+
+    def is_success(self) -> bool:
+        """Whether it finished without error."""
+        return bool(self.work.is_success())
+
+    def exception(self) -> Any:
+        """The backend's exception, if it failed (untranslated, as ``Work.exception`` gives it)."""
+        return self.work.exception()
+
+    def result(self) -> Any:
+        """The output tensors."""
+        return self.work.result()
+
+    def source_rank(self) -> int:
+        """The source rank of a ``recv`` from any source."""
+        return int(self.work.source_rank())
+
+    def get_future(self) -> Any:
+        """The backend's future (its errors are the backend's own: ``wait()`` is the typed path)."""
+        return self.work.get_future()
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else of the Work interface (``boxed``, ``get_future_result``, vendor extras) is the backend's.
+        if name == "work":  # not yet set (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.work, name)
+
+    def __repr__(self) -> str:
+        return f"<xccl TypedWork {self._op} on group {self._ctx.name!r}: {self.work!r}>"

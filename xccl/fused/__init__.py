@@ -1,0 +1,1 @@
+"""Fused matmul + collective ops: the public API, portable pipelines, and the graph pass."""

@@ -1,0 +1,208 @@
+"""Trace-time facts about a group: its c10d name, size, rank, members, capability table, and its order token.
+
+Everything here runs in plain Python at trace time. The functions Dynamo must not trace (they touch the process
+group registry, the capability table and the plugin registry) are marked ``assume_constant_result``: Dynamo calls
+them once with constant arguments and bakes the answer into the graph. That is sound because the answer is fixed
+for the life of a process group, and each rank compiles its own graph.
+
+Errors raised at trace time are re-classed by :func:`trace_error` so that Dynamo lets them through unchanged:
+Dynamo re-raises its own ``UserError`` as is but rewraps any other exception as ``InternalTorchDynamoError``
+(torch 2.13 ``convert_frame._compile``), which would hide xccl's typed errors from ``except`` clauses.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Final, NamedTuple, TypeVar
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from ..plugin._capabilities import CapabilityTable, Collective, Level, Mode, reduce_op_name
+from ..errors import InvalidArgument, UnsupportedCollective, XcclError
+
+F = TypeVar("F")
+
+__all__ = [
+    "GroupInfo",
+    "TOKENS",
+    "default_info",
+    "group_info",
+    "info_by_name",
+    "redop",
+    "resolve",
+    "root",
+    "trace_error",
+]
+
+
+
+def _assume_constant(fn: F) -> F:
+    """``torch.compiler.assume_constant_result`` without its import of ``torch._dynamo`` (seconds at import).
+
+    This is the whole of what that decorator does in torch 2.1 to 2.13 (``torch/_dynamo/decorators.py``);
+    ``tests/test_graph_ops.py`` checks that Dynamo still honours it.
+    """
+    fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    return fn
+
+
+class GroupInfo(NamedTuple):
+    """What the graph path needs to know about one process group (constant for the group's life).
+
+    A named tuple of plain constants: Dynamo folds it into the graph without guarding on an object.
+    """
+
+    #: The c10d group name: what ``_c10d_functional`` ops and xccl's graph ops take instead of the group object.
+    name: str
+    size: int
+    #: This process's rank within the group.
+    rank: int
+    #: Global ranks of the members, in group-rank order.
+    ranks: tuple[int, ...]
+    #: The plugin (or backend) name used in error messages.
+    backend: str
+    #: Device of the group's tensors (where its order token lives).
+    device: torch.device
+
+
+#: Order tokens, one per group name: a 1-element tensor that every xccl graph op reads and replaces, so that the
+#: ops of one group form a chain of data dependencies in program order (see ``_ops``). A real tensor outside the
+#: graph, so Dynamo lifts it as an input and functionalisation threads its successive values through the graph.
+TOKENS: Final[dict[str, torch.Tensor]] = {}
+
+
+@functools.cache
+def _combined(cls: type[XcclError]) -> type[XcclError]:
+    from torch._dynamo.exc import UserError
+
+    # UserError first in the bases so that cls's own __init__ chain ends at Exception, not UserError.__init__.
+    return type(cls.__name__, (UserError, cls), {"__module__": cls.__module__, "__qualname__": cls.__qualname__,
+                                                  "__init__": cls.__init__})
+
+
+def trace_error(cls: type[XcclError], *args: Any) -> XcclError:
+    """An instance of ``cls(*args)`` that Dynamo re-raises unchanged (still ``isinstance(e, cls)``)."""
+    from torch._dynamo.exc import UserErrorType
+
+    exc = _combined(cls)(*args)
+    # The attributes UserError.__init__ would have set; Dynamo reads them when it re-raises.
+    exc.error_type = UserErrorType.INVALID_INPUT  # type: ignore[attr-defined]
+    exc.msg = str(exc)  # type: ignore[attr-defined]
+    exc.real_stack = None  # type: ignore[attr-defined]
+    exc.skip_frame = False  # type: ignore[attr-defined]
+    exc.logged = False  # type: ignore[attr-defined]
+    return exc
+
+
+def _table_of(pg: Any) -> tuple[CapabilityTable, str, torch.device, str]:
+    """Capability table, plugin name, device and fallback policy for ``pg``.
+
+    Groups of an initialised xccl world use its plugin; a process group created with plain
+    ``torch.distributed`` (code run under ``xccl.patch_collectives``) uses the installed plugin whose
+    torch.distributed backend it is (gloo -> cpu, nccl -> cuda).
+    """
+    from ..runtime._init import _STATE, context
+
+    if _STATE.world is not None:
+        ctx = context(pg)
+        return ctx.table, ctx.table.backend, _STATE.world.device, ctx.fallback
+    from ..plugin._registry import default_registry
+
+    backend = str(dist.get_backend(pg))
+    for info in default_registry().infos().values():
+        if info.plugin is not None and info.plugin.backend == backend:
+            device = torch.device("cpu") if info.plugin.device_type == "cpu" else torch.device(
+                info.plugin.device_type, torch.accelerator.current_device_index()
+            )
+            return info.plugin.capabilities(), info.plugin.name, device, "emulate"
+    raise trace_error(
+        UnsupportedCollective, "graph mode", backend,
+        f"no installed xccl plugin drives the torch.distributed backend {backend!r}; call xccl.init() or install "
+        "the vendor's xccl plugin",
+    )
+
+
+def _info(pg: Any) -> GroupInfo:
+    _table, backend, device, _ = _table_of(pg)
+    name = pg.group_name
+    if name not in TOKENS:
+        TOKENS[name] = torch.zeros(1, dtype=torch.int32, device=device)
+    return GroupInfo(name, pg.size(), pg.rank(), tuple(dist.get_process_group_ranks(pg)), backend, device)
+
+
+@_assume_constant
+def default_info() -> GroupInfo:
+    """The world group's :class:`GroupInfo`."""
+    pg = c10d._get_default_group()
+    return _info(pg)
+
+
+@_assume_constant
+def info_by_name(name: str) -> GroupInfo:
+    """The :class:`GroupInfo` of the process group called ``name``."""
+    return _info(c10d._resolve_process_group(name))
+
+
+def group_info(group: Any) -> GroupInfo:
+    """The :class:`GroupInfo` of ``group`` (``None``: the world). Traced by Dynamo; cheap."""
+    if group is None:
+        return default_info()
+    return info_by_name(group.group_name)
+
+
+@_assume_constant
+def redop(op: Any) -> str:
+    """``op`` (a ``ReduceOp``, DeepSpeed's ``ReduceOp`` or a string) as the lower-case name graph ops take."""
+    return reduce_op_name(op)
+
+
+@_assume_constant
+def resolve(name: str, op: Collective, dtype: torch.dtype | None, reduce_op: str | None) -> bool:
+    """Consult the group's capability table in graph mode; raise at trace time when the op cannot run.
+
+    Returns:
+        True when the op runs natively (its standard graph form), False when emulated (xccl's graph op, which
+        runs the eager emulation). A plain bool: Dynamo guards on the attributes of returned objects.
+
+    Raises:
+        UnsupportedCollective: the table says unsupported, or emulated under the ``"error"`` fallback policy.
+    """
+    pg = c10d._resolve_process_group(name)
+    table, _, _, fallback = _table_of(pg)
+    try:
+        res = table.require(
+            op, mode=Mode.GRAPH, dtype=dtype, reduce_op=reduce_op, world_size=pg.size(),
+            allow_emulated=fallback != "error",
+        )
+    except UnsupportedCollective as exc:
+        raise trace_error(UnsupportedCollective, exc.op, exc.backend, f"{exc.detail} (graph mode)") from None
+    return res.level is Level.NATIVE
+
+
+@_assume_constant
+def root(name: str, op: str, what: str, rank: int | None, group_rank: int | None) -> int:
+    """Normalise a root or peer given as a global rank or a group rank to the group rank; check membership.
+
+    Raises:
+        InvalidArgument: both or neither given, out of range, or not a member.
+    """
+    ranks = dist.get_process_group_ranks(c10d._resolve_process_group(name))
+    if group_rank is not None:
+        if rank is not None:
+            raise trace_error(InvalidArgument, op, f"pass {what} or group_{what}, not both")
+        if not 0 <= group_rank < len(ranks):
+            raise trace_error(InvalidArgument, op, f"group_{what}={group_rank!r} is outside [0, {len(ranks)})")
+        return group_rank
+    if rank is None:
+        raise trace_error(InvalidArgument, op, f"{what} is required")
+    if rank not in ranks:
+        raise trace_error(InvalidArgument, op, f"{what}={rank!r} is not a member of this group (ranks {ranks})")
+    return ranks.index(rank)
+
+
+@_assume_constant
+def fail(op: str, detail: str) -> None:
+    """Raise ``InvalidArgument(op, detail)`` from traced code (Dynamo cannot trace xccl's error constructors)."""
+    raise trace_error(InvalidArgument, op, detail)

@@ -1,0 +1,149 @@
+"""Differentiable functional collectives: new tensors out, inputs untouched, gradients through the adjoint.
+
+=========================  ================================  ================================
+function                   forward                           backward (of the output grad)
+=========================  ================================  ================================
+``all_reduce``             all_reduce (sum or avg)           all_reduce (same op)
+``all_gather_into_tensor`` all_gather along dim 0            reduce_scatter (sum) along dim 0
+``reduce_scatter_tensor``  reduce_scatter (sum) along dim 0  all_gather along dim 0
+=========================  ================================  ================================
+
+Eager calls go through xccl's dispatch (the plugin's kernels and emulations) inside an
+``torch.autograd.Function``; compiled calls become ``torch.ops._c10d_functional`` ops, whose autograd formulas
+torch registers with the same adjoints, so eager and compiled training steps compute the same gradients.
+
+The adjoint of a sum all_reduce is a sum all_reduce: with a loss replicated on every rank, gradients upstream of
+the collective are the sum over ranks (``world_size`` times the single-device gradient), the convention of
+``torch.distributed.nn.functional``. Divide the replicated loss by the group size to train as one device would.
+
+The in-place collectives (``xccl.all_reduce(t)``) are not differentiable in eager mode, as in
+``torch.distributed``; use these for training.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import torch
+import torch.distributed as dist
+
+from ..plugin._capabilities import Collective
+from ._forms import _all_gather, _all_reduce, _reduce_scatter
+from ._group import fail, group_info, redop, resolve
+
+__all__ = ["all_gather_into_tensor", "all_reduce", "reduce_scatter_tensor"]
+
+C = Collective
+SUM: Final = dist.ReduceOp.SUM
+_compiling: Final = torch.compiler.is_compiling
+
+
+def _api() -> Any:
+    from ..collectives import _dispatch
+
+    return _dispatch
+
+
+def _size(group: Any) -> int:
+    return int(dist.get_world_size(group))
+
+
+class _AllReduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, op: Any, group: Any) -> torch.Tensor:  # type: ignore[override]
+        ctx.op, ctx.group = op, group
+        out = x.contiguous().clone()
+        _api().all_reduce(out, op, group)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        g = grad.contiguous().clone()
+        _api().all_reduce(g, ctx.op, ctx.group)
+        return g, None, None
+
+
+class _AllGather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:  # type: ignore[override]
+        ctx.group = group
+        n = _size(group)
+        out = x.new_empty((x.shape[0] * n, *x.shape[1:]))
+        _api().all_gather_into_tensor(out, x.contiguous(), group)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        n = _size(ctx.group)
+        out = grad.new_empty((grad.shape[0] // n, *grad.shape[1:]))
+        _api().reduce_scatter_tensor(out, grad.contiguous(), SUM, ctx.group)
+        return out, None
+
+
+class _ReduceScatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:  # type: ignore[override]
+        ctx.group = group
+        n = _size(group)
+        out = x.new_empty((x.shape[0] // n, *x.shape[1:]))
+        _api().reduce_scatter_tensor(out, x.contiguous(), SUM, group)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        n = _size(ctx.group)
+        out = grad.new_empty((grad.shape[0] * n, *grad.shape[1:]))
+        _api().all_gather_into_tensor(out, grad.contiguous(), ctx.group)
+        return out, None
+
+
+def _differentiable(native: bool, op: str) -> bool:
+    # Only the standard forms carry torch's autograd formulas; xccl's own ops (the emulated form) do not.
+    if not native:
+        fail(f"functional.{op}", "this backend only emulates it in graph mode, where it is not differentiable")
+    return native
+
+
+def all_reduce(tensor: torch.Tensor, op: Any = SUM, group: Any = None) -> torch.Tensor:
+    """The all-reduced ``tensor`` as a new tensor; differentiable for ``sum`` and ``avg``.
+
+    Raises:
+        InvalidArgument: a reduce op other than sum or avg (their adjoint is not a collective).
+    """
+    if _compiling():
+        return _all_reduce_graph(tensor, op, group)
+    name = redop(op)
+    if name not in ("sum", "avg"):
+        from ..errors import InvalidArgument
+
+        raise InvalidArgument("functional.all_reduce", f"reduce op {name!r} is not differentiable; use sum or avg")
+    return _AllReduce.apply(tensor, op, group)  # type: ignore[no-any-return]
+
+
+def _all_reduce_graph(tensor: torch.Tensor, op: Any, group: Any) -> torch.Tensor:
+    g = group_info(group)
+    name = redop(op)
+    if name not in ("sum", "avg"):
+        fail("functional.all_reduce", "only sum and avg are differentiable")
+    native = _differentiable(resolve(g.name, C.ALL_REDUCE, tensor.dtype, "sum"), "all_reduce")
+    # avg as sum then a divide: torch registers backward formulas for sum only, and both are linear.
+    out = _all_reduce(g, native, tensor, "sum")
+    return out / g.size if name == "avg" else out
+
+
+def all_gather_into_tensor(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
+    """Every rank's ``tensor`` concatenated along dim 0 (group-rank order); backward reduce-scatters."""
+    if _compiling():
+        g = group_info(group)
+        native = _differentiable(resolve(g.name, C.ALL_GATHER_INTO_TENSOR, tensor.dtype, None), "all_gather_into_tensor")
+        return _all_gather(g, native, tensor)
+    return _AllGather.apply(tensor, group)  # type: ignore[no-any-return]
+
+
+def reduce_scatter_tensor(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
+    """The sum over ranks of ``tensor``, this rank's dim-0 chunk; backward all-gathers."""
+    if _compiling():
+        g = group_info(group)
+        native = _differentiable(resolve(g.name, C.REDUCE_SCATTER_TENSOR, tensor.dtype, "sum"), "reduce_scatter_tensor")
+        return _reduce_scatter(g, native, tensor, "sum")
+    return _ReduceScatter.apply(tensor, group)  # type: ignore[no-any-return]

@@ -1,0 +1,339 @@
+"""The capability model: what a backend can do, per collective and per mode, as data.
+
+A :class:`CapabilityTable` is built once per plugin from frozen :class:`Support` entries. Dispatch asks it one
+question per call shape, :meth:`CapabilityTable.resolve`, and caches the answer; the CLI and the generated docs
+render the very same objects, so what ``xccl caps`` prints is what dispatch does.
+
+Reduce ops are named by lower-case strings (``"sum"``, ``"avg"``, ...) and dtypes by ``torch.dtype``; helpers
+below normalise ``torch.distributed.ReduceOp`` values.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final, final
+
+import torch
+
+from ..errors import UnsupportedCollective
+
+__all__ = [
+    "ALL_DTYPES",
+    "ALL_REDUCE_OPS",
+    "CapabilityTable",
+    "Collective",
+    "Level",
+    "Mode",
+    "Resolution",
+    "Support",
+    "reduce_op_name",
+]
+
+
+class Collective(str, enum.Enum):
+    """Every operation xccl dispatches; the value is the public function's name."""
+
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    ALL_GATHER_INTO_TENSOR = "all_gather_into_tensor"
+    REDUCE_SCATTER = "reduce_scatter"
+    REDUCE_SCATTER_TENSOR = "reduce_scatter_tensor"
+    ALL_TO_ALL = "all_to_all"
+    ALL_TO_ALL_SINGLE = "all_to_all_single"
+    #: all_to_all_single with split sizes that differ between peers (SCCL silently ignores them).
+    ALL_TO_ALL_SINGLE_UNEVEN = "all_to_all_single_uneven"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    GATHER = "gather"
+    SCATTER = "scatter"
+    BARRIER = "barrier"
+    SEND = "send"
+    RECV = "recv"
+    ALL_GATHER_INTO_TENSOR_UNEVEN = "all_gather_into_tensor_uneven"
+    REDUCE_SCATTER_TENSOR_UNEVEN = "reduce_scatter_tensor_uneven"
+    ALL_TO_ALL_V = "all_to_all_v"
+    MM_REDUCE_SCATTER = "mm_reduce_scatter"
+    ALL_GATHER_MM = "all_gather_mm"
+    MM_ALL_REDUCE = "mm_all_reduce"
+
+    @property
+    def reduces(self) -> bool:
+        """Whether the op takes a reduce op."""
+        return self in _REDUCING
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_REDUCING: Final = frozenset(
+    {
+        Collective.ALL_REDUCE,
+        Collective.REDUCE_SCATTER,
+        Collective.REDUCE_SCATTER_TENSOR,
+        Collective.REDUCE,
+        Collective.REDUCE_SCATTER_TENSOR_UNEVEN,
+        Collective.MM_REDUCE_SCATTER,
+        Collective.MM_ALL_REDUCE,
+    }
+)
+
+
+class Mode(str, enum.Enum):
+    """Eager calls, or calls traced into a ``torch.compile`` graph."""
+
+    EAGER = "eager"
+    GRAPH = "graph"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Level(str, enum.Enum):
+    """How a backend runs an op: its own kernel, a composition of other ops, or not at all."""
+
+    NATIVE = "native"
+    EMULATED = "emulated"
+    UNSUPPORTED = "unsupported"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ALL_REDUCE_OPS: Final = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor", "premul_sum")
+ALL_DTYPES: Final = (
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int8,
+    torch.uint8,
+    torch.int32,
+    torch.int64,
+    torch.bool,
+)
+
+_REDOP_NAMES: Final = {getattr(torch.distributed.ReduceOp, n.upper()): n for n in ALL_REDUCE_OPS} if hasattr(
+    torch.distributed, "ReduceOp"
+) else {}
+
+
+def reduce_op_name(op: object) -> str:
+    """Normalise a ``ReduceOp`` (enum value, ``ReduceOp`` instance or string) to a lower-case name."""
+    name = _REDOP_NAMES.get(op)  # type: ignore[call-overload]
+    if name is not None:
+        return name
+    if isinstance(op, str):
+        return op.lower()
+    # premul_sum and friends arrive as ReduceOp instances wrapping a RedOpType.
+    inner = getattr(op, "op", None)
+    if inner is not None:
+        return _REDOP_NAMES.get(inner, str(inner).rsplit(".", 1)[-1].lower())
+    return str(op).rsplit(".", 1)[-1].lower()
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Support:
+    """How one backend runs one collective in one mode.
+
+    ``dtypes`` and ``reduce_ops`` list what the *native* kernel accepts (``None``: anything). Outside them the op
+    may still run through an emulation: ``cast_to`` names the dtype an unsupported dtype is cast to, and a missing
+    ``avg`` is computed as ``sum`` then a divide when ``sum`` is native.
+    """
+
+    #: native, emulated or unsupported.
+    level: Level
+    #: Dtypes the native kernel accepts; ``None`` means any.
+    dtypes: frozenset[torch.dtype] | None = None
+    #: Reduce ops the native kernel accepts; ``None`` means any (or not applicable).
+    reduce_ops: frozenset[str] | None = None
+    #: Name of the emulation used when ``level`` is emulated (e.g. ``"all_to_all+local_reduce"``).
+    via: str = ""
+    #: World sizes the kernel accepts; ``None`` means any.
+    world_sizes: frozenset[int] | None = None
+    #: Oldest torch (major, minor) on which this holds.
+    min_torch: tuple[int, int] | None = None
+    #: A sentence for humans: quirks, sources, why.
+    note: str = ""
+    #: Dtype cast map used to emulate dtypes the kernel lacks (e.g. ``{torch.bool: torch.uint8}``).
+    cast_to: Mapping[torch.dtype, torch.dtype] = field(default_factory=dict)
+    #: Per-dtype override of ``reduce_ops`` (gloo: AVG only for floats, bitwise ops only for integers).
+    dtype_reduce_ops: Mapping[torch.dtype, frozenset[str]] = field(default_factory=dict)
+
+    def reduce_ops_for(self, dtype: torch.dtype | None) -> frozenset[str] | None:
+        """The reduce ops the native kernel accepts for ``dtype``."""
+        if dtype is not None and dtype in self.dtype_reduce_ops:
+            return self.dtype_reduce_ops[dtype]
+        return self.reduce_ops
+
+
+NATIVE: Final = Support(Level.NATIVE)
+UNSUPPORTED: Final = Support(Level.UNSUPPORTED)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """The answer for one call shape: the level, and the emulation to use when it is not native."""
+
+    level: Level
+    #: Emulation name; empty when native. ``"cast:<dtype>"`` and ``"avg_via_sum"`` compose with ``via``.
+    via: str = ""
+    #: Why, when unsupported or emulated.
+    reason: str = ""
+    #: Dtype to cast to first, when the dtype is emulated.
+    cast: torch.dtype | None = None
+    #: True when ``avg`` runs as ``sum`` then a divide.
+    avg_via_sum: bool = False
+
+
+@final
+class CapabilityTable:
+    """A backend's capabilities: ``{(Collective, Mode): Support}``, queried at run time.
+
+    Example::
+
+        table = xccl.capabilities("cpu")
+        table.supports("reduce_scatter_tensor", mode="graph")
+        table.require("all_reduce", dtype=torch.bfloat16, reduce_op="avg")
+    """
+
+    __slots__ = ("_entries", "backend", "notes")
+
+    def __init__(
+        self,
+        backend: str,
+        entries: Mapping[tuple[Collective, Mode], Support],
+        notes: Iterable[str] = (),
+    ) -> None:
+        missing = [(op.value, m.value) for op in Collective for m in Mode if (op, m) not in entries]
+        if missing:
+            raise ValueError(f"capability table of {backend!r} lacks entries for {missing}")
+        self.backend: Final = backend
+        self._entries: Final = dict(entries)
+        self.notes: Final = tuple(notes)
+
+    def entry(self, op: Collective | str, mode: Mode | str = Mode.EAGER) -> Support:
+        """The raw :class:`Support` for ``op`` in ``mode``."""
+        return self._entries[(Collective(op), Mode(mode))]
+
+    def items(self) -> Iterable[tuple[tuple[Collective, Mode], Support]]:
+        """Every entry, in enum order."""
+        return ((k, self._entries[k]) for k in ((op, m) for op in Collective for m in Mode))
+
+    def resolve(
+        self,
+        op: Collective | str,
+        *,
+        mode: Mode | str = Mode.EAGER,
+        dtype: torch.dtype | None = None,
+        reduce_op: str | None = None,
+        world_size: int | None = None,
+    ) -> Resolution:
+        """Decide how ``op`` runs for this call shape, without raising."""
+        op = Collective(op)
+        sup = self._entries[(op, Mode(mode))]
+        if sup.level is Level.UNSUPPORTED:
+            return Resolution(Level.UNSUPPORTED, reason=sup.note or "the backend has no such operation")
+        if sup.world_sizes is not None and world_size is not None and world_size not in sup.world_sizes:
+            sizes = ", ".join(map(str, sorted(sup.world_sizes)))
+            return Resolution(Level.UNSUPPORTED, reason=f"world size {world_size} not in {{{sizes}}}")
+        level, via, reasons, cast, avg = sup.level, sup.via, [], None, False
+        if dtype is not None and sup.dtypes is not None and dtype not in sup.dtypes:
+            cast = sup.cast_to.get(dtype)
+            if cast is None:
+                return Resolution(Level.UNSUPPORTED, reason=f"dtype {_dtype_name(dtype)} is not supported")
+            level = Level.EMULATED
+            reasons.append(f"{_dtype_name(dtype)} cast to {_dtype_name(cast)}")
+        if dtype == torch.bool and reduce_op in ("avg", "premul_sum"):
+            return Resolution(Level.UNSUPPORTED, reason=f"reduce op {reduce_op!r} is meaningless over bool")
+        allowed = sup.reduce_ops_for(dtype if cast is None else cast)
+        if reduce_op is not None and op.reduces and allowed is not None and reduce_op not in allowed:
+            if reduce_op == "avg" and "sum" in allowed:
+                level, avg = Level.EMULATED, True
+                reasons.append("avg as sum then divide")
+            else:
+                ops = ", ".join(sorted(allowed))
+                return Resolution(Level.UNSUPPORTED, reason=f"reduce op {reduce_op!r} is not supported (has: {ops})")
+        return Resolution(level, via=via, reason="; ".join(reasons) or sup.note, cast=cast, avg_via_sum=avg)
+
+    def level(self, op: Collective | str, **shape: object) -> Level:
+        """The :class:`Level` for ``op`` and this call shape (see :meth:`resolve`)."""
+        return self.resolve(op, **shape).level  # type: ignore[arg-type]
+
+    def supports(self, op: Collective | str, **shape: object) -> bool:
+        """Whether ``op`` runs at all (natively or emulated) for this call shape."""
+        return self.level(op, **shape) is not Level.UNSUPPORTED
+
+    def require(self, op: Collective | str, *, allow_emulated: bool = True, **shape: object) -> Resolution:
+        """Like :meth:`resolve`, but raise :class:`UnsupportedCollective` when the op cannot run.
+
+        Args:
+            op: the collective.
+            allow_emulated: when False, an emulated op is refused too (the ``fallback="error"`` policy).
+            **shape: ``mode``, ``dtype``, ``reduce_op``, ``world_size`` as in :meth:`resolve`.
+
+        Raises:
+            UnsupportedCollective: the op is unsupported, or emulated and ``allow_emulated`` is False.
+        """
+        res = self.resolve(op, **shape)  # type: ignore[arg-type]
+        if res.level is Level.UNSUPPORTED:
+            raise UnsupportedCollective(str(Collective(op)), self.backend, res.reason)
+        if res.level is Level.EMULATED and not allow_emulated:
+            raise UnsupportedCollective(
+                str(Collective(op)),
+                self.backend,
+                f"only emulated ({res.via or res.reason}) and the fallback policy is 'error'; "
+                "pass fallback='warn' or 'emulate' to xccl.init to allow emulation",
+            )
+        return res
+
+    def to_dict(self) -> dict[str, object]:
+        """The table as plain JSON-able data (for ``xccl caps --json`` and the docs)."""
+        out: dict[str, object] = {}
+        for (op, mode), sup in self.items():
+            out.setdefault(op.value, {})[mode.value] = {  # type: ignore[index]
+                "level": sup.level.value,
+                "via": sup.via,
+                "dtypes": None if sup.dtypes is None else sorted(_dtype_name(d) for d in sup.dtypes),
+                "reduce_ops": None if sup.reduce_ops is None else sorted(sup.reduce_ops),
+                "world_sizes": None if sup.world_sizes is None else sorted(sup.world_sizes),
+                "min_torch": None if sup.min_torch is None else ".".join(map(str, sup.min_torch)),
+                "cast_to": {_dtype_name(k): _dtype_name(v) for k, v in sup.cast_to.items()},
+                "dtype_reduce_ops": {_dtype_name(k): sorted(v) for k, v in sup.dtype_reduce_ops.items()},
+                "note": sup.note,
+            }
+        return out
+
+    def __repr__(self) -> str:
+        return f"<CapabilityTable {self.backend}>"
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def table_from(
+    backend: str,
+    eager: Mapping[Collective, Support],
+    graph: Mapping[Collective, Support] | None = None,
+    *,
+    default: Support = UNSUPPORTED,
+    notes: Iterable[str] = (),
+) -> CapabilityTable:
+    """Build a table from per-mode mappings; ops left out get ``default``.
+
+    Args:
+        backend: the plugin name shown in errors.
+        eager: eager-mode entries.
+        graph: graph-mode entries; ``None`` means "graph mode unsupported for every op".
+        default: the entry used for ops a mapping omits.
+        notes: table-wide remarks rendered under the table.
+    """
+    entries: dict[tuple[Collective, Mode], Support] = {}
+    for op in Collective:
+        entries[(op, Mode.EAGER)] = eager.get(op, default)
+        entries[(op, Mode.GRAPH)] = (graph or {}).get(op, UNSUPPORTED)
+    return CapabilityTable(backend, entries, notes)

@@ -1,0 +1,78 @@
+"""The graph column of a capability table, derived from the eager column and how each op is represented.
+
+In graph mode an op is
+
+* **native** when it compiles to a standard functional collective (``torch.ops._c10d_functional.<op>`` +
+  ``wait_tensor``) that runs the backend's own kernel, or to one of xccl's graph ops (``torch.ops.xccl.<op>``)
+  whose eager kernel is native;
+* **emulated** when it compiles to xccl's graph op and that op runs xccl's eager emulation at run time;
+* **unsupported** when tracing it raises :class:`~xccl.UnsupportedCollective`.
+
+The dtypes, reduce ops and world sizes are those of the eager entry: both forms end in the same process-group
+call. :func:`graph_entries` builds the column for a plugin whose graph ops need no converter (the built-in cpu
+and cuda plugins); a vendor plugin with converters or a graph compiler of its own states its column itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Final
+
+from ._capabilities import Collective, Level, Support
+
+__all__ = ["GRAPH_FORMS", "graph_entries"]
+
+C = Collective
+_F: Final = "torch.ops._c10d_functional"
+
+#: How each op appears in a graph when native: the standard functional op where torch has one, else xccl's.
+GRAPH_FORMS: Final[Mapping[Collective, str]] = {
+    C.ALL_REDUCE: f"{_F}.all_reduce",
+    C.ALL_GATHER: f"{_F}.all_gather_into_tensor, sliced into the list",
+    C.ALL_GATHER_INTO_TENSOR: f"{_F}.all_gather_into_tensor",
+    C.REDUCE_SCATTER: f"{_F}.reduce_scatter_tensor over the concatenated list",
+    C.REDUCE_SCATTER_TENSOR: f"{_F}.reduce_scatter_tensor",
+    C.ALL_TO_ALL: f"{_F}.all_to_all_single over the concatenated list",
+    C.ALL_TO_ALL_SINGLE: f"{_F}.all_to_all_single",
+    C.ALL_TO_ALL_SINGLE_UNEVEN: f"{_F}.all_to_all_single with split sizes",
+    C.BROADCAST: f"{_F}.broadcast",
+    C.REDUCE: "torch.ops.xccl.reduce",
+    C.GATHER: "torch.ops.xccl.gather",
+    C.SCATTER: "torch.ops.xccl.scatter",
+    C.BARRIER: "torch.ops.xccl.barrier",
+    C.SEND: "torch.ops.xccl.send",
+    C.RECV: "torch.ops.xccl.recv",
+    C.ALL_GATHER_INTO_TENSOR_UNEVEN: "torch.ops.xccl.all_gather_into_tensor_uneven",
+    C.REDUCE_SCATTER_TENSOR_UNEVEN: "torch.ops.xccl.reduce_scatter_tensor_uneven",
+    C.ALL_TO_ALL_V: "torch.ops.xccl.all_to_all_v",
+}
+
+# The xccl op an emulated standard collective compiles to (it runs the eager emulation at run time).
+_XCCL_FORM: Final = {
+    C.ALL_GATHER: C.ALL_GATHER_INTO_TENSOR,
+    C.REDUCE_SCATTER: C.REDUCE_SCATTER_TENSOR,
+    C.ALL_TO_ALL: C.ALL_TO_ALL_SINGLE,
+    C.ALL_TO_ALL_SINGLE_UNEVEN: C.ALL_TO_ALL_SINGLE,
+}
+
+
+def _entry(op: Collective, eager: Support) -> Support:
+    if eager.level is Level.UNSUPPORTED or op not in GRAPH_FORMS:
+        return Support(Level.UNSUPPORTED, note="no graph form" if op not in GRAPH_FORMS else eager.note)
+    form = GRAPH_FORMS[op]
+    if eager.level is Level.NATIVE:
+        note = f"graph: {form}"
+    else:
+        xop = _XCCL_FORM.get(op, op).value
+        note = f"graph: torch.ops.xccl.{xop}, running the eager emulation ({eager.via})"
+    return dataclasses.replace(eager, note=f"{note}; {eager.note}" if eager.note else note)
+
+
+def graph_entries(eager: Mapping[Collective, Support]) -> dict[Collective, Support]:
+    """The graph column for a plugin whose eager column is ``eager`` and that needs no graph converters.
+
+    Ops with no graph form (the fused matmul + collective ops, which xccl's graph pass introduces instead) and
+    ops unsupported in eager mode are unsupported.
+    """
+    return {op: _entry(op, sup) for op, sup in eager.items()}

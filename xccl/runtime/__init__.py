@@ -1,0 +1,1 @@
+"""The runtime: ``xccl.init``, the world, and the state of every process group."""

@@ -1,0 +1,1 @@
+"""Tools: the ``xccl`` command, the benchmark driver and the capability-table rendering."""

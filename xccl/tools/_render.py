@@ -1,0 +1,343 @@
+"""Rendering capability tables as text, Markdown and JSON.
+
+``xccl caps``, ``docs/capabilities.md`` (``scripts/gen_docs.py``) and the vendor pages under ``docs/vendors/``
+all render :class:`~xccl.CapabilityTable` objects through this module, so what the command prints, what the docs
+say and what dispatch does come from one set of objects.
+
+A cell is ``native`` (the backend's own kernel), ``emul(<via>)`` (a composition of other collectives, see
+``xccl.collectives._emulate``) or ``—`` (unsupported). Footnotes carry each entry's note and its gates (oldest torch, world
+sizes). Dtypes and reduce ops per op are in the JSON and in the Markdown detail tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, final
+
+import torch
+
+from ..plugin._capabilities import ALL_DTYPES, CapabilityTable, Collective, Level, Mode, Support
+
+__all__ = [
+    "DASH",
+    "About",
+    "Tables",
+    "cell",
+    "footnote",
+    "modes_from",
+    "named",
+    "render_json",
+    "render_markdown",
+    "render_markdown_matrix",
+    "render_text",
+]
+
+#: The unsupported cell (and its ASCII fallback for terminals that cannot encode it).
+DASH: Final = "—"
+ASCII_DASH: Final = "-"
+
+_LEGEND: Final = "native: the backend's own kernel; emul(via): composed of other collectives; {dash}: unsupported"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class About:
+    """What a table's plugin is, for headings and JSON (the table itself knows only its name)."""
+
+    vendor: str = ""
+    #: torch.distributed backend name.
+    backend: str = ""
+    device_type: str = ""
+
+    @classmethod
+    def of(cls, plugin: Any) -> About:
+        """The identity of an :class:`~xccl.Plugin` object."""
+        return cls(str(plugin.vendor), str(plugin.backend), str(plugin.device_type))
+
+    def line(self) -> str:
+        """One human line: ``PyTorch (gloo); torch.distributed backend gloo; cpu tensors``."""
+        parts = [self.vendor] if self.vendor else []
+        if self.backend:
+            parts.append(f"torch.distributed backend `{self.backend}`")
+        if self.device_type:
+            parts.append(f"`{self.device_type}` tensors")
+        return "; ".join(parts)
+
+
+def modes_from(name: str) -> tuple[Mode, ...]:
+    """``"eager"``, ``"graph"`` or ``"both"`` as a tuple of :class:`~xccl.Mode`."""
+    return tuple(Mode) if name == "both" else (Mode(name),)
+
+
+def cell(sup: Support, dash: str = DASH) -> str:
+    """The matrix cell for one entry: ``native``, ``emul(via)`` or the dash."""
+    if sup.level is Level.NATIVE:
+        return "native"
+    if sup.level is Level.EMULATED:
+        return f"emul({sup.via})" if sup.via else "emul"
+    return dash
+
+
+def _cost(op: Collective, sup: Support) -> str:
+    """The emulation's traffic note from ``xccl.collectives._emulate`` (what using it costs)."""
+    if sup.level is not Level.EMULATED or not sup.via:
+        return ""
+    from ..collectives._emulate import EMULATIONS
+
+    return EMULATIONS.get(op, {}).get(sup.via, (None, ""))[1]
+
+
+def footnote(op: Collective, sup: Support) -> str:
+    """The entry's note with its gates (oldest torch, world sizes) and, when emulated, the cost; ``""`` if none."""
+    parts = []
+    if sup.min_torch is not None:
+        parts.append(f"torch >= {'.'.join(map(str, sup.min_torch))}")
+    if sup.world_sizes is not None:
+        parts.append(f"world sizes {', '.join(map(str, sorted(sup.world_sizes)))} only")
+    if sup.note:
+        parts.append(sup.note)
+    cost = _cost(op, sup)
+    if cost and not sup.note:
+        parts.append(f"cost: {cost}")
+    return "; ".join(parts)
+
+
+class _Footnotes:
+    """Numbers distinct footnote texts in order of first appearance."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, int] = {}
+
+    def mark(self, text: str) -> str:
+        if not text:
+            return ""
+        number = self.texts.setdefault(text, len(self.texts) + 1)
+        return f" [{number}]"
+
+    def lines(self) -> list[str]:
+        return [f"[{n}] {text}" for text, n in self.texts.items()]
+
+
+#: Tables to render: one table, several (named by ``table.backend``), or a mapping from plugin name to table
+#: (a plugin may reuse another's table, so the plugin's name is the better label).
+Tables = CapabilityTable | Sequence[CapabilityTable] | Mapping[str, CapabilityTable]
+
+
+def named(tables: Tables) -> list[tuple[str, CapabilityTable]]:
+    """``(name, table)`` pairs for any accepted form of ``tables``."""
+    if isinstance(tables, CapabilityTable):
+        return [(tables.backend, tables)]
+    if isinstance(tables, Mapping):
+        return list(tables.items())
+    return [(t.backend, t) for t in tables]
+
+
+def _columns(tables: Tables, modes: Sequence[Mode]) -> list[tuple[str, CapabilityTable, Mode]]:
+    return [(name, t, m) for name, t in named(tables) for m in modes]
+
+
+def render_text(
+    tables: Tables, modes: Sequence[Mode] = tuple(Mode), *, ascii_only: bool = False, width: int | None = None
+) -> str:
+    """The matrix as aligned text: rows are collectives, columns plugin x mode, footnotes underneath.
+
+    Args:
+        tables: the tables, one column group each.
+        modes: which modes to show.
+        ascii_only: use ``-`` for unsupported cells (for terminals that cannot print an em dash).
+        width: wrap to this many characters: plugins that do not fit go to a further block of the same rows
+            (a plugin's modes stay together). ``None``: one block, however wide.
+    """
+    dash = ASCII_DASH if ascii_only else DASH
+    notes = _Footnotes()
+    pairs = named(tables)
+    # Cells per plugin; footnotes are numbered plugin by plugin, so the numbers grow from block to block.
+    columns: list[list[list[str]]] = []
+    for name, t in pairs:
+        cols = []
+        for m in modes:
+            cells = [name, m.value]
+            for op in Collective:
+                sup = t.entry(op, m)
+                cells.append(cell(sup, dash) + notes.mark(footnote(op, sup)))
+            cols.append(cells)
+        columns.append(cols)
+    first = ["collective", "", *(op.value for op in Collective)]
+    out: list[str] = []
+    for block in _blocks(first, columns, width):
+        if out:
+            out.append("")
+        widths = [max(map(len, col)) for col in block]
+        rows = list(zip(*block, strict=True))
+        out.append(_join(rows[0], widths))
+        if len(modes) > 1 or len(block) == 2:
+            out.append(_join(rows[1], widths))
+        out.append(_join(["-" * w for w in widths], widths))
+        out.extend(_join(r, widths) for r in rows[2:])
+    out += ["", _LEGEND.format(dash=dash)]
+    if notes.texts:
+        out += ["", "Notes:", *(f"  {line}" for line in notes.lines())]
+    for name, t in pairs:
+        out += [f"  {name}: {n}" for n in t.notes]
+    out.append("Dtypes, reduce ops and dtype casts per op: xccl caps --json.")
+    return "\n".join(out) + "\n"
+
+
+def _blocks(first: list[str], plugins: list[list[list[str]]], width: int | None) -> list[list[list[str]]]:
+    """Pack plugins' column groups into blocks no wider than ``width``, each led by the collective column."""
+
+    def span(cols: list[list[str]]) -> int:
+        return sum(2 + max(map(len, c)) for c in cols)
+
+    blocks: list[list[list[str]]] = []
+    current: list[list[str]] = [first]
+    for cols in plugins:
+        if width is not None and len(current) > 1 and span(current) + span(cols) - 2 > width:
+            blocks.append(current)
+            current = [first]
+        current = current + cols
+    blocks.append(current)
+    return blocks
+
+
+def _join(cells: Sequence[str], widths: Sequence[int]) -> str:
+    return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+
+# ---------------------------------------------------------------------------------------------------- markdown
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown_matrix(tables: Tables, modes: Sequence[Mode] = tuple(Mode)) -> str:
+    """The overview matrix as one Markdown table (no footnotes; the detail tables carry them)."""
+    cols = _columns(tables, modes)
+    head = ["collective", *(f"{name} {m.value}" for name, _, m in cols)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for op in Collective:
+        cells = [f"`{op.value}`", *(cell(t.entry(op, m)) for _, t, m in cols)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _names(items: Iterable[str]) -> str:
+    return ", ".join(sorted(items))
+
+
+def _dtypes(dtypes: frozenset[torch.dtype] | None) -> str:
+    if dtypes is None or dtypes >= frozenset(ALL_DTYPES):
+        return "all"
+    return _names(_dtype_name(d) for d in dtypes)
+
+
+def _reduce_ops(op: Collective, sup: Support) -> str:
+    if not op.reduces:
+        return ""
+    base = "all" if sup.reduce_ops is None else _names(sup.reduce_ops)
+    # Group dtypes that share an override, so gloo's "floats: avg, ..." reads as one clause.
+    groups: dict[frozenset[str], list[str]] = {}
+    for dtype, ops in sup.dtype_reduce_ops.items():
+        groups.setdefault(ops, []).append(_dtype_name(dtype))
+    extra = [f"{_names(ds)}: {_names(ops)}" for ops, ds in groups.items()]
+    return "; ".join([*extra, f"other dtypes: {base}"]) if extra else base
+
+
+def _casts(sup: Support) -> str:
+    return ", ".join(f"{_dtype_name(a)} as {_dtype_name(b)}" for a, b in sup.cast_to.items())
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def render_markdown(
+    tables: Tables,
+    modes: Sequence[Mode] = tuple(Mode),
+    *,
+    about: Mapping[str, About] | None = None,
+    heading: str = "###",
+    matrix: bool = True,
+) -> str:
+    """Markdown for one or more tables: the matrix, then a detail table per plugin.
+
+    This is what ``docs/capabilities.md`` and the vendor pages embed (``scripts/gen_docs.py`` regenerates both).
+
+    Args:
+        tables: one table (a vendor page) or several (the overview); see :data:`Tables`.
+        modes: which modes to show.
+        about: plugin identity by name, printed under each plugin's heading.
+        heading: the Markdown heading marker for each plugin's section.
+        matrix: include the overview matrix first.
+    """
+    parts = [render_markdown_matrix(tables, modes)] if matrix else []
+    for name, t in named(tables):
+        parts.append(_markdown_detail(name, t, modes, (about or {}).get(name), heading))
+    return "\n".join(parts)
+
+
+def _markdown_detail(
+    name: str, table: CapabilityTable, modes: Sequence[Mode], about: About | None, heading: str
+) -> str:
+    lines = [f"{heading} {name}", ""]
+    if about is not None and about.line():
+        lines += [about.line(), ""]
+    lines += [f"- {_md_escape(n)}" for n in table.notes]
+    if table.notes:
+        lines.append("")
+    head = ["collective", "mode", "level", "dtypes", "reduce ops", "dtype casts", "notes"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    hidden: list[Mode] = []
+    for m in modes:
+        shown = 0
+        for op in Collective:
+            sup = table.entry(op, m)
+            if m is Mode.GRAPH and sup.level is Level.UNSUPPORTED and not footnote(op, sup):
+                continue  # listed once below instead of a screenful of dashes
+            shown += 1
+            unsupported = sup.level is Level.UNSUPPORTED
+            cells = [
+                f"`{op.value}`",
+                m.value,
+                cell(sup),
+                "" if unsupported else _dtypes(sup.dtypes),
+                "" if unsupported else _reduce_ops(op, sup),
+                "" if unsupported else _casts(sup),
+                footnote(op, sup),
+            ]
+            lines.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
+        if m is Mode.GRAPH and shown < len(Collective):
+            hidden.append(m)
+    if hidden:
+        lines += ["", "Graph-mode entries not listed are unsupported."]
+    return "\n".join(lines) + "\n"
+
+
+# -------------------------------------------------------------------------------------------------------- json
+
+
+def render_json(
+    tables: Tables,
+    modes: Sequence[Mode] = tuple(Mode),
+    *,
+    about: Mapping[str, About] | None = None,
+) -> dict[str, Any]:
+    """JSON-able data: ``{"plugins": {name: {"vendor", "backend", "device_type", "notes", "collectives"}}}``.
+
+    ``collectives`` is :meth:`CapabilityTable.to_dict` restricted to ``modes`` (equal to it for both modes).
+    """
+    keep = {m.value for m in modes}
+    out: dict[str, Any] = {}
+    for name, t in named(tables):
+        who = (about or {}).get(name, About())
+        full = t.to_dict()
+        out[name] = {
+            "vendor": who.vendor,
+            "backend": who.backend,
+            "device_type": who.device_type,
+            "notes": list(t.notes),
+            "collectives": {op: {m: e for m, e in per_mode.items() if m in keep} for op, per_mode in full.items()},  # type: ignore[attr-defined]
+        }
+    return {"modes": [m.value for m in modes], "plugins": out}

@@ -1,0 +1,141 @@
+"""``xccl bench``: nccl-tests-style bandwidth sweeps of any collective through xccl.
+
+Example::
+
+    xccl bench --op all_reduce -n 2 --min-bytes 4 --max-bytes 64M --compare-raw --json out.json --plot out.png
+    xccl bench --op reduce_scatter_tensor,all_to_all_v --plugin sophgo --simulate
+
+Exit status: 0; 1 when a rank fails or ``--plot`` lacks matplotlib; 2 for a bad configuration (unknown op,
+plugin, size) with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub: Any, name: str) -> None:
+    """Register the subcommand (without importing torch: ``xccl --help`` stays fast)."""
+    p = sub.add_parser(
+        name,
+        help="benchmark collectives through xccl (nccl-tests style), optionally against raw torch.distributed",
+        description="Launch N local ranks, sweep message sizes and print size, count, dtype, time, algbw and "
+        "busbw (nccl-tests' bus-bandwidth factors) per collective.",
+    )
+    p.add_argument(
+        "--op",
+        default="all_reduce",
+        help="comma-separated collectives (e.g. all_reduce,all_to_all_v, sendrecv for a send/recv ring), "
+        "or 'all' (default all_reduce)",
+    )
+    p.add_argument(
+        "--plugin",
+        "--vendor",
+        dest="plugin",
+        default="auto",
+        help="xccl plugin (default auto: XCCL_VENDOR, else the accelerator, else cpu)",
+    )
+    p.add_argument("--simulate", action="store_true", help="run the plugin's CPU simulation (vendor plugins)")
+    p.add_argument("-n", "--nproc", type=int, default=2, help="local ranks to launch (default 2)")
+    p.add_argument("-b", "--min-bytes", default="4", help="smallest message (default 4; K/M/G suffixes)")
+    p.add_argument("-e", "--max-bytes", default="64M", help="largest message (default 64M)")
+    p.add_argument("-f", "--factor", type=float, default=2.0, help="size step factor (default 2)")
+    p.add_argument("--dtype", default="float32", help="element type (default float32)")
+    p.add_argument("--iters", type=int, default=20, help="timed samples per size and variant (default 20)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed calls per size and variant (default 5)")
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=1,
+        help="calls per timed sample (default 1; raise it on GPUs, where a sync per call costs)",
+    )
+    p.add_argument(
+        "--compare-raw",
+        action="store_true",
+        help="also run plain torch.distributed, interleaved call by call, and add a ratio column",
+    )
+    p.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="plot bus bandwidth against size (needs matplotlib)")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one-line progress counter on stderr (default: when stderr is a terminal)",
+    )
+    p.add_argument("--timeout", type=float, default=120.0, help="collective timeout in seconds (default 120)")
+    p.set_defaults(func=run)
+
+
+def _check_plugin(name: str, simulate: bool) -> str:
+    """Why ``name`` cannot be benchmarked here, or ``""`` (checked before launching any rank)."""
+    from xccl.errors import XcclError
+    from xccl.plugin._registry import default_registry
+
+    if name == "auto":
+        return ""
+    registry = default_registry()
+    try:
+        plugin = registry.get(name)
+        if simulate:
+            if plugin.simulation() is None:
+                return f"plugin {name!r} has no CPU simulation; run it on its hardware without --simulate"
+            return ""
+        registry.select(name)
+    except XcclError as exc:
+        return str(exc)
+    return ""
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate, launch the ranks, then write JSON and the plot."""
+    from xccl.tools import _bench
+
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        print("xccl bench: --plot needs matplotlib, which is not installed: pip install 'xccl[plot]'", file=sys.stderr)
+        return 1
+    try:
+        ops = _bench.OPS if args.op.strip() == "all" else tuple(o.strip() for o in args.op.split(",") if o.strip())
+        cfg = _bench.BenchConfig(
+            ops=ops,
+            plugin=args.plugin,
+            simulate=args.simulate,
+            nproc=args.nproc,
+            min_bytes=_bench.parse_size(args.min_bytes),
+            max_bytes=_bench.parse_size(args.max_bytes),
+            factor=args.factor,
+            dtype=args.dtype,
+            iters=args.iters,
+            warmup=args.warmup,
+            batch=args.batch,
+            compare_raw=args.compare_raw,
+            progress=sys.stderr.isatty() if args.progress is None else args.progress,
+            timeout=args.timeout,
+        )
+        cfg.check()
+    except _bench.BenchError as exc:
+        print(f"xccl bench: {exc}", file=sys.stderr)
+        return 2
+    why = _check_plugin(cfg.plugin, cfg.simulate)
+    if why:
+        print(f"xccl bench: {why}", file=sys.stderr)
+        return 2
+    try:
+        doc = _bench.launch(cfg)
+    except _bench.BenchError as exc:
+        print(f"xccl bench: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"# wrote {path}")
+    if args.plot:
+        _bench.plot(doc, args.plot)
+        print(f"# wrote {args.plot}")
+    failed = [r["op"] for r in doc["results"] if r["error"]]
+    return 1 if failed and len(failed) == len(doc["results"]) else 0

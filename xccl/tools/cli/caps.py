@@ -1,0 +1,105 @@
+"""``xccl caps [PLUGIN ...] [--json | --markdown] [--mode eager|graph|both]``: the capability matrix.
+
+Rows are collectives, columns plugin x mode; a cell is ``native``, ``emul(via)`` or ``—``. Without a plugin name
+every plugin that loads is shown (available here or not: a table is data and needs no device). The rendering
+lives in ``xccl.tools._render``, shared with ``scripts/gen_docs.py``.
+
+Exit status: 0; 2 when a named plugin does not exist or fails to load (the message says which are installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+from typing import Any
+
+LOG = logging.getLogger("xccl")
+
+
+def add_parser(sub: Any, name: str) -> None:
+    """Register the subcommand."""
+    p = sub.add_parser(
+        name,
+        help="print the capability matrix of plugins x collectives x mode",
+        description="Print which collectives each plugin runs natively, emulated (and via what) or not at all, "
+        "in eager and graph mode.",
+    )
+    p.add_argument("plugin", nargs="*", help="plugin names (default: every plugin that loads)")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="everything as JSON: levels, dtypes, reduce ops, notes")
+    fmt.add_argument("--markdown", action="store_true", help="Markdown: the matrix and a detail table per plugin")
+    p.add_argument("--mode", choices=("eager", "graph", "both"), default="both", help="which modes (default both)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the tables in the requested format."""
+    from xccl.tools import _render
+    from xccl.errors import BackendNotFound, BackendUnavailable, XcclError
+    from xccl.plugin._registry import Status, plugins
+
+    infos = {i.name: i for i in plugins()}
+    if args.plugin:
+        chosen = []
+        for name in args.plugin:
+            info = infos.get(name)
+            try:
+                if info is None:
+                    raise BackendNotFound(name, list(infos))
+                if info.plugin is None or info.status is Status.INCOMPATIBLE:
+                    raise BackendUnavailable(name, info.reason, info.fix)
+            except XcclError as exc:
+                print(f"xccl caps: {exc}", file=sys.stderr)
+                return 2
+            chosen.append(info)
+    else:
+        chosen = [i for i in infos.values() if i.plugin is not None and i.status is not Status.INCOMPATIBLE]
+
+    tables, about = {}, {}
+    for info in chosen:
+        try:
+            table = info.plugin.capabilities()  # type: ignore[union-attr]
+        except Exception as exc:  # listing is tolerant: report the broken plugin, show the rest
+            LOG.debug("capabilities() of %s raised", info.name, exc_info=True)
+            print(
+                f"xccl caps: plugin {info.name!r}: capabilities() raised {type(exc).__name__}: {exc}", file=sys.stderr
+            )
+            if args.plugin:
+                return 2
+            continue
+        tables[info.name] = table
+        about[info.name] = _render.About.of(info.plugin)
+
+    modes = _render.modes_from(args.mode)
+    if args.json:
+        text = json.dumps(_render.render_json(tables, modes, about=about), indent=2) + "\n"
+    elif args.markdown:
+        text = _render.render_markdown(tables, modes, about=about)
+    else:
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+        text = _render.render_text(tables, modes, ascii_only=not _can_print(_render.DASH), width=width)
+        text += "".join(
+            f"{i.name}: not available here ({i.reason}); its table is shown all the same\n"
+            for i in chosen
+            if not i.available
+        )
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `xccl caps | head`: the reader left; say nothing more (and keep Python from complaining at exit).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def _can_print(text: str) -> bool:
+    encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
