@@ -38,9 +38,9 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
     import torch.distributed as dist
 
     import xccl
-    from xccl.plugin._capabilities import Collective
     from xccl.collectives._check import verify
-    from xccl.runtime._init import context
+    from xccl.collectives._state import state_of as context
+    from xccl.plugin._capabilities import Collective
 
     xccl.init("cpu", check=True, timeout=60)
     ctx = context(None)

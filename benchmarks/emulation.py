@@ -76,9 +76,9 @@ def _variants(
     import torch.distributed as dist
 
     import xccl
-    from xccl.plugin._capabilities import Collective as C
     from xccl.collectives._emulate import EMULATIONS
-    from xccl.runtime._init import context
+    from xccl.collectives._state import state_of as context
+    from xccl.plugin._capabilities import Collective as C
 
     ctx = context(None)
     g = torch.Generator().manual_seed(1234 + rank)

@@ -116,8 +116,8 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
     import torch.distributed as dist
 
     import xccl
-    from xccl.plugin._capabilities import Collective
     from xccl.fused._api import _bounds, choose_chunks
+    from xccl.plugin._capabilities import Collective
 
     xccl.init("cpu", fallback="emulate")
 

@@ -29,8 +29,8 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
     import torch.distributed as dist
 
     import xccl
+    from xccl.collectives._state import state_of as context
     from xccl.plugin._capabilities import Collective
-    from xccl.runtime._init import context
 
     xccl.init("cpu")
     t = torch.ones(1)

@@ -25,9 +25,9 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from xccl.tools import _render
 from xccl.plugin._capabilities import CapabilityTable, Mode
 from xccl.plugin._registry import PluginInfo, Status, plugins
+from xccl.tools import _render
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = Path("docs/capabilities.md")

@@ -28,9 +28,10 @@ import torch.distributed as dist
 
 import xccl
 from xccl import Plugin, ProbeResult, Registry
-from xccl.plugin._ranktable import load_rank_table
 from xccl.backends.cpu import CpuPlugin
+from xccl.plugin import load_rank_table
 from xccl.testing import RankPool, free_port
+from xccl.tools.cli.ranktable import installed_formats
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "errors.md"
 R = xccl.ReduceOp
@@ -133,15 +134,19 @@ CALLS: dict[str, Callable[[str], Any]] = {
     "new_group-empty": lambda _: xccl.new_group([]),
     "init-twice-different-arguments": lambda _: xccl.init(fallback="error"),
     # -- rank tables (xccl parses them itself: Sophgo's reader is broken, see docs/vendors)
-    "ranktable-missing-file": lambda tmp: load_rank_table(Path(tmp) / "absent.json"),
-    "ranktable-not-json": lambda tmp: load_rank_table(_table(tmp, "a.json", "{not json")),
-    "ranktable-neither-format": lambda tmp: load_rank_table(_table(tmp, "b.json", {"version": "1.0"})),
+    "ranktable-missing-file": lambda tmp: load_rank_table(Path(tmp) / "absent.json", installed_formats()),
+    "ranktable-not-json": lambda tmp: load_rank_table(_table(tmp, "a.json", "{not json"), installed_formats()),
+    "ranktable-neither-format": lambda tmp: load_rank_table(
+        _table(tmp, "b.json", {"version": "1.0"}), installed_formats()),
     "ranktable-sophgo-version": lambda tmp: load_rank_table(
-        _table(tmp, "c.json", {"version": "2.0", "node_list": [{"device_list": [{"device_id": "0", "rank": "0"}]}]})),
-    "ranktable-duplicate-rank": lambda tmp: load_rank_table(_table(tmp, "d.json", _hccl([_dev("0", "0"), _dev("1", "0")]))),
+        _table(tmp, "c.json", {"version": "2.0", "node_list": [{"device_list": [{"device_id": "0", "rank": "0"}]}]}),
+        installed_formats()),
+    "ranktable-duplicate-rank": lambda tmp: load_rank_table(
+        _table(tmp, "d.json", _hccl([_dev("0", "0"), _dev("1", "0")])), installed_formats()),
     "ranktable-device-id-range": lambda tmp: load_rank_table(
-        _table(tmp, "e.json", _hccl([_dev("0", "0"), _dev("9", "1")])), max_devices=8),
-    "ranktable-not-a-number": lambda tmp: load_rank_table(_table(tmp, "f.json", _hccl([_dev("zero", "0")]))),
+        _table(tmp, "e.json", _hccl([_dev("0", "0"), _dev("9", "1")])), installed_formats(), max_devices=8),
+    "ranktable-not-a-number": lambda tmp: load_rank_table(
+        _table(tmp, "f.json", _hccl([_dev("zero", "0")])), installed_formats()),
     # -- simulated vendor constraints (pools with XCCL_SIMULATE=<vendor>, fallback="error")
     "sophgo-reduce_scatter_tensor": lambda _: xccl.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * _n())),
     "sophgo-avg": lambda _: xccl.all_reduce(t4(), op=R.AVG),
@@ -329,7 +334,7 @@ _CLEAN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "XCC
 
 @pytest.mark.parametrize("case_id", list(LOCAL), ids=list(LOCAL))
 def test_local_case(case_id, monkeypatch):
-    from xccl.runtime._init import _STATE
+    from xccl.collectives._state import STATE as _STATE
 
     if _STATE.world is not None or dist.is_initialized():
         pytest.skip("this process already has a process group")

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import xccl
-from xccl.plugin._capabilities import Collective
 from xccl.collectives._check import Call, disagreement, encode
+from xccl.plugin._capabilities import Collective
 from xccl.testing import RankPool
 
 TIMEOUT = 5.0

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from xccl_sophgo._ranktable import generate_sophgo, load_sophgo
 
-from xccl.plugin._ranktable import generate_sophgo, load_sophgo
 from xccl.tools.cli import main
 
 DATA = Path(__file__).parent / "data" / "ranktables"
@@ -24,7 +24,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_generate_to_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "rt.json"
     code, stdout, _ = run(capsys, "sophgo", "--device-id", "[[0,1,2,3,4,5,6,7]]", "-o", str(out))
-    assert code == 0 and stdout.strip() == f"wrote {out}: 8 ranks on 1 node"
+    assert code == 0 and stdout.strip() == f"wrote {out}: Sophgo rank table, version 1.0, 8 ranks on 1 node"
     assert json.loads(out.read_text()) == generate_sophgo([list(range(8))])
     table = load_sophgo(out)
     assert table.chip_map(0) == tuple(range(8))
@@ -116,7 +116,10 @@ DEV1 = ("node_list", 0, "device_list", 1)
 MALFORMED = {
     "missing-version": (_mutated(("version",), KeyError), "version: is missing"),
     "wrong-version": (_mutated(("version",), "1.1"), 'version: unsupported version "1.1"'),
-    "missing-node-list": (_mutated(("node_list",), KeyError), "is neither a Sophgo rank table"),
+    "missing-node-list": (
+        _mutated(("node_list",), KeyError),
+        "$: is none of the rank-table formats the installed plugins know (hccl, sophgo)",
+    ),
     "empty-node-list": (_mutated(("node_list",), []), "node_list: is empty"),
     "missing-rank": (_mutated((*DEV1, "rank"), KeyError), "node_list[0].device_list[1].rank: is missing"),
     "missing-device-id": (_mutated((*DEV1, "device_id"), KeyError), "device_list[1].device_id: is missing"),
@@ -127,7 +130,7 @@ MALFORMED = {
     "id-out-of-range": (_mutated((*DEV1, "device_id"), "9"), "9 is out of range: with 8 devices"),
     "invalid-json": ('{"version": "1.0",', "$: invalid JSON at line 1"),
     "not-an-object": ("[1, 2]", "$: is an array"),
-    "both-formats": ('{"node_list": [], "server_list": []}', "has both node_list (Sophgo) and server_list"),
+    "both-formats": ('{"node_list": [], "server_list": []}', "$: has the keys of several formats (hccl, sophgo)"),
 }
 
 

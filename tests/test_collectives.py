@@ -270,6 +270,8 @@ def _native_truth() -> list[str]:
     from xccl.plugin._capabilities import ALL_DTYPES, ALL_REDUCE_OPS, Level
 
     table = xccl.capabilities("cpu")
+    # A plain gloo group: what the backend itself can do (the world's group is xccl's, which would emulate).
+    raw = dist.new_group(backend="gloo")
     bad = []
     for dt in ALL_DTYPES:
         for op in ALL_REDUCE_OPS:
@@ -277,7 +279,7 @@ def _native_truth() -> list[str]:
             t = make(xccl.get_world().rank, (3,), dt)
             try:
                 rop = dist._make_nccl_premul_sum(2.0) if op == "premul_sum" else getattr(R, op.upper())
-                dist.all_reduce(t, rop)  # raw gloo: what the backend itself can do
+                dist.all_reduce(t, rop, group=raw)
                 works = True
             except (RuntimeError, ValueError, TypeError):
                 works = False

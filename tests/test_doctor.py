@@ -21,8 +21,8 @@ import torch
 
 import xccl
 from xccl import Plugin, ProbeResult, Registry
-from xccl.tools.cli.doctor import Finding, autoload_failure, collect, render
 from xccl.backends.cpu import CpuPlugin
+from xccl.tools.cli.doctor import Finding, autoload_failure, collect, render
 
 DATA = Path(__file__).parent / "data" / "ranktables"
 _LAUNCH = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "XCCL_VENDOR", "XCCL_SIMULATE",
@@ -126,7 +126,7 @@ def test_visible_device_variables(var, value, status):
 def test_rank_table_found_and_valid(tmp_path):
     good = collect(env=clean_env(RANK_TABLE_FILE=str(DATA / "hccl_v1.0.json")))
     finding = find(good, "rank table", "RANK_TABLE_FILE")
-    assert finding.status == "ok" and finding.facts["format"] == "HCCL"
+    assert finding.status == "ok" and finding.facts["format"] == "hccl"
     bad_json = tmp_path / "table.json"
     bad_json.write_text("{not json")
     bad = find(collect(env=clean_env(RANK_TABLE_FILE=str(bad_json))), "rank table", "RANK_TABLE_FILE")

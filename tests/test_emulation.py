@@ -27,6 +27,7 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pytest
@@ -36,7 +37,9 @@ import torch.distributed as dist
 import xccl
 from xccl import Collective as C
 from xccl import Level
+from xccl.collectives._dispatch import _block
 from xccl.collectives._emulate import EMULATIONS
+from xccl.collectives._state import state_of
 
 DTYPES = (torch.float32, torch.bfloat16, torch.int64, torch.bool)
 REDUCE_OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
@@ -311,6 +314,48 @@ def c_send_recv(e: Env, tag: str, dtype: torch.dtype, a: bool) -> Case:
     return buf, xs[(e.r - 1) % e.n], *_pristine(xs[e.r])
 
 
+def c_recv_any_source(e: Env, tag: str, dtype: torch.dtype, a: bool) -> Case:
+    """Every rank but the last sends to the last, which receives from any source and checks each sender."""
+    xs = [data(tag, j, (ROWS, COLS), dtype) for j in range(e.n)]
+    last = e.ranks[-1]
+    if e.me != last:
+        _done(xccl.send(xs[e.r], last, e.group), False)
+        # A receive from any source takes the first message that arrives: keep the next case's out of this one.
+        xccl.barrier(e.group)
+        return None, None, *_pristine(xs[e.r])
+    got = {}
+    for _ in range(e.n - 1):
+        buf = torch.empty(ROWS, COLS, dtype=dtype)
+        if a:
+            work = xccl.irecv(buf, None, e.group)
+            work.wait()
+            sender = e.ranks[work.source_rank()]
+        else:
+            sender = xccl.recv(buf, group=e.group)
+        got[sender] = buf
+    xccl.barrier(e.group)
+    order = sorted(got)
+    return torch.cat([got[s] for s in order]), torch.cat([xs[e.ranks.index(s)] for s in order]), [], []
+
+
+def c_all_reduce_coalesced(e: Env, tag: str, dtype: torch.dtype, op: str, a: bool) -> Case:
+    xs = [data(tag, j, (ROWS, COLS), dtype) for j in range(e.n)]
+    ys = [data(tag + "y", j, (COLS,), dtype) for j in range(e.n)]
+    ts = [xs[e.r].clone(), ys[e.r].clone()]
+    _done(xccl.all_reduce_coalesced(ts, _REDOP[op], e.group, a), a)
+    return torch.cat([t.reshape(-1) for t in ts]), torch.cat([reduce_ref(xs, op).reshape(-1), reduce_ref(ys, op)]), [], []
+
+
+def c_all_gather_coalesced(e: Env, tag: str, dtype: torch.dtype, a: bool) -> Case:
+    xs = [data(tag, j, (ROWS, COLS), dtype) for j in range(e.n)]
+    ys = [data(tag + "y", j, (COLS,), dtype) for j in range(e.n)]
+    outs = [[torch.empty(ROWS, COLS, dtype=dtype), torch.empty(COLS, dtype=dtype)] for _ in range(e.n)]
+    _done(xccl.all_gather_coalesced(outs, [xs[e.r], ys[e.r]], e.group, a), a)
+    got = torch.cat([t.reshape(-1) for row in outs for t in row])
+    want = torch.cat([t.reshape(-1) for j in range(e.n) for t in (xs[j], ys[j])])
+    return got, want, *_pristine(xs[e.r], ys[e.r])
+
+
 def c_barrier(e: Env, tag: str, dtype: torch.dtype, a: bool) -> Case:
     _done(xccl.barrier(e.group, a), a)
     return torch.ones(1), torch.ones(1), [], []
@@ -323,9 +368,12 @@ REDUCING: dict[str, tuple[C, Callable[..., Case]]] = {
     "reduce_scatter_tensor": (C.REDUCE_SCATTER_TENSOR, c_reduce_scatter_tensor),
     "reduce_scatter": (C.REDUCE_SCATTER, c_reduce_scatter),
     "reduce_scatter_tensor_uneven": (C.REDUCE_SCATTER_TENSOR_UNEVEN, c_reduce_scatter_tensor_uneven),
+    "all_reduce_coalesced": (C.ALL_REDUCE_COALESCED, c_all_reduce_coalesced),
 }
 MOVING: dict[str, tuple[C, Callable[..., Case]]] = {
     "all_gather": (C.ALL_GATHER, c_all_gather),
+    "all_gather_coalesced": (C.ALL_GATHER_COALESCED, c_all_gather_coalesced),
+    "recv_any_source": (C.RECV_ANY_SOURCE, c_recv_any_source),
     "all_gather_into_tensor": (C.ALL_GATHER_INTO_TENSOR, c_all_gather_into_tensor),
     "all_gather_into_tensor_uneven": (C.ALL_GATHER_INTO_TENSOR_UNEVEN, c_all_gather_into_tensor_uneven),
     "all_to_all": (C.ALL_TO_ALL, _c_all_to_all(False)),
@@ -371,10 +419,14 @@ def body_matrix(
     ranks = tuple(range(dist.get_world_size()) if group is None else dist.get_process_group_ranks(group))
     e = Env(group, ranks, ranks.index(dist.get_rank()))
     if rs_via is not None:
-        from xccl.runtime._init import context
-
         kernel = EMULATIONS[C.REDUCE_SCATTER_TENSOR][rs_via][0]
-        e = Env(group, ranks, e.r, lambda out, inp, op, g, a: kernel(context(g), out, inp, op, g, a))
+
+        def rs(out: torch.Tensor, inp: torch.Tensor, op: Any, g: Any, a: bool) -> Any:
+            # An emulation kernel is bound to its group state and to the runner of its building blocks.
+            st = state_of(g)
+            return kernel(st, partial(_block, st), out, inp, op, a)
+
+        e = Env(group, ranks, e.r, rs)
     results: dict[str, tuple[Any, ...]] = {}
     for key, name, dtype, op in cases(only, dtypes):
         if name in skip:
@@ -610,9 +662,9 @@ def body_lone_refusals() -> dict[str, str]:
     refused: dict[str, str] = {}
     if r == 0:
         calls = {
-            # The all_to_all exchange would run first and the local reduction refuse after it.
-            "premul_sum": lambda: xccl.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * n),
-                                                             dist._make_nccl_premul_sum(2.0)),
+            # The all_to_all exchange would run first and the local reduction refuse after it (no bitwise ops
+            # over floats).
+            "band_float": lambda: xccl.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * n), dist.ReduceOp.BAND),
             # gloo-emulated's all_reduce has no bitwise ops, and no emulation of them.
             "band": lambda: xccl.all_reduce(torch.ones(2, dtype=torch.int64), dist.ReduceOp.BAND),
         }
@@ -631,5 +683,5 @@ def body_lone_refusals() -> dict[str, str]:
 def test_emulations_refuse_what_they_cannot_do_before_communicating(rank_pools: Any) -> None:
     outs = rank_pools.get(2, vendor="gloo-emulated", fallback="emulate").run_ok(body_lone_refusals)
     assert all(out["after"] == "[2.0, 2.0]" for out in outs)
-    assert "local reduction has no 'premul_sum'" in outs[0]["premul_sum"]
+    assert "local reduction has no 'band' over float32" in outs[0]["band_float"]
     assert "reduce op 'band' is not supported" in outs[0]["band"]

@@ -88,7 +88,7 @@ def native_calls() -> None:
 
 def _forget_plans(group: Any = None) -> None:
     # The warning is issued when a call shape is first planned; earlier bodies in this pool may have planned it.
-    from xccl.runtime._init import context
+    from xccl.collectives._state import state_of as context
 
     context(group).plans.clear()
 
@@ -102,9 +102,9 @@ def _record(fn: Callable[[], None]) -> list[tuple[str, str, str]]:
 
 def body_warn() -> dict[str, Any]:
     """Each emulated op twice, native ops, then again with fresh plans, then on a new group."""
-    from xccl.collectives import _dispatch
+    from xccl.collectives._state import STATE
 
-    _dispatch._WARNED.clear()
+    STATE.warned.clear()
     _forget_plans()
     calls = emulated_calls()
 
@@ -124,9 +124,9 @@ def body_warn() -> dict[str, Any]:
 
 
 def body_emulate() -> list[tuple[str, str, str]]:
-    from xccl.collectives import _dispatch
+    from xccl.collectives._state import STATE
 
-    _dispatch._WARNED.clear()
+    STATE.warned.clear()
     _forget_plans()
     calls = emulated_calls()
     return _record(lambda: [call() for call in calls.values()] and None)

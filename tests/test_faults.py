@@ -21,8 +21,8 @@ import pytest
 import torch
 
 import xccl
-from xccl.errors import CollectiveTimeout, PeerFailure
 from xccl.collectives._faults import TypedWork, classify, translate
+from xccl.errors import CollectiveTimeout, PeerFailure
 from xccl.testing import RankPool, free_port
 
 TIMEOUT = 3.0
@@ -240,8 +240,8 @@ class _FailingWork:
     def is_completed(self) -> bool:
         return True
 
-    def boxed(self) -> str:
-        return "boxed"
+    def vendor_extra(self) -> str:  # something of a vendor's Work that torch's Work does not have
+        return "extra"
 
 
 def test_typed_work_translates_wait_and_forwards_the_rest():
@@ -251,7 +251,9 @@ def test_typed_work_translates_wait_and_forwards_the_rest():
         work.wait(datetime.timedelta(seconds=1))
     assert info.value.__cause__ is not None and "Connection closed by peer" in str(info.value.__cause__)
     assert inner.waited_with == datetime.timedelta(seconds=1)
-    assert work.is_completed() is True and work.boxed() == "boxed"
+    assert work.is_completed() is True and work.vendor_extra() == "extra"
+    # A torch.distributed.Work itself, so that xccl's process group can hand it to torch and to C++ callers.
+    assert isinstance(work, torch.distributed.Work)
     plain = TypedWork(_FailingWork("something else"), _Ctx(), "broadcast", time.monotonic())
     with pytest.raises(RuntimeError, match="something else"):
         plain.wait()

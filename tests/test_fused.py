@@ -8,7 +8,6 @@ fast; a failure names the case.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import warnings
 from typing import Any
@@ -18,8 +17,8 @@ import torch
 import torch.distributed as dist
 
 import xccl
-from xccl.plugin._capabilities import Collective, Level, Support, table_from
-from xccl.plugin._contract import Plugin, Runtime
+from xccl.collectives._state import register, state_of
+from xccl.plugin import Collective, Level, Plugin, Runtime, Support, table_from
 
 C = Collective
 OPS = ("mm_reduce_scatter", "all_gather_mm", "mm_all_reduce")
@@ -263,14 +262,11 @@ _GROUPS: dict[tuple[str, str], Any] = {}
 def _group(runtime: str, fallback: str) -> Any:
     """A group over the world with its own dispatch context: the cpu runtime or the test vendor's, and the given
     fallback policy (xccl's group registry is the test seam; the process group itself is real)."""
-    from xccl.runtime import _init
-
     key = (runtime, fallback)
     if key not in _GROUPS:
         group = dist.new_group(list(range(dist.get_world_size())))
-        world = dataclasses.replace(xccl.get_world(), fallback=fallback)
-        rt = _init.context(None).runtime if runtime == "cpu" else FusedVendorRuntime(FusedVendor(), simulate=False)
-        _init._register(group, rt, range(dist.get_world_size()), world)
+        rt = state_of(None).runtime if runtime == "cpu" else FusedVendorRuntime(FusedVendor(), simulate=False)
+        register(group, rt, fallback)
         _GROUPS[key] = group
     return _GROUPS[key]
 
@@ -299,7 +295,7 @@ def _kmin(op: str, b: torch.Tensor) -> None:
         raise xccl.ConstraintViolation(op, "fusedvendor", "k >= 8", f"k={b.shape[0]}")
 
 
-def _native_mm_rs(ctx: Any, a: torch.Tensor, b: torch.Tensor, group: Any, reduce_op: str, bias: Any) -> torch.Tensor:
+def _native_mm_rs(ctx: Any, a: torch.Tensor, b: torch.Tensor, reduce_op: str, bias: Any) -> torch.Tensor:
     """A vendor-style kernel: check the constraint first, then compute (here unfused, through xccl)."""
     try:
         _kmin("mm_reduce_scatter", b)
@@ -309,11 +305,11 @@ def _native_mm_rs(ctx: Any, a: torch.Tensor, b: torch.Tensor, group: Any, reduce
     CALLS.append(("mm_reduce_scatter", "native"))
     y = a @ b if bias is None else torch.addmm(bias, a, b)
     out = y.new_empty((a.shape[0] // ctx.size, b.shape[1]))
-    xccl.reduce_scatter_tensor(out, y, group=group)
+    xccl.reduce_scatter_tensor(out, y, group=ctx.group)
     return out
 
 
-def _native_ag_mm(ctx: Any, a: torch.Tensor, b: torch.Tensor, group: Any, gather_output: bool) -> Any:
+def _native_ag_mm(ctx: Any, a: torch.Tensor, b: torch.Tensor, gather_output: bool) -> Any:
     try:
         _kmin("all_gather_mm", b)
     except xccl.ConstraintViolation:
@@ -321,11 +317,11 @@ def _native_ag_mm(ctx: Any, a: torch.Tensor, b: torch.Tensor, group: Any, gather
         raise
     CALLS.append(("all_gather_mm", "native"))
     g = a.new_empty((a.shape[0] * ctx.size, a.shape[1]))
-    xccl.all_gather_into_tensor(g, a.contiguous(), group=group)
+    xccl.all_gather_into_tensor(g, a.contiguous(), group=ctx.group)
     return g @ b, g
 
 
-def _native_mm_ar(ctx: Any, a: torch.Tensor, b: torch.Tensor, group: Any, bias: Any) -> torch.Tensor:
+def _native_mm_ar(ctx: Any, a: torch.Tensor, b: torch.Tensor, bias: Any) -> torch.Tensor:
     try:
         _kmin("mm_all_reduce", b)
     except xccl.ConstraintViolation:
@@ -333,7 +329,7 @@ def _native_mm_ar(ctx: Any, a: torch.Tensor, b: torch.Tensor, group: Any, bias: 
         raise
     CALLS.append(("mm_all_reduce", "native"))
     y = torch.matmul(a, b) if bias is None else torch.matmul(a, b) + bias
-    xccl.all_reduce(y, group=group)
+    xccl.all_reduce(y, group=ctx.group)
     return y
 
 
@@ -427,9 +423,7 @@ def test_constraint_violation_under_error_raises_on_every_rank(rank_pools: Any) 
 
 
 def body_sophgo() -> list[str]:
-    import xccl.runtime._init as init
-
-    assert init.context(None).table.backend == "sophgo"
+    assert state_of(None).table.backend == "sophgo"
     return body_values((torch.float32,)) + body_gradients(3, unfused=False)
 
 

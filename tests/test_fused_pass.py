@@ -9,7 +9,6 @@ fused nodes in the forward and backward graphs, and checks values and gradients 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -19,9 +18,9 @@ import torch
 import torch.distributed as dist
 
 import xccl
-from xccl.plugin._capabilities import Collective, Level, Support, table_from
-from xccl.fused._pass import FusedMatmulPass, fuse_matmul_collectives, register
-from xccl.plugin._contract import Plugin, Runtime
+from xccl.collectives._state import register
+from xccl.fused._pass import FusedMatmulPass, fuse_matmul_collectives
+from xccl.plugin import Collective, Level, Plugin, Runtime, Support, table_from
 
 C = Collective
 FUSED = ("torch.ops.xccl.mm_reduce_scatter", "torch.ops.xccl.all_gather_mm")
@@ -181,13 +180,10 @@ _MC2: Any = None
 
 def _mc2_group() -> Any:
     """A real group whose dispatch context has kernels refusing k < 256 (xccl's group registry is the seam)."""
-    from xccl.runtime import _init
-
     global _MC2
     if _MC2 is None:
         _MC2 = dist.new_group(list(range(dist.get_world_size())))
-        world = dataclasses.replace(xccl.get_world(), fallback="warn")
-        _init._register(_MC2, Mc2LikeRuntime(Mc2Like(), simulate=False), range(dist.get_world_size()), world)
+        register(_MC2, Mc2LikeRuntime(Mc2Like(), simulate=False), "warn")
     return _MC2
 
 
@@ -244,20 +240,13 @@ def body_compiled() -> dict[str, Any]:
     torch.manual_seed(dist.get_rank())
     params = [torch.randn(8, 16), torch.randn(16, 32), torch.randn(32, 16)]
     x, w1, w2 = (p.clone().requires_grad_() for p in params)
-    # Through xccl's compile backend where it offers the post-grad hook, else straight into Inductor's config.
-    via_backend = register()
+    # xccl.compile installs the fusion pass by itself (fuse=True is its default).
     with warnings.catch_warnings(), contextlib.ExitStack() as stack:
         warnings.simplefilter("ignore", FutureWarning)
         # The pass runs only when Inductor compiles: a hit in the FX-graph cache (which persists across runs in
         # the temp directory) would skip it, and the counters it is judged by would stay empty.
         stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False))
-        if via_backend:
-            from xccl import graph as _graph
-
-            compiled = _graph.compile(tp_mlp_inplace, fullgraph=True)
-        else:
-            stack.enter_context(torch._inductor.config.patch(post_grad_custom_post_pass=FusedMatmulPass()))
-            compiled = torch.compile(tp_mlp_inplace, fullgraph=True)
+        compiled = xccl.compile(tp_mlp_inplace, fullgraph=True)
         out = compiled(x, w1, w2)
         out.square().sum().backward()
     # Eager, unfused reference with torch's differentiable functional collectives.
@@ -269,7 +258,7 @@ def body_compiled() -> dict[str, Any]:
     same = torch.allclose(out, ref, atol=1e-4, rtol=1e-4) and all(
         torch.allclose(p.grad, q.grad, atol=1e-3, rtol=1e-4) for p, q in zip((x, w1, w2), (x2, w12, w22), strict=False)
     )
-    return {"same": same, "counters": dict(counters["xccl"]), "via_backend": via_backend}
+    return {"same": same, "counters": dict(counters["xccl"])}
 
 
 def test_pass_fires_on_a_compiled_tp_mlp_and_matches_eager(rank_pools: Any) -> None:

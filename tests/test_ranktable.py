@@ -1,47 +1,96 @@
-"""Tests of xccl.plugin._ranktable: Sophgo and HCCL rank tables, parsed, validated and generated. No torch needed."""
+"""Tests of the vendor-neutral rank-table kit (xccl.plugin._ranktable): reading JSON, writing atomically, and picking
+the format of a table among those given. No torch needed.
+
+The kit is tested with two toy formats defined here, so that it does not depend on any plugin; the vendors' formats
+are tested with their plugins (plugins/sophgo/tests/test_sophgo_ranktable.py,
+plugins/ascend/tests/test_ascend_ranktable.py) and through ``xccl rank-table`` (tests/test_cli_ranktable.py).
+"""
 
 from __future__ import annotations
 
 import ast
-import copy
 import json
 import operator
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import pytest
 
 from xccl.errors import RankTableError
-from xccl.plugin._ranktable import (
-    HcclRankTable,
-    SophgoDevice,
-    SophgoRankTable,
+from xccl.plugin import (
+    RankTableFormat,
+    as_object,
+    check_device_ids,
+    describe,
     dump,
-    generate_hccl,
-    generate_sophgo,
-    load_hccl,
     load_rank_table,
-    load_sophgo,
-    parse_device_id_arg,
-    parse_hccl,
-    parse_sophgo,
+    non_negative,
+    nonempty_list,
+    read_json,
 )
+from xccl.tools.cli.ranktable import installed_formats
 
 DATA = Path(__file__).parent / "data" / "ranktables"
 #: Sophgo's documented template (docs/quick_start/source_zh/03_Tutorial.rst), verbatim.
 SOPHGO_TEMPLATE = DATA / "sophgo_template.json"
-#: The manifest's HCCL examples (CANN hcclug) completed with the servers their server_count announces: the doc
-#: shows one server and elides the rest, which a strict server_count check would otherwise reject.
+#: The manifest's HCCL examples (CANN hcclug), completed with the servers their server_count announces.
 HCCL_V10 = DATA / "hccl_v1.0.json"
 HCCL_V12 = DATA / "hccl_v1.2.json"
 
-Doc = Any  # decoded JSON, mutated freely by the cases below
+# ---------------------------------------------------------------------------------------------------------------
+# Two toy formats: {"<key>": [device_id, ...]}, rank i on device_id [i], built from the kit's readers and checks
+# ---------------------------------------------------------------------------------------------------------------
 
-# ---------------------------------------------------------------------------------------------------------------
-# Helpers
-# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ToyTable:
+    path: str
+    kind: str
+    device_ids: tuple[int, ...]
+
+    def world_size(self) -> int:
+        return len(self.device_ids)
+
+
+class ToyFormat(RankTableFormat):
+    #: The key that marks a table of this format.
+    key: ClassVar[str] = ""
+
+    def detect(self, data: Mapping[str, object]) -> bool:
+        return self.key in data
+
+    def parse(self, data: object, path: str, *, max_devices: int | None = None) -> ToyTable:
+        top = as_object(data, path, "$", f'an object with "{self.key}"')
+        ids: list[tuple[int, str]] = []
+        for i, value in nonempty_list(top, self.key, path, "", "one device id per rank"):
+            field = f"{self.key}[{i}]"
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise RankTableError(path, field, f"{describe(value)} is not an integer")
+            ids.append((non_negative(value, path, field), field))
+        check_device_ids(ids, path, max_devices)
+        return ToyTable(path, self.name, tuple(device_id for device_id, _ in ids))
+
+    def summary(self, table: Any) -> list[str]:
+        return [f"{table.path}: {self.name} table, {table.world_size()} ranks"]
+
+
+class AlphaFormat(ToyFormat):
+    name = "alpha"
+    description = "alpha toy table"
+    key = "alpha_list"
+
+
+class BetaFormat(ToyFormat):
+    name = "beta"
+    description = "beta toy table"
+    key = "beta_list"
+
+
+FORMATS: tuple[RankTableFormat, ...] = (AlphaFormat(), BetaFormat())
 
 
 def _write(tmp_path: Path, doc: object) -> Path:
@@ -50,275 +99,50 @@ def _write(tmp_path: Path, doc: object) -> Path:
     return path
 
 
-def _setting(keys: tuple[str | int, ...], value: object) -> Callable[[Doc], Doc]:
-    """Returns a mutation that sets the field at ``keys`` to ``value``."""
-
-    def mutate(doc: Doc) -> Doc:
-        target = doc
-        for key in keys[:-1]:
-            target = target[key]
-        target[keys[-1]] = value
-        return doc
-
-    return mutate
-
-
-def _deleting(keys: tuple[str | int, ...]) -> Callable[[Doc], Doc]:
-    """Returns a mutation that removes the field at ``keys``."""
-
-    def mutate(doc: Doc) -> Doc:
-        target = doc
-        for key in keys[:-1]:
-            target = target[key]
-        del target[keys[-1]]
-        return doc
-
-    return mutate
-
-
-def _both(*mutations: Callable[[Doc], Doc]) -> Callable[[Doc], Doc]:
-    def mutate(doc: Doc) -> Doc:
-        for mutation in mutations:
-            doc = mutation(doc)
-        return doc
-
-    return mutate
-
-
-class Case(NamedTuple):
-    """One malformed table: how to break a valid one, and the error expected."""
-
-    name: str
-    mutate: Callable[[Doc], Doc]
-    field: str
-    phrase: str
-    max_devices: int | None = None
-
-
-def _dev(node: int, device: int, key: str) -> tuple[str | int, ...]:
-    return ("node_list", node, "device_list", device, key)
-
-
-def _hdev(server: int, device: int, key: str) -> tuple[str | int, ...]:
-    return ("server_list", server, "device", device, key)
-
-
 # ---------------------------------------------------------------------------------------------------------------
-# Sophgo: valid tables
+# load_rank_table: the matching format, and its table
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def test_sophgo_template_from_the_doc_parses() -> None:
-    table = load_sophgo(SOPHGO_TEMPLATE)
-    assert table.version == "1.0"
-    assert table.world_size() == 2
-    assert table.chip_map(0) == (0, 1)
-    assert table.nodes[0].devices[0] == SophgoDevice(device_id=0, rank=0, local_rank=None, device_ip=None)
-    # The template has no local_rank, so it is the position in rank order.
-    assert [table.local_rank_of(r) for r in range(2)] == [0, 1]
-    assert table.path == str(SOPHGO_TEMPLATE)
+def test_load_rank_table_picks_the_format_that_detects_the_table(tmp_path: Path) -> None:
+    path = _write(tmp_path, {"beta_list": [3, 1, 0]})
+    fmt, table = load_rank_table(path, FORMATS)
+    assert fmt is FORMATS[1]
+    assert table == ToyTable(str(path), "beta", (3, 1, 0))
+    # A str path works too, and the order of the formats does not matter.
+    fmt, table = load_rank_table(str(path), FORMATS[::-1])
+    assert (fmt, table.path) == (FORMATS[1], str(path))
+    fmt, table = load_rank_table(_write(tmp_path, {"alpha_list": [0]}), FORMATS)
+    assert (fmt.name, table.kind, table.world_size()) == ("alpha", "alpha", 1)
 
 
-def test_generated_single_node_of_eight() -> None:
-    table = parse_sophgo(generate_sophgo([list(range(8))]), "gen")
-    assert table.world_size() == 8
-    assert len(table.nodes) == 1
-    assert table.chip_map(0) == tuple(range(8))
-    assert [table.local_rank_of(r) for r in range(8)] == list(range(8))
-    assert {table.node_of(r) for r in range(8)} == {0}
-
-
-def test_generated_two_nodes_number_ranks_node_by_node() -> None:
-    # A C2C ring order such as SCCL recommends, then a second, smaller node.
-    ring = [0, 2, 6, 7, 3, 1, 5, 4]
-    table = parse_sophgo(generate_sophgo([ring, [4, 5, 6, 7]]), "gen")
-    assert table.world_size() == 12
-    assert table.chip_map(0) == tuple(ring)
-    assert table.chip_map(1) == (4, 5, 6, 7)
-    assert [table.node_of(r) for r in (0, 7, 8, 11)] == [0, 0, 1, 1]
-    assert [table.local_rank_of(r) for r in (0, 7, 8, 11)] == [0, 7, 0, 3]
-    assert [d.rank for d in table.nodes[1].devices] == [8, 9, 10, 11]
-
-
-def test_generator_writes_strings_like_sophgos_tool() -> None:
-    doc = generate_sophgo([[0, 7]], [["10.0.0.1", "10.0.0.2"]])
-    assert doc == {
-        "version": "1.0",
-        "node_list": [
-            {
-                "device_list": [
-                    {"device_id": "0", "device_ip": "10.0.0.1", "local_rank": "0", "rank": "0"},
-                    {"device_id": "7", "device_ip": "10.0.0.2", "local_rank": "1", "rank": "1"},
-                ]
-            }
-        ],
-    }
-    # Key order too: tpu_gen_sccl_rank_table writes device_id, ip, local_rank, rank.
-    entry = doc["node_list"][0]["device_list"][0]  # type: ignore[index]
-    assert list(entry) == ["device_id", "device_ip", "local_rank", "rank"]
-
-
-def test_generator_emulator_key_and_default_ips() -> None:
-    doc = generate_sophgo([[0, 1], [0, 1]], emulator=True)
-    table = parse_sophgo(doc, "gen")
-    for node in doc["node_list"]:  # type: ignore[attr-defined]
-        for entry in node["device_list"]:
-            assert entry["device_ip_emulator"] == "127.0.0.1"
-            assert "device_ip" not in entry
-    assert all(d.device_ip == "127.0.0.1" for n in table.nodes for d in n.devices)
-
-
-def test_dump_and_load_round_trip(tmp_path: Path) -> None:
-    path = tmp_path / "sub" / "rank_table.json"
-    path.parent.mkdir()
-    doc = generate_sophgo([[3, 2, 1, 0], [0, 1]])
-    dump(doc, path)
-    assert json.loads(path.read_text(encoding="utf-8")) == doc
-    assert path.read_text(encoding="utf-8").endswith("}\n")
-    table = load_rank_table(path, max_devices=8)
-    assert isinstance(table, SophgoRankTable)
-    assert table.chip_map(0) == (3, 2, 1, 0)
-    assert table.chip_map(1) == (0, 1)
-    assert [p.name for p in path.parent.iterdir()] == ["rank_table.json"]  # no temporary file left behind
-
-
-def test_sophgo_accepts_integers_and_orders_chip_map_by_rank() -> None:
-    # Sophgo's C++ reader accepts numbers as well as strings; file order need not be rank order.
-    doc = {"version": "1.0", "node_list": [{"device_list": [{"device_id": 5, "rank": 1}, {"device_id": 3, "rank": 0}]}]}
-    table = parse_sophgo(doc)
-    assert table.chip_map(0) == (3, 5)
-    assert table.local_rank_of(1) == 1
-    assert table.local_rank_of(0) == 0
-
-
-def test_sophgo_lookups_of_unknown_rank_or_node_raise() -> None:
-    table = load_sophgo(SOPHGO_TEMPLATE)
-    with pytest.raises(RankTableError, match="no device has rank 2"):
-        table.node_of(2)
-    with pytest.raises(RankTableError, match="no device has rank -1"):
-        table.local_rank_of(-1)
-    with pytest.raises(RankTableError, match="there is no node 1"):
-        table.chip_map(1)
-
-
-def test_load_rank_table_recognises_both_formats() -> None:
-    assert isinstance(load_rank_table(SOPHGO_TEMPLATE), SophgoRankTable)
-    assert isinstance(load_rank_table(HCCL_V10), HcclRankTable)
-    assert isinstance(load_rank_table(str(HCCL_V12)), HcclRankTable)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Sophgo: malformed tables
-# ---------------------------------------------------------------------------------------------------------------
-
-SOPHGO_CASES = [
-    Case("missing-version", _deleting(("version",)), "version", "is missing"),
-    Case("version-2.0", _setting(("version",), "2.0"), "version", 'must have version "1.0"'),
-    Case("version-as-number", _setting(("version",), 1.0), "version", "unsupported version 1.0"),
-    Case("missing-node-list", _deleting(("node_list",)), "node_list", "is missing"),
-    Case("empty-node-list", _setting(("node_list",), []), "node_list", "is empty"),
-    Case("node-list-not-a-list", _setting(("node_list",), {}), "node_list", "is an object; expected a list"),
-    Case("node-not-an-object", _setting(("node_list", 1), "node"), "node_list[1]", "is a string"),
-    Case("missing-device-list", _deleting(("node_list", 0, "device_list")), "node_list[0].device_list", "is missing"),
-    Case("empty-device-list", _setting(("node_list", 1, "device_list"), []), "node_list[1].device_list", "is empty"),
-    Case("device-not-an-object", _setting(_dev(0, 1, "rank")[:-1], 3), "node_list[0].device_list[1]", "is a number"),
-    Case("missing-device-id", _deleting(_dev(0, 1, "device_id")), "node_list[0].device_list[1].device_id", "missing"),
-    Case("missing-rank", _deleting(_dev(1, 0, "rank")), "node_list[1].device_list[0].rank", "is missing"),
-    Case("non-numeric-rank", _setting(_dev(1, 0, "rank"), "one"), "node_list[1].device_list[0].rank", "not a number"),
-    Case("float-device-id", _setting(_dev(0, 0, "device_id"), 1.5), "node_list[0].device_list[0].device_id", "1.5"),
-    Case("boolean-rank", _setting(_dev(0, 0, "rank"), True), "node_list[0].device_list[0].rank", "true is not a"),
-    Case("null-rank", _setting(_dev(0, 0, "rank"), None), "node_list[0].device_list[0].rank", "null is not a number"),
-    Case(
-        "negative-device-id",
-        _setting(_dev(1, 1, "device_id"), "-1"),
-        "node_list[1].device_list[1].device_id",
-        "-1 is negative",
-    ),
-    Case("negative-rank", _setting(_dev(0, 0, "rank"), -1), "node_list[0].device_list[0].rank", "-1 is negative"),
-    Case(
-        "duplicate-rank",
-        _setting(_dev(1, 1, "rank"), "0"),
-        "node_list[1].device_list[1].rank",
-        "rank 0 is also given at node_list[0].device_list[0].rank",
-    ),
-    Case(
-        "rank-gap",
-        _setting(_dev(1, 1, "rank"), "4"),
-        "node_list[1].device_list[1].rank",
-        "rank 4 is out of range and rank 3 is missing",
-    ),
-    Case(
-        "ranks-not-from-zero",
-        lambda d: {"version": "1.0", "node_list": [{"device_list": [{"device_id": "0", "rank": "1"}]}]},
-        "node_list[0].device_list[0].rank",
-        "rank 0 is missing",
-    ),
-    Case(
-        "duplicate-device-id-in-node",
-        _setting(_dev(0, 1, "device_id"), "0"),
-        "node_list[0].device_list[1].device_id",
-        "0 is also the device_id at node_list[0].device_list[0].device_id; a device may appear only once",
-    ),
-    Case(
-        "device-id-out-of-range",
-        _setting(_dev(1, 0, "device_id"), "8"),
-        "node_list[1].device_list[0].device_id",
-        "device_id must be in [0, 7]",
-        max_devices=8,
-    ),
-    Case(
-        "duplicate-local-rank",
-        _setting(_dev(0, 1, "local_rank"), "0"),
-        "node_list[0].device_list[1].local_rank",
-        "local ranks must be unique",
-    ),
-    Case(
-        "local-rank-out-of-range",
-        _setting(_dev(1, 1, "local_rank"), "2"),
-        "node_list[1].device_list[1].local_rank",
-        "2 is out of range: this node has 2 devices",
-    ),
-    Case(
-        "local-rank-missing-on-one-device",
-        _deleting(_dev(0, 1, "local_rank")),
-        "node_list[0].device_list[1].local_rank",
-        "give local_rank to every device or to none",
-    ),
-    Case(
-        "local-rank-against-rank-order",
-        _both(_setting(_dev(0, 0, "local_rank"), "1"), _setting(_dev(0, 1, "local_rank"), "0")),
-        "node_list[0].device_list[0].local_rank",
-        "local ranks must follow rank order",
-    ),
-    Case(
-        "bad-device-ip",
-        _setting(_dev(0, 0, "device_ip"), "127.0.0"),
-        "node_list[0].device_list[0].device_ip",
-        "is not an IPv4 address",
-    ),
-    Case(
-        "both-ip-keys",
-        _setting(_dev(0, 0, "device_ip_emulator"), "127.0.0.1"),
-        "node_list[0].device_list[0]",
-        "has both device_ip and device_ip_emulator",
-    ),
-    Case("top-level-array", lambda d: [d], "$", "is an array; expected an object"),
-]
-
-
-@pytest.mark.parametrize("case", SOPHGO_CASES, ids=operator.attrgetter("name"))
-def test_malformed_sophgo_table(case: Case, tmp_path: Path) -> None:
-    doc = case.mutate(copy.deepcopy(generate_sophgo([[0, 1], [0, 1]])))
-    path = _write(tmp_path, doc)
+def test_load_rank_table_passes_max_devices_and_reports_the_formats_errors(tmp_path: Path) -> None:
+    path = _write(tmp_path, {"alpha_list": [0, 8]})
+    assert load_rank_table(path, FORMATS)[1].device_ids == (0, 8)
+    assert load_rank_table(path, FORMATS, max_devices=9)[1].device_ids == (0, 8)
     with pytest.raises(RankTableError) as info:
-        load_sophgo(path, max_devices=case.max_devices)
-    assert info.value.path == str(path)
-    assert info.value.field == case.field
-    assert case.phrase in info.value.problem
-    # parse_sophgo reports the same defect for the decoded document.
-    with pytest.raises(RankTableError) as again:
-        parse_sophgo(doc, "doc", max_devices=case.max_devices)
-    assert (again.value.field, again.value.problem) == (case.field, info.value.problem)
+        load_rank_table(path, FORMATS, max_devices=8)
+    assert (info.value.path, info.value.field) == (str(path), "alpha_list[1]")
+    assert "8 is out of range: with 8 devices, device_id must be in [0, 7]" in info.value.problem
+    with pytest.raises(RankTableError) as info:
+        load_rank_table(_write(tmp_path, {"alpha_list": [0, "1"]}), FORMATS)
+    assert (info.value.field, info.value.problem) == ("alpha_list[1]", '"1" is not an integer')
+
+
+def test_load_rank_table_recognises_both_installed_formats() -> None:
+    # What `xccl rank-table validate` and `xccl doctor` do: every installed plugin's formats, here Sophgo's and HCCL's.
+    formats = installed_formats()
+    fmt, table = load_rank_table(SOPHGO_TEMPLATE, formats)
+    assert (fmt.name, type(table).__name__, table.world_size()) == ("sophgo", "SophgoRankTable", 2)
+    fmt, table = load_rank_table(HCCL_V10, formats)
+    assert (fmt.name, type(table).__name__, table.world_size()) == ("hccl", "HcclRankTable", 2)
+    fmt, table = load_rank_table(str(HCCL_V12), formats)
+    assert (fmt.name, type(table).__name__, table.world_size()) == ("hccl", "HcclRankTable", 4)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Files that are no rank table at all
+# ---------------------------------------------------------------------------------------------------------------
 
 
 class FileCase(NamedTuple):
@@ -341,16 +165,29 @@ def _text(content: str | bytes) -> Callable[[Path], Path]:
     return make
 
 
-FILE_CASES = [
+#: Files that read_json itself rejects, before any format is consulted.
+READ_CASES = [
     # Tests may run as root, where chmod 000 still reads; a directory and a missing path fail for everyone.
     FileCase("missing-file", lambda p: p / "absent.json", "cannot read the file: No such file or directory"),
     FileCase("directory", lambda p: p, "cannot read the file: Is a directory"),
     FileCase("invalid-json", _text('{\n  "version": "1.0",\n  "node_list": [,]\n}'), "invalid JSON at line 3 column"),
     FileCase("empty-file", _text(""), "invalid JSON at line 1 column 1"),
     FileCase("not-utf8", _text(b'{"version": "\xff"}'), "is not UTF-8 text"),
-    FileCase("json-string", _text('"1.0"'), "is a string; expected an object"),
-    FileCase("neither-format", _text('{"version": "1.0"}'), "neither a Sophgo rank table"),
-    FileCase("both-formats", _text('{"node_list": [], "server_list": []}'), "has both node_list"),
+]
+
+FILE_CASES = [
+    *READ_CASES,
+    FileCase("json-string", _text('"1.0"'), "is a string; expected a JSON object (a rank table of: alpha, beta)"),
+    FileCase(
+        "neither-format",
+        _text('{"version": "1.0"}'),
+        "is none of the rank-table formats the installed plugins know (alpha, beta)",
+    ),
+    FileCase(
+        "both-formats",
+        _text('{"alpha_list": [], "beta_list": []}'),
+        "has the keys of several formats (alpha, beta); a rank table is one or the other",
+    ),
 ]
 
 
@@ -358,291 +195,71 @@ FILE_CASES = [
 def test_unusable_file(case: FileCase, tmp_path: Path) -> None:
     path = case.make(tmp_path)
     with pytest.raises(RankTableError) as info:
-        load_rank_table(path)
+        load_rank_table(path, FORMATS)
     assert info.value.path == str(path)
     assert info.value.field == "$"
     assert case.phrase in info.value.problem
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The --device-id argument and the generators
-# ---------------------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [("[[0,1,2,3,4,5,6,7]]", [list(range(8))]), ('[["0","1"]]', [[0, 1]]), ("[[0, 1], [1, 0]]", [[0, 1], [1, 0]])],
-    ids=["eight-ints", "numeric-strings", "two-nodes"],
-)
-def test_device_id_arg(text: str, expected: list[list[int]]) -> None:
-    assert parse_device_id_arg(text) == expected
-
-
-@pytest.mark.parametrize(
-    ("text", "field", "phrase"),
-    [
-        # Sophgo's own docs pass this form (ast.literal_eval); xccl takes JSON and says so.
-        ("[['0', '1', '2']]", "$", "Python literal (single quotes); pass JSON, e.g. [[0,1]]"),
-        ("[[0, 1]", "$", "is not JSON"),
-        ("0,1", "$", "is not JSON"),
-        ("[0, 1]", "$[0]", "is a number; expected a non-empty list of lists"),
-        ("[]", "$", "is an empty list"),
-        ("[[]]", "$[0]", "is an empty list"),
-        ('{"0": [0]}', "$", "is an object"),
-        ("[[0, -1]]", "$[0][1]", "-1 is negative"),
-        ('[[0, "x"]]', "$[0][1]", '"x" is not a number'),
-        ("[[0, 1.0]]", "$[0][1]", "1.0 is not a number"),
-        ("[[1, 1]]", "$[0][1]", "also the device_id at $[0][0]"),
-    ],
-    ids=[
-        "python-literal",
-        "unterminated",
-        "not-json",
-        "flat-list",
-        "empty",
-        "empty-node",
-        "object",
-        "negative",
-        "non-numeric",
-        "float",
-        "duplicate",
-    ],
-)
-def test_bad_device_id_arg(text: str, field: str, phrase: str) -> None:
+@pytest.mark.parametrize("case", READ_CASES, ids=operator.attrgetter("name"))
+def test_read_json_errors(case: FileCase, tmp_path: Path) -> None:
+    path = str(case.make(tmp_path))
     with pytest.raises(RankTableError) as info:
-        parse_device_id_arg(text)
-    assert isinstance(info.value, ValueError)  # so argparse-style callers catching ValueError keep working
-    assert (info.value.path, info.value.field) == ("<--device-id>", field)
-    assert phrase in info.value.problem
-
-
-@pytest.mark.parametrize(
-    ("device_ips", "field", "phrase"),
-    [
-        ([["127.0.0.1", "127.0.0.1"]], "$", "has 1 nodes but device_ids has 2"),
-        ([["127.0.0.1"], ["127.0.0.1", "127.0.0.1"]], "$[0]", "must list 2 addresses"),
-        ([["127.0.0.1", "localhost"], ["127.0.0.1", "127.0.0.1"]], "$[0][1]", '"localhost" is not an IPv4'),
-    ],
-    ids=["node-count", "device-count", "not-ipv4"],
-)
-def test_generate_sophgo_rejects_bad_ips(device_ips: list[list[str]], field: str, phrase: str) -> None:
-    with pytest.raises(RankTableError) as info:
-        generate_sophgo([[0, 1], [0, 1]], device_ips)
-    assert (info.value.path, info.value.field) == ("<device_ips>", field)
-    assert phrase in info.value.problem
-
-
-def test_generate_sophgo_rejects_bad_ids() -> None:
-    with pytest.raises(RankTableError) as info:
-        generate_sophgo([[0, 1], [2, 2]])
-    assert (info.value.path, info.value.field) == ("<device_ids>", "$[1][1]")
-
-
-def test_generate_hccl_round_trip(tmp_path: Path) -> None:
-    doc = generate_hccl([4, 5, 6, 7], [f"192.168.1.{i}" for i in range(4)], server_id="node_0", device_port=16667)
-    path = tmp_path / "hccl.json"
-    dump(doc, path)
-    table = load_rank_table(path)
-    assert isinstance(table, HcclRankTable)
-    assert (table.version, table.status, table.server_count, table.world_size()) == ("1.0", "completed", 1, 4)
-    assert table.device_ids(0) == (4, 5, 6, 7)
-    assert table.servers[0].devices[3].device_ip == "192.168.1.3"
-    assert table.servers[0].devices[3].device_port == 16667
-    # Without addresses, the devices have no device_ip.
-    assert parse_hccl(generate_hccl([0, 1])).servers[0].devices[0].device_ip is None
-    with pytest.raises(RankTableError, match="has 1 addresses for 2 devices"):
-        generate_hccl([0, 1], ["192.168.1.1"])
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# HCCL
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def test_hccl_v10_example_parses() -> None:
-    table = load_hccl(HCCL_V10)
-    assert (table.version, table.status, table.server_count, table.world_size()) == ("1.0", "completed", 2, 2)
-    assert [s.server_id for s in table.servers] == ["node_0", "node_1"]
-    device = table.servers[0].devices[0]
-    assert (device.device_id, device.rank_id, device.device_ip, device.device_port) == (0, 0, "192.168.1.8", 16667)
-    assert device.super_device_id is None
-    assert table.server_of(1) == 1
-    assert table.device_ids(1) == (0,)
-    assert table.super_pods == ()
-
-
-def test_hccl_v12_example_parses() -> None:
-    table = load_hccl(HCCL_V12)
-    assert (table.version, table.server_count, table.world_size()) == ("1.2", 4, 4)
-    assert table.servers[0].host_ip == "172.16.0.100"
-    device = table.servers[0].devices[0]
-    assert (device.super_device_id, device.backup_device_ip, device.backup_device_port, device.host_port) == (
-        0,
-        "192.168.1.7",
-        16667,
-        16665,
-    )
-    assert [(p.super_pod_id, p.server_ids) for p in table.super_pods] == [
-        ("0", ("node_0", "node_1")),
-        ("1", ("node_2", "node_3")),
-    ]
-    assert [table.server_of(r) for r in range(4)] == [0, 1, 2, 3]
-
-
-def test_hccl_lookups_of_unknown_rank_or_server_raise() -> None:
-    table = load_hccl(HCCL_V10)
-    with pytest.raises(RankTableError, match="no device has rank_id 2"):
-        table.server_of(2)
-    with pytest.raises(RankTableError, match="there is no server 2"):
-        table.device_ids(2)
-
-
-def test_hccl_manifest_example_as_printed_has_too_few_servers(tmp_path: Path) -> None:
-    # The doc's v1.0 example announces two servers and lists one; taken literally, it is inconsistent.
-    doc = {
-        "status": "completed",
-        "version": "1.0",
-        "server_count": "2",
-        "server_list": [
-            {
-                "server_id": "node_0",
-                "device": [{"device_id": "0", "device_ip": "192.168.1.8", "device_port": "16667", "rank_id": "0"}],
-            }
-        ],
-    }
-    with pytest.raises(RankTableError) as info:
-        load_rank_table(_write(tmp_path, doc))
-    assert info.value.field == "server_count"
-    assert "is 2 but server_list has 1 servers" in info.value.problem
-
-
-HCCL_CASES = [
-    Case("status-not-completed", _setting(("status",), "initializing"), "status", "the file is not ready"),
-    Case("missing-version", _deleting(("version",)), "version", "is missing"),
-    Case("version-1.1", _setting(("version",), "1.1"), "version", 'must have version "1.0" or "1.2"'),
-    Case("server-count-mismatch", _setting(("server_count",), "3"), "server_count", "is 3 but server_list has 2"),
-    Case(
-        "server-count-number",
-        _setting(("server_count",), 2),
-        "server_count",
-        "every value in an HCCL rank table is a string",
-    ),
-    Case(
-        "device-id-number",
-        _setting(_hdev(0, 0, "device_id"), 0),
-        "server_list[0].device[0].device_id",
-        "0 is not a string; every value",
-    ),
-    Case(
-        "rank-id-non-numeric",
-        _setting(_hdev(1, 0, "rank_id"), "one"),
-        "server_list[1].device[0].rank_id",
-        "'one' is not numeric",
-    ),
-    Case(
-        "rank-id-negative", _setting(_hdev(1, 0, "rank_id"), "-1"), "server_list[1].device[0].rank_id", "-1 is negative"
-    ),
-    Case("missing-server-list", _deleting(("server_list",)), "server_list", "is missing"),
-    Case("empty-server-list", _setting(("server_list",), []), "server_list", "is empty"),
-    Case("missing-server-id", _deleting(("server_list", 1, "server_id")), "server_list[1].server_id", "is missing"),
-    Case("missing-device-key", _deleting(("server_list", 0, "device")), "server_list[0].device", "is missing"),
-    Case("missing-rank-id", _deleting(_hdev(0, 0, "rank_id")), "server_list[0].device[0].rank_id", "is missing"),
-    Case(
-        "bad-device-ip",
-        _setting(_hdev(0, 0, "device_ip"), "192.168.1"),
-        "server_list[0].device[0].device_ip",
-        "is not an IPv4",
-    ),
-    Case(
-        "bad-port",
-        _setting(_hdev(0, 0, "device_port"), "70000"),
-        "server_list[0].device[0].device_port",
-        "not a port number",
-    ),
-    Case(
-        "duplicate-rank-id",
-        _setting(_hdev(1, 0, "rank_id"), "0"),
-        "server_list[1].device[0].rank_id",
-        "rank_id 0 is also given at server_list[0].device[0].rank_id",
-    ),
-    Case(
-        "rank-id-gap",
-        _setting(_hdev(1, 0, "rank_id"), "2"),
-        "server_list[1].device[0].rank_id",
-        "rank_id 1 is missing",
-    ),
-    Case(
-        "duplicate-device-id-in-server",
-        lambda d: _setting(
-            ("server_list", 0, "device"), [*d["server_list"][0]["device"], {"device_id": "0", "rank_id": "2"}]
-        )(d),
-        "server_list[0].device[1].device_id",
-        "0 is also the device_id at server_list[0].device[0].device_id",
-    ),
-    Case(
-        "duplicate-server-id",
-        _setting(("server_list", 1, "server_id"), "node_0"),
-        "server_list[1].server_id",
-        "also the server_id of server_list[0]",
-    ),
-    Case(
-        "device-id-out-of-range",
-        _setting(_hdev(1, 0, "device_id"), "16"),
-        "server_list[1].device[0].device_id",
-        "device_id must be in [0, 15]",
-        max_devices=16,
-    ),
-    Case(
-        "super-pod-list-in-v1.0",
-        _setting(("super_pod_list",), [{"super_pod_id": "0", "server_list": [{"server_id": "node_0"}]}]),
-        "super_pod_list",
-        'only defined for version "1.2"',
-    ),
-    Case("top-level-array", lambda d: [d], "$", "is an array"),
-]
-
-HCCL_V12_CASES = [
-    Case(
-        "unknown-server-in-super-pod",
-        _setting(("super_pod_list", 1, "server_list", 0, "server_id"), "node_9"),
-        "super_pod_list[1].server_list[0].server_id",
-        "'node_9' names no server of server_list",
-    ),
-    Case(
-        "server-in-two-super-pods",
-        _setting(("super_pod_list", 1, "server_list", 0, "server_id"), "node_0"),
-        "super_pod_list[1].server_list[0].server_id",
-        "already in super pod '0'",
-    ),
-    Case(
-        "empty-super-pod",
-        _setting(("super_pod_list", 0, "server_list"), []),
-        "super_pod_list[0].server_list",
-        "is empty",
-    ),
-    Case("bad-host-ip", _setting(("server_list", 2, "host_ip"), "172.16.0.300"), "server_list[2].host_ip", "IPv4"),
-    Case(
-        "super-device-id-non-numeric",
-        _setting(_hdev(3, 0, "super_device_id"), "x"),
-        "server_list[3].device[0].super_device_id",
-        "is not numeric",
-    ),
-]
-
-
-@pytest.mark.parametrize(
-    ("case", "example"),
-    [(c, HCCL_V10) for c in HCCL_CASES] + [(c, HCCL_V12) for c in HCCL_V12_CASES],
-    ids=[c.name for c in HCCL_CASES] + [f"v1.2-{c.name}" for c in HCCL_V12_CASES],
-)
-def test_malformed_hccl_table(case: Case, example: Path, tmp_path: Path) -> None:
-    doc = case.mutate(json.loads(example.read_text(encoding="utf-8")))
-    path = _write(tmp_path, doc)
-    with pytest.raises(RankTableError) as info:
-        load_hccl(path, max_devices=case.max_devices)
-    assert info.value.path == str(path)
-    assert info.value.field == case.field
+        read_json(path)
+    assert (info.value.path, info.value.field) == (path, "$")
     assert case.phrase in info.value.problem
+
+
+def test_read_json_decodes() -> None:
+    assert read_json(str(SOPHGO_TEMPLATE)) == json.loads(SOPHGO_TEMPLATE.read_text(encoding="utf-8"))
+
+
+def test_no_formats_at_all(tmp_path: Path) -> None:
+    with pytest.raises(RankTableError) as info:
+        load_rank_table(_write(tmp_path, {"alpha_list": [0]}), ())
+    assert info.value.problem == "is none of the rank-table formats the installed plugins know (none installed)"
+
+
+def test_a_format_without_a_generator_says_so() -> None:
+    assert (AlphaFormat.can_generate, AlphaFormat.default_output) == (False, "rank_table.json")
+    with pytest.raises(NotImplementedError, match="the alpha rank-table format has no generator"):
+        AlphaFormat().generate(None)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# dump
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_dump_and_load_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "rank_table.json"
+    path.parent.mkdir()
+    doc = {"alpha_list": [3, 2, 1, 0]}
+    dump({"alpha_list": [9]}, path)
+    dump(doc, path)  # replaces the previous table
+    assert json.loads(path.read_text(encoding="utf-8")) == doc
+    assert path.read_text(encoding="utf-8") == json.dumps(doc, indent=4) + "\n"
+    assert path.stat().st_mode & 0o777 == 0o644
+    fmt, table = load_rank_table(path, FORMATS, max_devices=4)
+    assert (fmt.name, table.device_ids) == ("alpha", (3, 2, 1, 0))
+    assert [p.name for p in path.parent.iterdir()] == ["rank_table.json"]  # no temporary file left behind
+
+
+def test_dump_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The text goes to a temporary file that then replaces the table: a failure leaves the old table whole.
+    path = tmp_path / "rank_table.json"
+    dump({"alpha_list": [0]}, path)
+
+    def failing_replace(src: str, dst: str) -> None:
+        assert Path(src).parent == tmp_path and Path(src).name != path.name
+        assert json.loads(Path(src).read_text(encoding="utf-8")) == {"alpha_list": [0, 1]}  # written in full
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="No space left"):
+        dump({"alpha_list": [0, 1]}, path)
+    assert json.loads(path.read_text(encoding="utf-8")) == {"alpha_list": [0]}
+    assert [p.name for p in tmp_path.iterdir()] == ["rank_table.json"]  # the temporary file is removed
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -655,11 +272,14 @@ def test_module_imports_only_the_standard_library() -> None:
     import xccl.plugin._ranktable as module
 
     tree = ast.parse(Path(module.__file__ or "").read_text(encoding="utf-8"))
+    package = module.__name__.split(".")
     imported: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imported.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            # Resolve relative imports: `from ..errors import` in xccl.plugin._ranktable is xccl.errors.
+            base = package[: len(package) - node.level] if node.level else []
+            imported.add(".".join([*base, *([node.module] if node.module else [])]))
     outside = {name for name in imported if name.split(".")[0] not in sys.stdlib_module_names}
     assert outside == {"xccl.errors"}

@@ -1,39 +1,24 @@
 """xccl: one vendor-neutral collective-communication API over ``torch.distributed``.
 
 ``xccl.init()`` selects a vendor plugin (Ascend HCCL, Sophgo SCCL, CUDA NCCL, CPU gloo, or any installed
-third-party one), sets the device and creates the process group with the vendor's options. Every collective then
-dispatches to the vendor's native kernel, to an emulation composed of what the vendor has, or fails before any
-communication with a typed error. ``xccl.capabilities(name)`` tells which, as data.
+third-party one), sets the device and creates the world on xccl's process group, so that every collective, from
+``xccl.<op>`` or from ``torch.distributed`` (DDP, FSDP2, DTensor), dispatches to the vendor's native kernel, to an
+emulation composed of what the vendor has, or fails before any communication with a typed error.
+``xccl.capabilities(name)`` tells which, as data.
 
 Importing xccl imports torch but no vendor SDK: plugins are discovered from entry-point metadata and their SDKs
-are imported only once selected.
+are imported only once selected. The names below load on first use (PEP 562), so ``import xccl`` costs little
+beyond ``import torch`` (``benchmarks/import_time.py``); the layers and where each name lives are in
+docs/architecture.md.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Final
 
 from torch.distributed import ReduceOp
 
-from .plugin._capabilities import CapabilityTable, Collective, Level, Mode, Resolution, Support, table_from
-from .collectives._dispatch import (
-    EmulationWarning,
-    all_gather,
-    all_gather_into_tensor,
-    all_gather_into_tensor_uneven,
-    all_reduce,
-    all_to_all,
-    all_to_all_single,
-    all_to_all_v,
-    barrier,
-    broadcast,
-    gather,
-    irecv,
-    isend,
-    recv,
-    reduce,
-    reduce_scatter,
-    reduce_scatter_tensor,
-    reduce_scatter_tensor_uneven,
-    scatter,
-    send,
-)
 from .errors import (
     BackendNotFound,
     BackendUnavailable,
@@ -48,19 +33,44 @@ from .errors import (
     UnsupportedCollective,
     XcclError,
 )
-from .fused._api import all_gather_mm, mm_all_reduce, mm_reduce_scatter
-from .graph import compile, functional, patch_collectives
-from .runtime._init import DEFAULT_TIMEOUT, World, comm_name, get_world, init, new_group, shutdown
-from .runtime._parallel import ParallelGroup, ParallelGroups, parallel_groups, parallel_layout
-from .plugin._contract import PLUGIN_API_VERSION, Plugin, ProbeResult, Runtime
-from .plugin._registry import PluginInfo, Registry, Status, capabilities, plugins
-from .plugin._sim import SimProfile
 
 __version__ = "0.1.0"
 
+#: Public name -> the module that defines it, imported on first access.
+_LAZY: Final = {
+    # the collectives (eager dispatch, or the graph form while torch.compile traces)
+    **dict.fromkeys(
+        (
+            "P2POp", "all_gather", "all_gather_coalesced", "all_gather_into_tensor", "all_gather_into_tensor_uneven",
+            "all_reduce", "all_reduce_coalesced", "all_to_all", "all_to_all_single", "all_to_all_v", "barrier",
+            "batch_isend_irecv", "broadcast", "gather", "irecv", "isend", "recv", "reduce", "reduce_scatter",
+            "reduce_scatter_tensor", "reduce_scatter_tensor_uneven", "scatter", "send",
+        ),
+        "xccl.api",
+    ),
+    # the lifecycle
+    **dict.fromkeys(
+        ("DEFAULT_TIMEOUT", "World", "capabilities", "comm_name", "get_world", "init", "new_group",
+         "process_group_backend", "shutdown"),
+        "xccl.runtime._init",
+    ),
+    **dict.fromkeys(("ParallelGroup", "ParallelGroups", "parallel_groups", "parallel_layout"),
+                    "xccl.runtime._parallel"),
+    "EmulationWarning": "xccl.collectives._dispatch",
+    "XcclProcessGroup": "xccl.collectives._process_group",
+    # the capability model and plugins
+    **dict.fromkeys(
+        ("PLUGIN_API_VERSION", "CapabilityTable", "Collective", "KernelContext", "Level", "Mode", "Plugin",
+         "PluginInfo", "ProbeResult", "Registry", "Resolution", "Runtime", "SimProfile", "Status", "Support",
+         "plugins", "table_from"),
+        "xccl.plugin",
+    ),
+    # graph mode and fused ops
+    **dict.fromkeys(("compile", "patch_collectives", "functional"), "xccl.graph"),
+    **dict.fromkeys(("all_gather_mm", "mm_all_reduce", "mm_reduce_scatter"), "xccl.fused._api"),
+}
+
 __all__ = [
-    "DEFAULT_TIMEOUT",
-    "PLUGIN_API_VERSION",
     "BackendNotFound",
     "BackendUnavailable",
     "CapabilityTable",
@@ -68,11 +78,15 @@ __all__ = [
     "CollectiveMismatch",
     "CollectiveTimeout",
     "ConstraintViolation",
+    "DEFAULT_TIMEOUT",
     "EmulationWarning",
     "InitError",
     "InvalidArgument",
+    "KernelContext",
     "Level",
     "Mode",
+    "P2POp",
+    "PLUGIN_API_VERSION",
     "ParallelGroup",
     "ParallelGroups",
     "PeerFailure",
@@ -91,22 +105,26 @@ __all__ = [
     "UnsupportedCollective",
     "World",
     "XcclError",
+    "XcclProcessGroup",
     "__version__",
     "all_gather",
+    "all_gather_coalesced",
     "all_gather_into_tensor",
     "all_gather_into_tensor_uneven",
     "all_gather_mm",
     "all_reduce",
+    "all_reduce_coalesced",
     "all_to_all",
     "all_to_all_single",
     "all_to_all_v",
     "barrier",
+    "batch_isend_irecv",
     "broadcast",
     "capabilities",
     "comm_name",
     "compile",
-    "gather",
     "functional",
+    "gather",
     "get_world",
     "init",
     "irecv",
@@ -118,6 +136,7 @@ __all__ = [
     "parallel_layout",
     "patch_collectives",
     "plugins",
+    "process_group_backend",
     "recv",
     "reduce",
     "reduce_scatter",
@@ -128,3 +147,79 @@ __all__ = [
     "shutdown",
     "table_from",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'xccl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
+    from .api import (
+        P2POp,
+        all_gather,
+        all_gather_coalesced,
+        all_gather_into_tensor,
+        all_gather_into_tensor_uneven,
+        all_reduce,
+        all_reduce_coalesced,
+        all_to_all,
+        all_to_all_single,
+        all_to_all_v,
+        barrier,
+        batch_isend_irecv,
+        broadcast,
+        gather,
+        irecv,
+        isend,
+        recv,
+        reduce,
+        reduce_scatter,
+        reduce_scatter_tensor,
+        reduce_scatter_tensor_uneven,
+        scatter,
+        send,
+    )
+    from .collectives._dispatch import EmulationWarning
+    from .collectives._process_group import XcclProcessGroup
+    from .fused._api import all_gather_mm, mm_all_reduce, mm_reduce_scatter
+    from .graph import compile, functional, patch_collectives
+    from .plugin import (
+        PLUGIN_API_VERSION,
+        CapabilityTable,
+        Collective,
+        KernelContext,
+        Level,
+        Mode,
+        Plugin,
+        PluginInfo,
+        ProbeResult,
+        Registry,
+        Resolution,
+        Runtime,
+        SimProfile,
+        Status,
+        Support,
+        plugins,
+        table_from,
+    )
+    from .runtime._init import (
+        DEFAULT_TIMEOUT,
+        World,
+        capabilities,
+        comm_name,
+        get_world,
+        init,
+        new_group,
+        process_group_backend,
+        shutdown,
+    )
+    from .runtime._parallel import ParallelGroup, ParallelGroups, parallel_groups, parallel_layout

@@ -58,8 +58,12 @@ class BackendUnavailable(XcclError):
         super().__init__(f"{msg}. Fix: {fix}" if fix else msg)
 
 
-class UnsupportedCollective(XcclError):
-    """The selected backend cannot run this collective (natively, or emulated under the fallback policy)."""
+class UnsupportedCollective(XcclError, RuntimeError):
+    """The selected backend cannot run this collective (natively, or emulated under the fallback policy).
+
+    Also a ``RuntimeError``, as what torch.distributed's backends raise for an op they lack, so that code written
+    for torch.distributed keeps catching it.
+    """
 
     def __init__(self, op: str, backend: str, detail: str) -> None:
         self.op: Final = op

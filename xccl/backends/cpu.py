@@ -12,9 +12,18 @@ from typing import Final
 
 import torch
 
-from ..plugin._capabilities import ALL_DTYPES, CapabilityTable, Collective, Level, Support, table_from
-from ..plugin._contract import Plugin, ProbeResult
-from ._common import PORTABLE
+from ..plugin import (
+    PORTABLE,
+    REAL_DTYPES,
+    CapabilityTable,
+    Collective,
+    Level,
+    Plugin,
+    ProbeResult,
+    Support,
+    graph_entries,
+    table_from,
+)
 
 __all__ = ["CpuPlugin", "plugin"]
 
@@ -28,7 +37,7 @@ def gloo_reducing() -> Support:
     """gloo's reductions: AVG only for floats, bitwise ops only for integers and bool, never PREMUL_SUM."""
     return Support(
         Level.NATIVE,
-        dtypes=frozenset(ALL_DTYPES),
+        dtypes=frozenset(REAL_DTYPES),
         reduce_ops=_INT_OPS,
         dtype_reduce_ops={d: _FLOAT_OPS for d in _FLOAT_DTYPES},
         note="avg: floats only natively (integers: sum then a truncating divide); band/bor/bxor: integers and "
@@ -58,14 +67,15 @@ class CpuPlugin(Plugin):
     @functools.cache  # noqa: B019 - one plugin object per process; the table is immutable data
     def capabilities(self) -> CapabilityTable:
         """gloo's table: every standard collective native, the HCCL extras and fused ops emulated."""
-        native = Support(Level.NATIVE, dtypes=frozenset(ALL_DTYPES))
+        native = Support(Level.NATIVE, dtypes=frozenset(REAL_DTYPES))
         eager = {op: native for op in C} | {
             C.ALL_REDUCE: gloo_reducing(),
+            C.ALL_REDUCE_COALESCED: gloo_reducing(),
             C.REDUCE: gloo_reducing(),
             C.REDUCE_SCATTER: gloo_reducing(),
             C.REDUCE_SCATTER_TENSOR: gloo_reducing(),
             C.BARRIER: Support(Level.NATIVE),
-            C.ALL_TO_ALL_SINGLE_UNEVEN: Support(Level.NATIVE, dtypes=frozenset(ALL_DTYPES), note="split sizes honoured"),
+            C.ALL_TO_ALL_SINGLE_UNEVEN: Support(Level.NATIVE, dtypes=frozenset(REAL_DTYPES), note="split sizes honoured"),
             # gloo's list all_to_all needs every tensor of a call to have one size, and a rank that violates it
             # raises alone while its peers wait for the timeout; no rank can see its peers' sizes, so always go
             # through all_to_all_single with explicit sizes (one concatenation and one copy more).
@@ -75,8 +85,6 @@ class CpuPlugin(Plugin):
             ),
             **PORTABLE,
         }
-        from ..plugin._graph_column import graph_entries
-
         # Graph mode: every op compiles to a _c10d_functional op or an xccl graph op that ends in the same
         # process-group call as eager mode (tests/test_graph_claims.py checks each entry).
         return table_from("cpu", eager, graph=graph_entries(eager))

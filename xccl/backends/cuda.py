@@ -14,9 +14,18 @@ from typing import Final
 
 import torch
 
-from ..plugin._capabilities import ALL_DTYPES, CapabilityTable, Collective, Level, Support, table_from
-from ..plugin._contract import Plugin, ProbeResult
-from ._common import PORTABLE
+from ..plugin import (
+    PORTABLE,
+    REAL_DTYPES,
+    CapabilityTable,
+    Collective,
+    Level,
+    Plugin,
+    ProbeResult,
+    Support,
+    graph_entries,
+    table_from,
+)
 
 __all__ = ["CudaPlugin", "plugin"]
 
@@ -58,19 +67,23 @@ class CudaPlugin(Plugin):
     @functools.cache  # noqa: B019 - one plugin object per process; the table is immutable data
     def capabilities(self) -> CapabilityTable:
         """NCCL's table."""
-        reducing = Support(Level.NATIVE, dtypes=frozenset(ALL_DTYPES), reduce_ops=_NCCL_OPS,
+        reducing = Support(Level.NATIVE, dtypes=frozenset(REAL_DTYPES), reduce_ops=_NCCL_OPS,
                            note="bitwise reduce ops are rejected by NCCL; bool is reduced as uint8")
-        native = Support(Level.NATIVE, dtypes=frozenset(ALL_DTYPES))
+        native = Support(Level.NATIVE, dtypes=frozenset(REAL_DTYPES))
         eager = {op: native for op in C} | {
             C.ALL_REDUCE: reducing,
+            C.ALL_REDUCE_COALESCED: reducing,
+            # ProcessGroupNCCL::allgather_coalesced and recvAnysource raise "ProcessGroupNCCL does not support ...".
+            C.ALL_GATHER_COALESCED: Support(Level.EMULATED, via="all_gather",
+                                            note="ProcessGroupNCCL does not support allgather_coalesced"),
+            C.RECV_ANY_SOURCE: Support(Level.UNSUPPORTED, note="NCCL cannot receive from any source "
+                                       "(ProcessGroupNCCL does not support recvAnysource); pass src"),
             C.REDUCE: reducing,
             C.REDUCE_SCATTER: reducing,
             C.REDUCE_SCATTER_TENSOR: reducing,
             C.BARRIER: Support(Level.NATIVE),
             **PORTABLE,
         }
-        from ..plugin._graph_column import graph_entries
-
         # Graph mode: every op compiles to a _c10d_functional op or an xccl graph op that ends in the same
         # process-group call as eager mode (tests/test_graph_claims.py checks each entry).
         return table_from("cuda", eager, graph=graph_entries(eager))

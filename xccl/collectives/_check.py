@@ -42,9 +42,11 @@ from typing import Any, Final, final
 import torch
 import torch.distributed as dist
 
-from ..plugin._capabilities import Collective, Level, reduce_op_name
 from ..errors import CollectiveMismatch, CollectiveTimeout, PeerFailure, XcclError
+from ..plugin._capabilities import Collective, Level, reduce_op_name
+from . import _specs as S
 from ._faults import classify
+from ._state import STATE
 
 __all__ = ["Call", "disagreement", "verify"]
 
@@ -275,17 +277,11 @@ class _Channel:
             self.store.set(f"{_PREFIX}pid/{world.rank}", f"{socket.gethostname()}|{os.getpid()}")
 
 
-_CHANNEL: list[_Channel] = []
-
-
 def _channel() -> _Channel:
-    from ..runtime._init import _STATE
-
-    world = _STATE.world
-    if _CHANNEL and _CHANNEL[0].world is world:
-        return _CHANNEL[0]
-    _CHANNEL[:] = [_Channel(world)]
-    return _CHANNEL[0]
+    chan = STATE.channel
+    if chan is None or chan.world is not STATE.world:
+        chan = STATE.channel = _Channel(STATE.world)
+    return chan  # type: ignore[no-any-return]
 
 
 def _key(group: str, seq: int, rank: int) -> str:
@@ -295,7 +291,38 @@ def _key(group: str, seq: int, rank: int) -> str:
 # ----------------------------------------------------------------------------------------------------- verifying
 
 
-def verify(
+def fingerprint_of(spec: S.Spec, kargs: Sequence[Any]) -> tuple[Collective, tuple[torch.Tensor, ...], Any, Any,
+                                                                   tuple[int, ...]]:
+    """What the detector compares of a call: its capability key, the reduce op and root (group rank), and the
+    arguments the spec's ``fingerprint`` names, in its order (the comparison rules depend on it): their tensors,
+    and their split sizes or counts (those that are the same on every rank)."""
+    tensors: list[torch.Tensor] = []
+    extra: list[int] = []
+    for name in spec.fingerprint:
+        value = kargs[spec.index(name)]
+        kind = spec.args[spec.index(name)].kind
+        if kind is S.Kind.SPLITS:
+            extra += value or []
+        elif kind is S.Kind.MATRIX:
+            extra += [c for row in value for c in row]
+        else:
+            tensors += [value] if isinstance(value, torch.Tensor) else list(value)
+    reduce_op = root = None
+    for arg, value in zip(spec.args, kargs, strict=False):
+        if arg.kind is S.Kind.REDUCE_OP:
+            reduce_op = value
+        elif arg.kind is S.Kind.ROOT:
+            root = value
+    return spec.key_of(kargs), tuple(tensors), reduce_op, root, tuple(extra)
+
+
+def verify(st: Any, spec: S.Spec, kargs: Sequence[Any]) -> None:
+    """Check a call against the other members' (called by dispatch before the kernel); see :func:`check`."""
+    op, tensors, reduce_op, root, extra = fingerprint_of(spec, kargs)
+    check(st, op, tensors, reduce_op, root, extra)
+
+
+def check(
     ctx: Any,
     op: Collective,
     tensors: tuple[torch.Tensor, ...],
@@ -343,9 +370,7 @@ def _wait(
     except RuntimeError as exc:
         if not _wait_timed_out(exc) or not chan.sliced:
             raise
-    from ..runtime._init import _STATE
-
-    world = _STATE.world
+    world = STATE.world
     deadline = started + (world.timeout.total_seconds() if world is not None else 300.0)
     step = FIRST_WAIT
     seen: set[int] = set()
@@ -421,12 +446,10 @@ def _alive(pid: int) -> bool:
 
 def _look_for_deadlock(chan: _Channel, ctx: Any, mine: bytes, silent: list[int]) -> None:
     """Raise CollectiveMismatch if a silent peer waits for this rank in another group (a call-order mismatch)."""
-    from ..runtime._init import _STATE
-
     me = Call.decode(mine)
     for q in silent:
         peer = ctx.ranks[q]
-        for other in list(_STATE.groups.values()):
+        for other in list(STATE.groups.values()):
             if other is ctx or other.size == 1 or peer not in other.ranks:
                 continue
             key = _key(other.name, other.seq, other.ranks.index(peer))
@@ -480,9 +503,7 @@ def _compare(ctx: Any, op: Collective, mine: bytes, theirs: dict[int, bytes]) ->
 
 def _follow_foreign(ctx: Any, mine: bytes, calls: list[Call]) -> None:
     """A peer that posted a call of another group here is waiting there; if this rank is due there, post there too."""
-    from ..runtime._init import _STATE
-
-    by_name: dict[str, Any] = {str(c.name): c for c in _STATE.groups.values()}
+    by_name: dict[str, Any] = {str(c.name): c for c in STATE.groups.values()}
     for call in calls:
         other = by_name.get(call.group)
         if call.group != ctx.name and other is not None and other.seq == call.seq:

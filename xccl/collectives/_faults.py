@@ -10,9 +10,11 @@ They become :class:`~xccl.PeerFailure` and :class:`~xccl.CollectiveTimeout`, car
 time, with the backend's exception chained (``raise ... from exc``) so that nothing is hidden: the original text
 is both quoted in the message and reachable as ``__cause__``. Anything unrecognised is re-raised unchanged.
 
-Synchronous calls are translated by ``_dispatch.call``. An asynchronous call's fault surfaces later, in
+Synchronous calls are translated by ``_dispatch.run``. An asynchronous call's fault surfaces later, in
 ``Work.wait()``; :class:`TypedWork` wraps only the handles of asynchronous calls (``async_op=True``), so the
-synchronous hot path gains no object and no indirection.
+synchronous hot path gains no object and no indirection. It is a ``torch.distributed.Work``, so xccl's c10d
+process group returns it to torch (whose synchronous wrappers then wait on it: typed faults reach
+``torch.distributed`` callers too) and to C++ callers through the pybind trampoline.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ import re
 import time
 from typing import Any, Final, final
 
+import torch.distributed as dist
+
 from ..errors import CollectiveTimeout, PeerFailure, XcclError
+from ._state import STATE
 
 __all__ = ["TypedWork", "classify", "translate"]
 
@@ -71,9 +76,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _timeout_hint() -> str:
-    from ..runtime._init import _STATE
-
-    world = _STATE.world
+    world = STATE.world
     seconds = f"{world.timeout.total_seconds():g} s" if world is not None else "the timeout"
     return f"the timeout is {seconds} (xccl.init(timeout=...) or XCCL_TIMEOUT)"
 
@@ -83,7 +86,7 @@ def translate(exc: BaseException, ctx: Any, op: str, started: float | None = Non
 
     Args:
         exc: what the backend raised.
-        ctx: the group's :class:`~xccl.runtime._init.GroupContext`.
+        ctx: the group's :class:`~xccl.collectives._state.GroupState`.
         op: the public collective's name.
         started: ``time.monotonic()`` when the call began, for the elapsed time.
 
@@ -114,7 +117,7 @@ def translate(exc: BaseException, ctx: Any, op: str, started: float | None = Non
 
 
 @final
-class TypedWork:
+class TypedWork(dist.Work):
     """An asynchronous collective's handle whose ``wait()`` raises typed faults.
 
     It forwards ``torch.distributed.Work``'s interface to the backend's handle; ``wait`` and ``synchronize``
@@ -130,6 +133,7 @@ class TypedWork:
     __slots__ = ("_ctx", "_op", "_started", "work")
 
     def __init__(self, work: Any, ctx: Any, op: str, started: float) -> None:
+        super().__init__()
         #: The backend's own handle.
         self.work: Final = work
         self._ctx = ctx
@@ -170,15 +174,20 @@ class TypedWork:
         return self.work.result()
 
     def source_rank(self) -> int:
-        """The source rank of a ``recv`` from any source."""
-        return int(self.work.source_rank())
+        """The group rank of the sender of a ``recv`` from any source."""
+        work = self.work
+        return int(work._source_rank() if hasattr(work, "_source_rank") else work.source_rank())
+
+    def _source_rank(self) -> int:  # the name torch.distributed.recv calls
+        return self.source_rank()
 
     def get_future(self) -> Any:
         """The backend's future (its errors are the backend's own: ``wait()`` is the typed path)."""
         return self.work.get_future()
 
     def __getattr__(self, name: str) -> Any:
-        # Anything else of the Work interface (``boxed``, ``get_future_result``, vendor extras) is the backend's.
+        # Vendor extras are the backend handle's. What torch's Work defines itself (``boxed``...) applies to this
+        # handle, so that a boxed handle still waits with typed faults.
         if name == "work":  # not yet set (copy, unpickling): no recursion
             raise AttributeError(name)
         return getattr(self.work, name)

@@ -26,7 +26,7 @@ The pass leaves a match alone when
 It returns how many rewrites it made and counts them in ``torch._dynamo.utils.counters["xccl"]``.
 
 Inductor's FX graph cache keys compiled graphs by, among others, the custom passes' ``uuid()``:
-:class:`FusedMatmulPass` hashes this file and ``_fused.py`` together with the plugin's identity, so that a changed
+:class:`FusedMatmulPass` hashes this file and ``_ops.py`` together with the plugin's identity, so that a changed
 pass or a different plugin (whose predicate may differ) never reuses a graph compiled with another.
 """
 
@@ -42,10 +42,13 @@ import torch
 import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
-from ..plugin._capabilities import Collective
+from ..collectives._state import STATE, state_of
 from ..errors import ConstraintViolation
+from ..plugin._capabilities import Collective
+from . import _ops  # noqa: F401 - defines torch.ops.xccl.mm_reduce_scatter & co., which the rewrites emit
+from ._ops import _resolve_group
 
-__all__ = ["PASS_NAME", "FusedMatmulPass", "Predicate", "fuse_matmul_collectives", "plugin_predicate", "register"]
+__all__ = ["FusedMatmulPass", "Predicate", "fuse_matmul_collectives", "plugin_predicate"]
 
 LOG = logging.getLogger("xccl")
 
@@ -78,13 +81,10 @@ def plugin_predicate(op: Collective, a: torch.Tensor, b: torch.Tensor, group_nam
     applies the fallback policy at run time.
     """
     try:
-        from ._api import _resolve_group
-        from ..runtime._init import context
-
-        ctx = context(_resolve_group(group_name))
+        st = state_of(_resolve_group(group_name))
     except Exception:  # no world or unknown group: the run-time dispatch decides
         return True
-    kernel = ctx.runtime.kernels().get(op)
+    kernel = st.runtime.kernels().get(op)
     check = getattr(kernel, "check", None)
     if check is None:
         return True
@@ -376,8 +376,6 @@ def fuse_matmul_collectives(graph: fx.Graph | fx.GraphModule, predicate: Predica
     Returns:
         The number of rewrites; also added to ``torch._dynamo.utils.counters["xccl"]``.
     """
-    from . import _api as _fused  # noqa: F401 - registers torch.ops.xccl.mm_reduce_scatter & co.
-
     g = graph.graph if isinstance(graph, fx.GraphModule) else graph
     predicate = predicate or plugin_predicate
     done = {"mm_reduce_scatter": 0, "all_gather_mm": 0}
@@ -405,14 +403,12 @@ def fuse_matmul_collectives(graph: fx.Graph | fx.GraphModule, predicate: Predica
 
 # ------------------------------------------------------------------------------------------------ Inductor hook
 
-_SOURCES: Final = (str(Path(__file__)), str(Path(__file__).with_name("_api.py")))
+_SOURCES: Final = (str(Path(__file__)), str(Path(__file__).with_name("_ops.py")))
 
 
 def _plugin_identity() -> str:
     try:
-        from ..runtime._init import _STATE
-
-        runtime = _STATE.runtime
+        runtime = STATE.runtime
         if runtime is None:
             return "uninitialised"
         kernels = sorted(op.value for op in runtime.kernels() if op in (
@@ -441,28 +437,3 @@ class FusedMatmulPass(CustomGraphPass):
         """Hash of the pass's source files and the plugin (whose kernels' predicates it consults)."""
         extra = _plugin_identity() + ("" if self.predicate is None else f":{getattr(self.predicate, '__qualname__', '?')}")
         return get_hash_for_files(_SOURCES, extra=extra)
-
-
-#: The name the pass is registered under in xccl's compile backend.
-PASS_NAME: Final = "xccl.fused_matmul_collectives"
-
-
-def register() -> bool:
-    """Install (or refresh) the pass in the ``xccl`` compile backend's post-grad passes.
-
-    The registered uuid includes the plugin's identity as of this call, so call it again once ``xccl.init`` has
-    selected the plugin (the backend does, when it compiles). Idempotent.
-
-    Returns:
-        True when installed; False when ``xccl.graph`` offers no ``register_post_grad_pass``.
-    """
-    try:
-        from .. import graph as _graph
-    except ImportError:
-        return False
-    hook = getattr(_graph, "register_post_grad_pass", None)
-    if hook is None:
-        return False
-    p = FusedMatmulPass()
-    hook(PASS_NAME, p, p.uuid().hex())
-    return True

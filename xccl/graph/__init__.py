@@ -1,77 +1,47 @@
 """Graph mode: xccl's collectives inside ``torch.compile`` graphs.
 
 ``xccl.<op>`` checks ``torch.compiler.is_compiling()`` first and, while Dynamo traces, hands over to the graph
-form here (``_collectives``): standard collectives as ``torch.ops._c10d_functional`` ops, the rest as xccl's own
+form here (``_forms``): standard collectives as ``torch.ops._c10d_functional`` ops, the rest as xccl's own
 ``torch.ops.xccl`` ops (``_ops``), chained in program order. Around that: differentiable functional collectives
 (``functional``), patching of code that calls ``torch.distributed`` or DeepSpeed directly (``_patch``), and the
 ``xccl`` compile backend with its converter and post-grad-pass hooks (``_backend``).
+
+The names below load on first use (PEP 562): the compile backend imports Inductor, which eager-only programs
+never need.
 """
 
-from . import functional
-from ._backend import (
-    XcclBackend,
-    apply_converters,
-    compile,
-    post_grad_passes,
-    register_backend,
-    register_post_grad_pass,
-    unregister_post_grad_pass,
-)
-from ._forms import (
-    GraphWork,
-    all_gather,
-    all_gather_into_tensor,
-    all_gather_into_tensor_uneven,
-    all_reduce,
-    all_to_all,
-    all_to_all_single,
-    all_to_all_v,
-    barrier,
-    broadcast,
-    gather,
-    irecv,
-    isend,
-    recv,
-    reduce,
-    reduce_scatter,
-    reduce_scatter_tensor,
-    reduce_scatter_tensor_uneven,
-    scatter,
-    send,
-)
-from ._ops import OPS
-from ._patch import Patch, patch_collectives
+from __future__ import annotations
 
-__all__ = [
-    "OPS",
-    "GraphWork",
-    "Patch",
-    "XcclBackend",
-    "apply_converters",
-    "compile",
-    "functional",
-    "patch_collectives",
-    "post_grad_passes",
-    "register_backend",
-    "register_post_grad_pass",
-    "unregister_post_grad_pass",
-    "all_gather",
-    "all_gather_into_tensor",
-    "all_gather_into_tensor_uneven",
-    "all_reduce",
-    "all_to_all",
-    "all_to_all_single",
-    "all_to_all_v",
-    "barrier",
-    "broadcast",
-    "gather",
-    "irecv",
-    "isend",
-    "recv",
-    "reduce",
-    "reduce_scatter",
-    "reduce_scatter_tensor",
-    "reduce_scatter_tensor_uneven",
-    "scatter",
-    "send",
-]
+import importlib
+from typing import Any, Final
+
+#: Public name -> the submodule defining it.
+_LAZY: Final = {
+    "XcclBackend": "_backend",
+    "apply_converters": "_backend",
+    "compile": "_backend",
+    "fusion_default": "_backend",
+    "post_grad_passes": "_backend",
+    "register_backend": "_backend",
+    "register_post_grad_pass": "_backend",
+    "unregister_post_grad_pass": "_backend",
+    "GraphWork": "_forms",
+    "OPS": "_ops",
+    "Patch": "_patch",
+    "patch_collectives": "_patch",
+    "functional": "",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'xccl.graph' has no attribute {name!r}")
+    value = importlib.import_module(f"{__name__}.{module or name}")
+    return value if not module else getattr(value, name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

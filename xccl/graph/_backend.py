@@ -25,13 +25,16 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import torch
 
+from ..collectives._state import STATE
 from ..errors import InvalidArgument
+from ..fused._pass import FusedMatmulPass
 
 __all__ = [
     "XcclBackend",
@@ -46,7 +49,6 @@ __all__ = [
 LOG = logging.getLogger("xccl")
 
 GraphPass = Callable[[torch.fx.Graph], None]
-_PASSES: Final[dict[str, tuple[GraphPass, str]]] = {}
 _LOCK: Final = threading.Lock()
 
 
@@ -59,7 +61,8 @@ def register_post_grad_pass(name: str, fn: GraphPass, uuid: str) -> None:
     Passes run in name order, after Inductor's own post-grad passes (as ``post_grad_custom_post_pass``), on the
     ``torch.fx.Graph`` of the forward and of the backward, and must modify it in place. Inductor's FX graph cache
     keys on ``uuid``: change it whenever the pass's behaviour changes, or a cached graph compiled without the
-    change is reused.
+    change is reused. Passes belong to the world: ``xccl.shutdown`` forgets them, so register them after
+    ``xccl.init``.
 
     Args:
         name: a unique name; registering the same name again replaces the pass.
@@ -71,25 +74,30 @@ def register_post_grad_pass(name: str, fn: GraphPass, uuid: str) -> None:
     if not isinstance(uuid, str) or not uuid:
         raise InvalidArgument("register_post_grad_pass", "uuid must be a non-empty string")
     with _LOCK:
-        _PASSES[name] = (fn, uuid)
+        STATE.passes[name] = (fn, uuid)
 
 
 def unregister_post_grad_pass(name: str) -> None:
     """Remove the pass called ``name`` (no error when there is none)."""
     with _LOCK:
-        _PASSES.pop(name, None)
+        STATE.passes.pop(name, None)
 
 
 def post_grad_passes() -> dict[str, str]:
     """The registered passes: name -> uuid."""
-    return {name: uuid for name, (_, uuid) in sorted(_PASSES.items())}
+    return {name: uuid for name, (_, uuid) in sorted(STATE.passes.items())}
 
 
-def _custom_pass(previous: Any) -> Any:
-    """A ``CustomGraphPass`` running ``previous`` (the user's own, if any) and then a snapshot of xccl's passes."""
+def _custom_pass(previous: Any, fuse: bool = False) -> Any:
+    """A ``CustomGraphPass`` running ``previous`` (the user's own, if any), then the fusion pass when ``fuse``,
+    then a snapshot of the registered passes."""
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
-    passes = tuple(sorted((n, fn, u) for n, (fn, u) in _PASSES.items()))
+    passes = tuple(sorted((n, fn, u) for n, (fn, u) in STATE.passes.items()))
+    if fuse:
+        fusion = FusedMatmulPass()
+        # "0" sorts before any registered name: the fusion pass runs first, the user's passes see fused ops.
+        passes = (("0:" + FUSION_PASS, fusion, fusion.uuid().hex()), *passes)
     if not passes:
         return previous
 
@@ -151,9 +159,16 @@ def apply_converters(gm: torch.fx.GraphModule, converters: Mapping[str, Callable
 
 
 def _runtime() -> Any:
-    from ..runtime._init import _STATE
+    return STATE.runtime
 
-    return _STATE.runtime
+
+#: The name of the fusion pass among the backend's post-grad passes.
+FUSION_PASS: Final = "xccl.fused_matmul_collectives"
+
+
+def fusion_default() -> bool:
+    """Whether ``xccl.compile`` installs the fusion pass when not told: yes, unless ``XCCL_FUSE=0``."""
+    return os.environ.get("XCCL_FUSE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 class XcclBackend:
@@ -164,6 +179,10 @@ class XcclBackend:
             plugin's ``Runtime.compile_backend()``, else Inductor.
         options: Inductor config patches (as ``torch.compile(options=...)``); used only with Inductor.
         converters: converters to apply instead of the plugin's (a test seam and an override).
+        fuse: install the fusion pass (matmul + collective into xccl's fused ops, ``xccl.fused``) among Inductor's
+            post-grad passes; default :func:`fusion_default`. Where the fused op cannot beat the sequence (the
+            cost model keeps the plain sequence, or the plugin's kernel refuses the shape) it runs the sequence,
+            so fusing is never a loss beyond noise; ``fuse=False`` or ``XCCL_FUSE=0`` turns it off.
     """
 
     def __init__(
@@ -172,10 +191,12 @@ class XcclBackend:
         inner: str | Callable[..., Any] | None = None,
         options: Mapping[str, Any] | None = None,
         converters: Mapping[str, Callable[..., Any]] | None = None,
+        fuse: bool | None = None,
     ) -> None:
         self.inner = inner
         self.options = dict(options or {})
         self.converters = converters
+        self.fuse = fusion_default() if fuse is None else fuse
         if converters is not None:
             _check_converters(converters)
 
@@ -199,7 +220,7 @@ class XcclBackend:
 
         patches = dict(self.options)
         previous = patches.get("post_grad_custom_post_pass", inductor_config.post_grad_custom_post_pass)
-        custom = _custom_pass(previous)
+        custom = _custom_pass(previous, self.fuse)
         if custom is not None:
             patches["post_grad_custom_post_pass"] = custom
         return compile_fx(gm, example_inputs, config_patches=patches)
@@ -230,6 +251,7 @@ def compile(
     dynamic: bool | None = None,
     options: Mapping[str, Any] | None = None,
     inner: str | Callable[..., Any] | None = None,
+    fuse: bool | None = None,
     **kwargs: Any,
 ) -> Any:
     """``torch.compile`` with the ``xccl`` backend: the plugin's converters, then its compiler or Inductor.
@@ -240,6 +262,8 @@ def compile(
         dynamic: as ``torch.compile``.
         options: Inductor config patches (ignored when a vendor compiler takes over).
         inner: the backend to hand off to instead of the plugin's choice (e.g. ``"aot_eager"``).
+        fuse: rewrite matmul + collective pairs into xccl's fused ops (default on; ``XCCL_FUSE=0`` turns the
+            default off); see :class:`XcclBackend`.
         **kwargs: passed to ``torch.compile`` (``mode`` is not: pass Inductor options instead).
 
     Example::
@@ -247,7 +271,7 @@ def compile(
         step = xccl.compile(train_step, fullgraph=True)
     """
     register_backend()
-    backend = XcclBackend(inner=inner, options=options)
+    backend = XcclBackend(inner=inner, options=options, fuse=fuse)
     if model is None:
         return lambda m: torch.compile(m, backend=backend, fullgraph=fullgraph, dynamic=dynamic, **kwargs)
     return torch.compile(model, backend=backend, fullgraph=fullgraph, dynamic=dynamic, **kwargs)

@@ -1,18 +1,21 @@
-"""The graph path of every public collective: what ``xccl.<op>`` does while ``torch.compile`` traces it.
+"""The graph form of every public collective: what ``xccl.<op>`` does while ``torch.compile`` traces it.
 
-Each function has the public op's signature and eager semantics (the caller's buffers are updated in place, an
-``async_op=True`` call returns a handle to ``wait()`` on), but is written in the functional form compilers want:
+Each form has the public op's signature and eager semantics (the caller's buffers are updated in place, an
+``async_op=True`` call returns a handle to ``wait()`` on), but is written in the functional form compilers want.
+It validates with the op's spec (``xccl.collectives._specs``), the very validator eager dispatch runs, given an
+error-raiser Dynamo lets through, so a bad call raises the same typed error in both modes; then it asks the
+group's capability table (``mode="graph"``) and emits
 
-* the standard collectives become ``torch.ops._c10d_functional.<op>`` + ``wait_tensor`` followed by a
-  ``copy_`` into the caller's buffer, which is what Inductor's communication passes and vendor graph compilers
-  (TorchAir converts exactly these) recognise;
-* what torch has no functional op for (reduce, gather, scatter, barrier, send/recv, the uneven ops), and any
-  standard op the capability table says is only *emulated* in graph mode, becomes one of xccl's own ops
-  (``torch.ops.xccl.<op>``, see ``_ops``), chained through the group's order token.
+* the standard ``torch.ops._c10d_functional.<op>`` + ``wait_tensor``, then a ``copy_`` into the caller's buffer,
+  which Inductor's communication passes and vendor graph compilers (TorchAir converts exactly these) recognise:
+  where the op is native, and on xccl's own process group also where it is emulated, since that group's c10d
+  methods run xccl's dispatch when the graph executes;
+* otherwise one of xccl's own ops (``torch.ops.xccl.<op>``, see ``_ops``), chained through the group's order
+  token: for what torch has no functional op for (reduce, gather, scatter, barrier, send/recv, the uneven ops),
+  and for emulated ops on groups created outside xccl.
 
-Before emitting anything, each function asks the group's capability table (``mode="graph"``) and raises
-:class:`~xccl.UnsupportedCollective` at trace time when the op cannot run. What Dynamo traces here is kept
-simple: table lookups, rank checks and error construction happen in ``_group``'s constant functions.
+What Dynamo traces here is kept simple: table lookups and error construction happen in ``_group``'s constant
+functions.
 """
 
 from __future__ import annotations
@@ -23,16 +26,20 @@ from typing import Any, Final, final
 import torch
 import torch.distributed as dist
 
+from ..collectives import _specs as S
+from ..collectives._state import STATE
 from ..plugin._capabilities import Collective
 from . import _ops  # noqa: F401 - registers torch.ops.xccl.*
-from ._group import TOKENS, GroupInfo, fail, group_info, redop, resolve, root
+from ._group import GroupInfo, fail, group_info, redop, resolve
 
 __all__ = [
     "GraphWork",
     "all_gather",
+    "all_gather_coalesced",
     "all_gather_into_tensor",
     "all_gather_into_tensor_uneven",
     "all_reduce",
+    "all_reduce_coalesced",
     "all_to_all",
     "all_to_all_single",
     "all_to_all_v",
@@ -113,7 +120,7 @@ def _waited(g: GroupInfo, t: torch.Tensor) -> torch.Tensor:
     in a graph where one rank sends and its peer receives, and the two ranks deadlocked.
     """
     out = _F.wait_tensor(t)
-    token = TOKENS[g.name]
+    token = STATE.tokens[g.name]
     token.copy_(_X.order(token, [out.detach()]))
     return out
 
@@ -132,7 +139,7 @@ def _chained(g: GroupInfo, op: Any, *args: Any) -> Any:
     Inputs are detached: xccl's own ops are not differentiable, and a token computed from a tensor that
     requires grad would make the global token require grad.
     """
-    token = TOKENS[g.name]
+    token = STATE.tokens[g.name]
     out = op(*[_detached(a) for a in args], g.name, token)
     if isinstance(out, tuple):
         token.copy_(out[1])
@@ -141,31 +148,44 @@ def _chained(g: GroupInfo, op: Any, *args: Any) -> Any:
     return None
 
 
+def _real(x: torch.Tensor) -> torch.Tensor:
+    """Complex tensors travel as views of their real parts, as in eager mode."""
+    return torch.view_as_real(x) if x.is_complex() else x
+
+
+def _like(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return torch.view_as_complex(out) if x.is_complex() else out
+
+
 # ------------------------------------------------------------------------------- building blocks (functional)
 
 
-def _all_reduce(g: GroupInfo, native: bool, x: torch.Tensor, red: str) -> torch.Tensor:
-    if native:
-        return _waited(g, _F.all_reduce(x, red, g.name))
+def _all_reduce(g: GroupInfo, standard: bool, x: torch.Tensor, red: str) -> torch.Tensor:
+    if standard:
+        return _like(_waited(g, _F.all_reduce(_real(x), red, g.name)), x)
     return _chained(g, _X.all_reduce, x, red)
 
 
-def _all_gather(g: GroupInfo, native: bool, x: torch.Tensor) -> torch.Tensor:
-    if native:
-        return _waited(g, _F.all_gather_into_tensor(x, g.size, g.name))
+def _all_gather(g: GroupInfo, standard: bool, x: torch.Tensor) -> torch.Tensor:
+    if standard:
+        return _like(_waited(g, _F.all_gather_into_tensor(_real(x), g.size, g.name)), x)
     return _chained(g, _X.all_gather_into_tensor, x)
 
 
-def _reduce_scatter(g: GroupInfo, native: bool, x: torch.Tensor, red: str) -> torch.Tensor:
-    if native:
-        return _waited(g, _F.reduce_scatter_tensor(x, red, g.size, g.name))
+def _reduce_scatter(g: GroupInfo, standard: bool, x: torch.Tensor, red: str) -> torch.Tensor:
+    if standard:
+        return _like(_waited(g, _F.reduce_scatter_tensor(_real(x), red, g.size, g.name)), x)
     return _chained(g, _X.reduce_scatter_tensor, x, red)
 
 
-def _all_to_all(g: GroupInfo, native: bool, x: torch.Tensor, osz: list[Any], isz: list[Any]) -> torch.Tensor:
-    if native:
-        return _waited(g, _F.all_to_all_single(x, osz, isz, g.name))
+def _all_to_all(g: GroupInfo, standard: bool, x: torch.Tensor, osz: list[Any], isz: list[Any]) -> torch.Tensor:
+    if standard:
+        return _like(_waited(g, _F.all_to_all_single(_real(x), osz, isz, g.name)), x)
     return _chained(g, _X.all_to_all_single, x, osz, isz)
+
+
+def _key(spec: S.Spec, kargs: Sequence[Any]) -> tuple[Collective, torch.dtype | None]:
+    return spec.key_of(kargs), spec.dtype_of(kargs)
 
 
 # ---------------------------------------------------------------------------------------------- collectives
@@ -174,22 +194,44 @@ def _all_to_all(g: GroupInfo, native: bool, x: torch.Tensor, osz: list[Any], isz
 def all_reduce(tensor: torch.Tensor, op: Any = SUM, group: Any = None, async_op: bool = False) -> Any:
     """Graph form of :func:`xccl.all_reduce`: ``_c10d_functional.all_reduce``, then ``copy_`` into ``tensor``."""
     g = group_info(group)
-    red = redop(op)
-    native = resolve(g.name, C.ALL_REDUCE, tensor.dtype, red)
-    tensor.copy_(_all_reduce(g, native, tensor, red))
+    t, rop = S.ALL_REDUCE.validate(g, fail, tensor, op)
+    red = redop(rop)
+    standard = resolve(g.name, C.ALL_REDUCE, t.dtype, red)
+    t.copy_(_all_reduce(g, standard, t, red))
+    return _work(async_op)
+
+
+def all_reduce_coalesced(tensors: list[torch.Tensor], op: Any = SUM, group: Any = None, async_op: bool = False) -> Any:
+    """Graph form of :func:`xccl.all_reduce_coalesced`: one all_reduce per tensor (the compiler may bucket them)."""
+    g = group_info(group)
+    ts, rop = S.ALL_REDUCE_COALESCED.validate(g, fail, tensors, op)
+    red = redop(rop)
+    for t in ts:
+        t.copy_(_all_reduce(g, resolve(g.name, C.ALL_REDUCE, t.dtype, red), t, red))
     return _work(async_op)
 
 
 def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group: Any = None, async_op: bool = False) -> Any:
     """Graph form of :func:`xccl.all_gather`: one ``all_gather_into_tensor``, sliced into ``tensor_list``."""
     g = group_info(group)
-    native = resolve(g.name, C.ALL_GATHER, tensor.dtype, None)
-    if len(tensor_list) != g.size:
-        fail("all_gather", "tensor_list must have one tensor per rank of the group")
-    k = tensor.numel()
-    gathered = _all_gather(g, native, tensor.reshape(-1))
-    for i, out in enumerate(tensor_list):
+    outs, t = S.ALL_GATHER.validate(g, fail, tensor_list, tensor)
+    standard = resolve(g.name, C.ALL_GATHER, t.dtype, None)
+    k = t.numel()
+    gathered = _all_gather(g, standard, t.reshape(-1))
+    for i, out in enumerate(outs):
         out.copy_(gathered[i * k : (i + 1) * k].view(out.shape))
+    return _work(async_op)
+
+
+def all_gather_coalesced(
+    output_tensor_lists: list[list[torch.Tensor]], input_tensor_list: list[torch.Tensor], group: Any = None,
+    async_op: bool = False,
+) -> Any:
+    """Graph form of :func:`xccl.all_gather_coalesced`: one all_gather per input tensor."""
+    g = group_info(group)
+    outs, ins = S.ALL_GATHER_COALESCED.validate(g, fail, output_tensor_lists, input_tensor_list)
+    for i, t in enumerate(ins):
+        all_gather([row[i] for row in outs], t, group)
     return _work(async_op)
 
 
@@ -198,11 +240,10 @@ def all_gather_into_tensor(
 ) -> Any:
     """Graph form of :func:`xccl.all_gather_into_tensor`: ``_c10d_functional.all_gather_into_tensor``."""
     g = group_info(group)
-    native = resolve(g.name, C.ALL_GATHER_INTO_TENSOR, input_tensor.dtype, None)
-    if output_tensor.numel() != input_tensor.numel() * g.size:
-        fail("all_gather_into_tensor", "output must have the input's number of elements times the group size")
-    x = input_tensor if input_tensor.dim() else input_tensor.reshape(1)
-    output_tensor.copy_(_all_gather(g, native, x).view(output_tensor.shape))
+    out, inp = S.ALL_GATHER_INTO_TENSOR.validate(g, fail, output_tensor, input_tensor)
+    standard = resolve(g.name, C.ALL_GATHER_INTO_TENSOR, inp.dtype, None)
+    x = inp if inp.dim() else inp.reshape(1)
+    out.copy_(_all_gather(g, standard, x).view(out.shape))
     return _work(async_op)
 
 
@@ -211,12 +252,11 @@ def reduce_scatter(
 ) -> Any:
     """Graph form of :func:`xccl.reduce_scatter`: the inputs concatenated, one ``reduce_scatter_tensor``."""
     g = group_info(group)
-    red = redop(op)
-    native = resolve(g.name, C.REDUCE_SCATTER, output.dtype, red)
-    if len(input_list) != g.size:
-        fail("reduce_scatter", "input_list must have one tensor per rank of the group")
-    flat = torch.cat([t.reshape(-1) for t in input_list])
-    output.copy_(_reduce_scatter(g, native, flat, red).view(output.shape))
+    out, ins, rop = S.REDUCE_SCATTER.validate(g, fail, output, input_list, op)
+    red = redop(rop)
+    standard = resolve(g.name, C.REDUCE_SCATTER, out.dtype, red)
+    flat = torch.cat([t.reshape(-1) for t in ins])
+    out.copy_(_reduce_scatter(g, standard, flat, red).view(out.shape))
     return _work(async_op)
 
 
@@ -225,14 +265,13 @@ def reduce_scatter_tensor(
 ) -> Any:
     """Graph form of :func:`xccl.reduce_scatter_tensor`: ``_c10d_functional.reduce_scatter_tensor``."""
     g = group_info(group)
-    red = redop(op)
-    native = resolve(g.name, C.REDUCE_SCATTER_TENSOR, input.dtype, red)
-    if input.numel() != output.numel() * g.size:
-        fail("reduce_scatter_tensor", "input must have the output's number of elements times the group size")
-    natural = input.dim() > 0 and output.dim() > 0 and input.shape[1:] == output.shape[1:]
+    out, inp, rop = S.REDUCE_SCATTER_TENSOR.validate(g, fail, output, input, op)
+    red = redop(rop)
+    standard = resolve(g.name, C.REDUCE_SCATTER_TENSOR, inp.dtype, red)
+    natural = inp.dim() > 0 and out.dim() > 0 and inp.shape[1:] == out.shape[1:]
     # Keep the caller's shapes where they fit: a matmul feeding reduce_scatter stays recognisable to graph passes.
-    x = input if natural else input.reshape(-1)
-    output.copy_(_reduce_scatter(g, native, x, red).view(output.shape))
+    x = inp if natural else inp.reshape(-1)
+    out.copy_(_reduce_scatter(g, standard, x, red).view(out.shape))
     return _work(async_op)
 
 
@@ -244,14 +283,13 @@ def all_to_all(
 ) -> Any:
     """Graph form of :func:`xccl.all_to_all`: the inputs concatenated, one ``all_to_all_single`` with splits."""
     g = group_info(group)
-    native = resolve(g.name, C.ALL_TO_ALL, input_tensor_list[0].dtype, None)
-    if len(output_tensor_list) != g.size or len(input_tensor_list) != g.size:
-        fail("all_to_all", "output and input lists must have one tensor per rank of the group")
-    isz = [t.numel() for t in input_tensor_list]
-    osz = [t.numel() for t in output_tensor_list]
-    out = _all_to_all(g, native, torch.cat([t.reshape(-1) for t in input_tensor_list]), osz, isz)
+    outs, ins = S.ALL_TO_ALL.validate(g, fail, output_tensor_list, input_tensor_list)
+    standard = resolve(g.name, C.ALL_TO_ALL, ins[0].dtype, None)
+    isz = [t.numel() for t in ins]
+    osz = [t.numel() for t in outs]
+    out = _all_to_all(g, standard, torch.cat([t.reshape(-1) for t in ins]), osz, isz)
     offset = 0
-    for t, n in zip(output_tensor_list, osz, strict=True):
+    for t, n in zip(outs, osz, strict=True):
         t.copy_(out[offset : offset + n].view(t.shape))
         offset = offset + n
     return _work(async_op)
@@ -265,18 +303,19 @@ def all_to_all_single(
     group: Any = None,
     async_op: bool = False,
 ) -> Any:
-    """Graph form of :func:`xccl.all_to_all_single`: ``_c10d_functional.all_to_all_single``."""
+    """Graph form of :func:`xccl.all_to_all_single`: ``_c10d_functional.all_to_all_single``.
+
+    Even or uneven is decided as in eager mode: by whether split sizes were passed (see ``_specs``).
+    """
     g = group_info(group)
+    kargs = S.ALL_TO_ALL_SINGLE.validate(g, fail, output, input, output_split_sizes, input_split_sizes)
+    out, inp, osz, isz = kargs
     n = g.size
-    osz = [output.shape[0] // n] * n if output_split_sizes is None else list(output_split_sizes)
-    isz = [input.shape[0] // n] * n if input_split_sizes is None else list(input_split_sizes)
-    if len(osz) != n or len(isz) != n:
-        fail("all_to_all_single", "split sizes must have one entry per rank of the group")
-    uneven = (output_split_sizes is not None and len(set(osz)) > 1) or (
-        input_split_sizes is not None and len(set(isz)) > 1
-    )
-    native = resolve(g.name, C.ALL_TO_ALL_SINGLE_UNEVEN if uneven else C.ALL_TO_ALL_SINGLE, input.dtype, None)
-    output.copy_(_all_to_all(g, native, input, osz, isz).view(output.shape))
+    key, dtype = _key(S.ALL_TO_ALL_SINGLE, kargs)
+    standard = resolve(g.name, key, dtype, None)
+    osz = [out.shape[0] // n] * n if osz is None else osz
+    isz = [inp.shape[0] // n] * n if isz is None else isz
+    out.copy_(_all_to_all(g, standard, inp, osz, isz).view(out.shape))
     return _work(async_op)
 
 
@@ -286,13 +325,12 @@ def broadcast(
     """Graph form of :func:`xccl.broadcast`: ``_c10d_functional.broadcast`` (torch's own ``dist.broadcast``
     breaks the graph in torch 2.13)."""
     g = group_info(group)
-    r = root(g.name, "broadcast", "src", src, group_src)
-    native = resolve(g.name, C.BROADCAST, tensor.dtype, None)
-    if native:
-        out = _waited(g, _F.broadcast(tensor, r, g.name))
+    t, root = S.BROADCAST.validate(g, fail, tensor, src, group_src)
+    if resolve(g.name, C.BROADCAST, t.dtype, None):
+        out = _like(_waited(g, _F.broadcast(_real(t), root, g.name)), t)
     else:
-        out = _chained(g, _X.broadcast, tensor, r)
-    tensor.copy_(out)
+        out = _chained(g, _X.broadcast, t, root)
+    t.copy_(out)
     return _work(async_op)
 
 
@@ -306,10 +344,10 @@ def reduce(
 ) -> Any:
     """Graph form of :func:`xccl.reduce`: ``xccl.reduce`` (torch has no functional reduce)."""
     g = group_info(group)
-    r = root(g.name, "reduce", "dst", dst, group_dst)
-    red = redop(op)
-    resolve(g.name, C.REDUCE, tensor.dtype, red)
-    tensor.copy_(_chained(g, _X.reduce, tensor, r, red))
+    t, root, rop = S.REDUCE.validate(g, fail, tensor, dst, op, group_dst)
+    red = redop(rop)
+    resolve(g.name, C.REDUCE, t.dtype, red)
+    t.copy_(_chained(g, _X.reduce, t, root, red))
     return _work(async_op)
 
 
@@ -323,14 +361,12 @@ def gather(
 ) -> Any:
     """Graph form of :func:`xccl.gather`: ``xccl.gather``, copied into ``gather_list`` on the root."""
     g = group_info(group)
-    r = root(g.name, "gather", "dst", 0 if dst is None and group_dst is None else dst, group_dst)
-    resolve(g.name, C.GATHER, tensor.dtype, None)
-    if g.rank == r and (gather_list is None or len(gather_list) != g.size):
-        fail("gather", "gather_list must have one tensor per rank of the group on the destination rank")
-    outs = _chained(g, _X.gather, tensor, r)
-    if g.rank == r and gather_list is not None:
-        for t, o in zip(gather_list, outs, strict=True):
-            t.copy_(o)
+    t, lst, root = S.GATHER.validate(g, fail, tensor, gather_list, dst, group_dst)
+    resolve(g.name, C.GATHER, t.dtype, None)
+    outs = _chained(g, _X.gather, t, root)
+    if lst is not None:
+        for x, o in zip(lst, outs, strict=True):
+            x.copy_(o)
     return _work(async_op)
 
 
@@ -344,12 +380,9 @@ def scatter(
 ) -> Any:
     """Graph form of :func:`xccl.scatter`: ``xccl.scatter``, copied into ``tensor``."""
     g = group_info(group)
-    r = root(g.name, "scatter", "src", 0 if src is None and group_src is None else src, group_src)
-    resolve(g.name, C.SCATTER, tensor.dtype, None)
-    if g.rank == r and (scatter_list is None or len(scatter_list) != g.size):
-        fail("scatter", "scatter_list must have one tensor per rank of the group on the source rank")
-    lst = list(scatter_list) if g.rank == r and scatter_list is not None else []
-    tensor.copy_(_chained(g, _X.scatter, tensor, lst, r))
+    t, lst, root = S.SCATTER.validate(g, fail, tensor, scatter_list, src, group_src)
+    resolve(g.name, C.SCATTER, t.dtype, None)
+    t.copy_(_chained(g, _X.scatter, t, lst or [], root))
     return _work(async_op)
 
 
@@ -361,36 +394,34 @@ def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None, t
     return _work(async_op)
 
 
-def _peer(g: GroupInfo, op: str, what: str, peer: int | None, group_peer: int | None) -> int:
-    r = root(g.name, op, what, peer, group_peer)
-    if r == g.rank:
-        fail(op, f"{what} is this rank itself")
-    return r
+def _p2p(spec: S.Spec, g: GroupInfo, tensor: Any, peer: Any, tag: Any, group_peer: Any) -> tuple[Any, ...]:
+    kargs = spec.validate(g, fail, tensor, peer, tag, group_peer)
+    if kargs[1] is None:
+        fail(spec.name, "a receive from any source (no src) cannot be compiled: the graph needs the peer; pass src")
+    resolve(g.name, spec.key, kargs[0].dtype, None)
+    return kargs
 
 
 def send(tensor: torch.Tensor, dst: int | None = None, group: Any = None, tag: int = 0, group_dst: int | None = None) -> None:
     """Graph form of :func:`xccl.send`: ``xccl.send``, in program order with the group's other xccl ops."""
     g = group_info(group)
-    r = _peer(g, "send", "dst", dst, group_dst)
-    resolve(g.name, C.SEND, tensor.dtype, None)
-    _chained(g, _X.send, tensor, r)
+    t, peer, _ = _p2p(S.SEND, g, tensor, dst, tag, group_dst)
+    _chained(g, _X.send, t, peer)
 
 
 def recv(tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: int = 0, group_src: int | None = None) -> int:
     """Graph form of :func:`xccl.recv`: ``xccl.recv``, copied into ``tensor``; returns ``src``'s global rank."""
     g = group_info(group)
-    r = _peer(g, "recv", "src", src, group_src)
-    resolve(g.name, C.RECV, tensor.dtype, None)
-    tensor.copy_(_chained(g, _X.recv, tensor, r))
-    return g.ranks[r]
+    t, peer, _ = _p2p(S.RECV, g, tensor, src, tag, group_src)
+    t.copy_(_chained(g, _X.recv, t, peer))
+    return g.ranks[peer]
 
 
 def isend(tensor: torch.Tensor, dst: int | None = None, group: Any = None, tag: int = 0, group_dst: int | None = None) -> Any:
     """Graph form of :func:`xccl.isend`: ``xccl.isend`` starts it, the handle's ``wait()`` emits ``xccl.wait``."""
     g = group_info(group)
-    r = _peer(g, "isend", "dst", dst, group_dst)
-    resolve(g.name, C.SEND, tensor.dtype, None)
-    _chained(g, _X.isend, tensor, r)
+    t, peer, _ = _p2p(S.ISEND, g, tensor, dst, tag, group_dst)
+    _chained(g, _X.isend, t, peer)
     return _P2PWork(g, None, None)
 
 
@@ -398,10 +429,9 @@ def irecv(tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: 
     """Graph form of :func:`xccl.irecv`: ``xccl.irecv`` starts it; the handle's ``wait()`` emits ``xccl.wait``
     and copies the result into ``tensor`` (whose content is undefined until then, as in eager mode)."""
     g = group_info(group)
-    r = _peer(g, "irecv", "src", src, group_src)
-    resolve(g.name, C.RECV, tensor.dtype, None)
-    received = _chained(g, _X.irecv, tensor, r)
-    return _P2PWork(g, tensor, received)
+    t, peer, _ = _p2p(S.IRECV, g, tensor, src, tag, group_src)
+    received = _chained(g, _X.irecv, t, peer)
+    return _P2PWork(g, t, received)
 
 
 def all_gather_into_tensor_uneven(
@@ -413,11 +443,9 @@ def all_gather_into_tensor_uneven(
 ) -> Any:
     """Graph form of :func:`xccl.all_gather_into_tensor_uneven`: ``xccl.all_gather_into_tensor_uneven``."""
     g = group_info(group)
-    resolve(g.name, C.ALL_GATHER_INTO_TENSOR_UNEVEN, input.dtype, None)
-    sizes = [input.shape[0]] * g.size if output_split_sizes is None else list(output_split_sizes)
-    if len(sizes) != g.size:
-        fail("all_gather_into_tensor_uneven", "output_split_sizes must have one entry per rank of the group")
-    output.copy_(_chained(g, _X.all_gather_into_tensor_uneven, input, sizes))
+    out, inp, sizes = S.ALL_GATHER_INTO_TENSOR_UNEVEN.validate(g, fail, output, input, output_split_sizes)
+    resolve(g.name, C.ALL_GATHER_INTO_TENSOR_UNEVEN, inp.dtype, None)
+    out.copy_(_chained(g, _X.all_gather_into_tensor_uneven, inp, sizes))
     return _work(async_op)
 
 
@@ -431,12 +459,10 @@ def reduce_scatter_tensor_uneven(
 ) -> Any:
     """Graph form of :func:`xccl.reduce_scatter_tensor_uneven`: ``xccl.reduce_scatter_tensor_uneven``."""
     g = group_info(group)
-    red = redop(op)
-    resolve(g.name, C.REDUCE_SCATTER_TENSOR_UNEVEN, input.dtype, red)
-    sizes = [output.shape[0]] * g.size if input_split_sizes is None else list(input_split_sizes)
-    if len(sizes) != g.size:
-        fail("reduce_scatter_tensor_uneven", "input_split_sizes must have one entry per rank of the group")
-    output.copy_(_chained(g, _X.reduce_scatter_tensor_uneven, input, sizes, red))
+    out, inp, sizes, rop = S.REDUCE_SCATTER_TENSOR_UNEVEN.validate(g, fail, output, input, input_split_sizes, op)
+    red = redop(rop)
+    resolve(g.name, C.REDUCE_SCATTER_TENSOR_UNEVEN, inp.dtype, red)
+    out.copy_(_chained(g, _X.reduce_scatter_tensor_uneven, inp, sizes, red))
     return _work(async_op)
 
 
@@ -449,9 +475,8 @@ def all_to_all_v(
 ) -> Any:
     """Graph form of :func:`xccl.all_to_all_v`: ``xccl.all_to_all_v`` with the matrix flattened row-major."""
     g = group_info(group)
-    resolve(g.name, C.ALL_TO_ALL_V, input.dtype, None)
-    if len(send_count_matrix) != g.size or any(len(row) != g.size for row in send_count_matrix):
-        fail("all_to_all_v", "send_count_matrix must be n x n for a group of n ranks")
-    counts = [c for row in send_count_matrix for c in row]
-    output.copy_(_chained(g, _X.all_to_all_v, input, counts).view(output.shape))
+    out, inp, matrix = S.ALL_TO_ALL_V.validate(g, fail, output, input, send_count_matrix)
+    resolve(g.name, C.ALL_TO_ALL_V, inp.dtype, None)
+    counts = [c for row in matrix for c in row]
+    out.copy_(_chained(g, _X.all_to_all_v, inp, counts).view(out.shape))
     return _work(async_op)

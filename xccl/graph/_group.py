@@ -13,36 +13,36 @@ Dynamo re-raises its own ``UserError`` as is but rewraps any other exception as 
 from __future__ import annotations
 
 import functools
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from ..plugin._capabilities import CapabilityTable, Collective, Level, Mode, reduce_op_name
+from ..collectives._state import STATE, state_of
 from ..errors import InvalidArgument, UnsupportedCollective, XcclError
+from ..plugin._capabilities import CapabilityTable, Collective, Level, Mode, reduce_op_name
+from ..plugin._registry import default_registry
 
 F = TypeVar("F")
 
 __all__ = [
     "GroupInfo",
-    "TOKENS",
     "default_info",
+    "fail",
     "group_info",
     "info_by_name",
     "redop",
     "resolve",
-    "root",
     "trace_error",
 ]
-
 
 
 def _assume_constant(fn: F) -> F:
     """``torch.compiler.assume_constant_result`` without its import of ``torch._dynamo`` (seconds at import).
 
     This is the whole of what that decorator does in torch 2.1 to 2.13 (``torch/_dynamo/decorators.py``);
-    ``tests/test_graph_ops.py`` checks that Dynamo still honours it.
+    ``tests/test_graph.py`` checks that Dynamo still honours it.
     """
     fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
     return fn
@@ -51,7 +51,8 @@ def _assume_constant(fn: F) -> F:
 class GroupInfo(NamedTuple):
     """What the graph path needs to know about one process group (constant for the group's life).
 
-    A named tuple of plain constants: Dynamo folds it into the graph without guarding on an object.
+    A named tuple of plain constants: Dynamo folds it into the graph without guarding on an object. It has the
+    attributes validation reads (``_specs.Facts``), so the graph forms validate with the eager validators.
     """
 
     #: The c10d group name: what ``_c10d_functional`` ops and xccl's graph ops take instead of the group object.
@@ -65,12 +66,11 @@ class GroupInfo(NamedTuple):
     backend: str
     #: Device of the group's tensors (where its order token lives).
     device: torch.device
-
-
-#: Order tokens, one per group name: a 1-element tensor that every xccl graph op reads and replaces, so that the
-#: ops of one group form a chain of data dependencies in program order (see ``_ops``). A real tensor outside the
-#: graph, so Dynamo lifts it as an input and functionalisation threads its successive values through the graph.
-TOKENS: Final[dict[str, torch.Tensor]] = {}
+    #: Its type, which validation checks tensors against.
+    device_type: str
+    #: True when the group's c10d methods run xccl's dispatch (xccl's process group): a standard functional
+    #: collective on it runs the emulation where the table says emulated, so the graph path can emit it.
+    dispatches: bool
 
 
 @functools.cache
@@ -96,27 +96,24 @@ def trace_error(cls: type[XcclError], *args: Any) -> XcclError:
     return exc
 
 
-def _table_of(pg: Any) -> tuple[CapabilityTable, str, torch.device, str]:
-    """Capability table, plugin name, device and fallback policy for ``pg``.
+def _table_of(pg: Any) -> tuple[CapabilityTable, torch.device, str]:
+    """Capability table, device and fallback policy for ``pg``.
 
     Groups of an initialised xccl world use its plugin; a process group created with plain
     ``torch.distributed`` (code run under ``xccl.patch_collectives``) uses the installed plugin whose
     torch.distributed backend it is (gloo -> cpu, nccl -> cuda).
     """
-    from ..runtime._init import _STATE, context
-
-    if _STATE.world is not None:
-        ctx = context(pg)
-        return ctx.table, ctx.table.backend, _STATE.world.device, ctx.fallback
-    from ..plugin._registry import default_registry
-
+    world = STATE.world
+    if world is not None:
+        st = state_of(pg)
+        return st.table, world.device, st.fallback
     backend = str(dist.get_backend(pg))
     for info in default_registry().infos().values():
         if info.plugin is not None and info.plugin.backend == backend:
             device = torch.device("cpu") if info.plugin.device_type == "cpu" else torch.device(
                 info.plugin.device_type, torch.accelerator.current_device_index()
             )
-            return info.plugin.capabilities(), info.plugin.name, device, "emulate"
+            return info.plugin.capabilities(), device, "emulate"
     raise trace_error(
         UnsupportedCollective, "graph mode", backend,
         f"no installed xccl plugin drives the torch.distributed backend {backend!r}; call xccl.init() or install "
@@ -125,11 +122,12 @@ def _table_of(pg: Any) -> tuple[CapabilityTable, str, torch.device, str]:
 
 
 def _info(pg: Any) -> GroupInfo:
-    _table, backend, device, _ = _table_of(pg)
+    table, device, _ = _table_of(pg)
     name = pg.group_name
-    if name not in TOKENS:
-        TOKENS[name] = torch.zeros(1, dtype=torch.int32, device=device)
-    return GroupInfo(name, pg.size(), pg.rank(), tuple(dist.get_process_group_ranks(pg)), backend, device)
+    if name not in STATE.tokens:
+        STATE.tokens[name] = torch.zeros(1, dtype=torch.int32, device=device)
+    return GroupInfo(name, pg.size(), pg.rank(), tuple(dist.get_process_group_ranks(pg)), table.backend, device,
+                     device.type, hasattr(pg, "native"))
 
 
 @_assume_constant
@@ -163,14 +161,15 @@ def resolve(name: str, op: Collective, dtype: torch.dtype | None, reduce_op: str
     """Consult the group's capability table in graph mode; raise at trace time when the op cannot run.
 
     Returns:
-        True when the op runs natively (its standard graph form), False when emulated (xccl's graph op, which
-        runs the eager emulation). A plain bool: Dynamo guards on the attributes of returned objects.
+        True when the op's standard graph form carries it: it runs natively, or the group is xccl's process group
+        (whose c10d methods run the emulation); False when it must be xccl's graph op (which runs the eager
+        emulation). A plain bool: Dynamo guards on the attributes of returned objects.
 
     Raises:
         UnsupportedCollective: the table says unsupported, or emulated under the ``"error"`` fallback policy.
     """
     pg = c10d._resolve_process_group(name)
-    table, _, _, fallback = _table_of(pg)
+    table, _, fallback = _table_of(pg)
     try:
         res = table.require(
             op, mode=Mode.GRAPH, dtype=dtype, reduce_op=reduce_op, world_size=pg.size(),
@@ -178,28 +177,7 @@ def resolve(name: str, op: Collective, dtype: torch.dtype | None, reduce_op: str
         )
     except UnsupportedCollective as exc:
         raise trace_error(UnsupportedCollective, exc.op, exc.backend, f"{exc.detail} (graph mode)") from None
-    return res.level is Level.NATIVE
-
-
-@_assume_constant
-def root(name: str, op: str, what: str, rank: int | None, group_rank: int | None) -> int:
-    """Normalise a root or peer given as a global rank or a group rank to the group rank; check membership.
-
-    Raises:
-        InvalidArgument: both or neither given, out of range, or not a member.
-    """
-    ranks = dist.get_process_group_ranks(c10d._resolve_process_group(name))
-    if group_rank is not None:
-        if rank is not None:
-            raise trace_error(InvalidArgument, op, f"pass {what} or group_{what}, not both")
-        if not 0 <= group_rank < len(ranks):
-            raise trace_error(InvalidArgument, op, f"group_{what}={group_rank!r} is outside [0, {len(ranks)})")
-        return group_rank
-    if rank is None:
-        raise trace_error(InvalidArgument, op, f"{what} is required")
-    if rank not in ranks:
-        raise trace_error(InvalidArgument, op, f"{what}={rank!r} is not a member of this group (ranks {ranks})")
-    return ranks.index(rank)
+    return res.level is Level.NATIVE or hasattr(pg, "native")
 
 
 @_assume_constant

@@ -9,8 +9,8 @@ the op and writes the op's new token back, so that successive xccl ops of a grou
 dependencies in program order. No backend (Inductor's peak-memory reordering included) can move one past
 another, which is what keeps rank-asymmetric graphs (send on one rank, recv on its peer) from deadlocking.
 
-At run time each op calls xccl's public eager collective, so the plugin's native kernel, the emulations and the
-fallback policy apply exactly as in eager mode. The ops are opaque to graph compilers; a vendor maps them to its
+At run time each op dispatches like an eager call (``xccl.collectives._dispatch.dispatch``), so the plugin's
+native kernel, the emulations and the fallback policy apply exactly as in eager mode. The ops are opaque to graph compilers; a vendor maps them to its
 own graph ops through a converter (``Runtime.graph_converters``).
 """
 
@@ -20,33 +20,21 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 import torch
-import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch.library import custom_op
 
-__all__ = ["OPS", "reduce_op_of"]
+from ..collectives import _specs as S
+from ..collectives._dispatch import dispatch
+from ..collectives._state import STATE
+from ..plugin._capabilities import reduce_op_of
+
+__all__ = ["OPS"]
 
 NS: Final = "xccl"
 
 
-def _api() -> Any:
-    # _dispatch imports this package for its compile-time branches; resolve it lazily.
-    from ..collectives import _dispatch
-
-    return _dispatch
-
-
 def _pg(name: str) -> Any:
     return c10d._resolve_process_group(name)
-
-
-def reduce_op_of(name: str) -> Any:
-    """The ``torch.distributed.ReduceOp`` for a graph op's reduce-op string."""
-    return getattr(dist.ReduceOp, name.upper())
-
-
-def _global(pg: Any, group_rank: int) -> int:
-    return int(dist.get_global_rank(pg, group_rank))
 
 
 def _next(token: torch.Tensor) -> torch.Tensor:
@@ -65,7 +53,7 @@ def _fake_next(token: torch.Tensor) -> torch.Tensor:
 @custom_op(f"{NS}::all_reduce", mutates_args=())
 def all_reduce(input: torch.Tensor, reduce_op: str, group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     out = input.clone()
-    _api().all_reduce(out, reduce_op_of(reduce_op), _pg(group_name))
+    dispatch(S.ALL_REDUCE, _pg(group_name), False, out, reduce_op_of(reduce_op))
     return out, _next(token)
 
 
@@ -78,7 +66,7 @@ def _(input: torch.Tensor, reduce_op: str, group_name: str, token: torch.Tensor)
 def all_gather_into_tensor(input: torch.Tensor, group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     pg = _pg(group_name)
     out = input.new_empty(_gathered_shape(input, pg.size()))
-    _api().all_gather_into_tensor(out, input.contiguous(), pg)
+    dispatch(S.ALL_GATHER_INTO_TENSOR, pg, False, out, input.contiguous())
     return out, _next(token)
 
 
@@ -97,7 +85,7 @@ def reduce_scatter_tensor(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     pg = _pg(group_name)
     out = input.new_empty([input.shape[0] // pg.size(), *input.shape[1:]])
-    _api().reduce_scatter_tensor(out, input.contiguous(), reduce_op_of(reduce_op), pg)
+    dispatch(S.REDUCE_SCATTER_TENSOR, pg, False, out, input.contiguous(), reduce_op_of(reduce_op))
     return out, _next(token)
 
 
@@ -112,7 +100,8 @@ def all_to_all_single(
     token: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     out = input.new_empty([sum(output_split_sizes), *input.shape[1:]])
-    _api().all_to_all_single(out, input.contiguous(), list(output_split_sizes), list(input_split_sizes), _pg(group_name))
+    dispatch(S.ALL_TO_ALL_SINGLE, _pg(group_name), False, out, input.contiguous(), list(output_split_sizes),
+             list(input_split_sizes))
     return out, _next(token)
 
 
@@ -128,7 +117,7 @@ def _(
 def broadcast(input: torch.Tensor, src: int, group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     pg = _pg(group_name)
     out = input.clone()
-    _api().broadcast(out, _global(pg, src), pg)
+    dispatch(S.BROADCAST, pg, False, out, None, src)
     return out, _next(token)
 
 
@@ -145,7 +134,7 @@ def reduce(input: torch.Tensor, dst: int, reduce_op: str, group_name: str, token
     """Reduce to group rank ``dst``; returns this rank's buffer after the reduce (as eager leaves it)."""
     pg = _pg(group_name)
     out = input.clone()
-    _api().reduce(out, _global(pg, dst), reduce_op_of(reduce_op), pg)
+    dispatch(S.REDUCE, pg, False, out, None, reduce_op_of(reduce_op), dst)
     return out, _next(token)
 
 
@@ -159,7 +148,7 @@ def gather(input: torch.Tensor, dst: int, group_name: str, token: torch.Tensor) 
     """Gather to group rank ``dst``: one tensor per member there, an empty list elsewhere."""
     pg = _pg(group_name)
     outs = [torch.empty_like(input) for _ in range(pg.size())] if pg.rank() == dst else None
-    _api().gather(input.contiguous(), outs, _global(pg, dst), pg)
+    dispatch(S.GATHER, pg, False, input.contiguous(), outs, None, dst)
     return outs or [], _next(token)
 
 
@@ -178,7 +167,7 @@ def scatter(
     pg = _pg(group_name)
     out = torch.empty_like(input)
     lst = [t.contiguous() for t in scatter_list] if pg.rank() == src else None
-    _api().scatter(out, lst, _global(pg, src), pg)
+    dispatch(S.SCATTER, pg, False, out, lst, None, src)
     return out, _next(token)
 
 
@@ -191,7 +180,7 @@ def _(
 
 @custom_op(f"{NS}::barrier", mutates_args=())
 def barrier(group_name: str, token: torch.Tensor) -> torch.Tensor:
-    _api().barrier(_pg(group_name))
+    dispatch(S.BARRIER, _pg(group_name), False)
     return _next(token)
 
 
@@ -204,7 +193,7 @@ def _(group_name: str, token: torch.Tensor) -> torch.Tensor:
 def send(input: torch.Tensor, dst: int, group_name: str, token: torch.Tensor) -> torch.Tensor:
     """Send to group rank ``dst``; returns only the next token."""
     pg = _pg(group_name)
-    _api().send(input.contiguous(), _global(pg, dst), pg)
+    dispatch(S.SEND, pg, False, input.contiguous(), None, 0, dst)
     return _next(token)
 
 
@@ -218,17 +207,13 @@ def recv(input: torch.Tensor, src: int, group_name: str, token: torch.Tensor) ->
     """Receive from group rank ``src`` a tensor shaped like ``input`` (whose values are not read)."""
     pg = _pg(group_name)
     out = torch.empty_like(input, memory_format=torch.contiguous_format)
-    _api().recv(out, _global(pg, src), pg)
+    dispatch(S.RECV, pg, False, out, None, 0, src)
     return out, _next(token)
 
 
 @recv.register_fake
 def _(input: torch.Tensor, src: int, group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.empty_like(input, memory_format=torch.contiguous_format), _fake_next(token)
-
-
-#: Point-to-point operations started by ``xccl.isend`` / ``xccl.irecv`` and not yet waited for, per group name.
-PENDING: Final[dict[str, list[Any]]] = {}
 
 
 @custom_op(f"{NS}::isend", mutates_args=())
@@ -239,7 +224,9 @@ def isend(input: torch.Tensor, dst: int, group_name: str, token: torch.Tensor) -
     the next buffer it needed) while the send is still in flight.
     """
     pg = _pg(group_name)
-    PENDING.setdefault(group_name, []).append(_api().isend(input.contiguous().clone(), _global(pg, dst), pg))
+    STATE.pending.setdefault(group_name, []).append(
+        dispatch(S.ISEND, pg, True, input.contiguous().clone(), None, 0, dst)
+    )
     return _next(token)
 
 
@@ -253,7 +240,7 @@ def irecv(input: torch.Tensor, src: int, group_name: str, token: torch.Tensor) -
     """Start receiving from group rank ``src`` into a new tensor, valid once ``xccl.wait`` returns it."""
     pg = _pg(group_name)
     out = torch.empty_like(input, memory_format=torch.contiguous_format)
-    PENDING.setdefault(group_name, []).append(_api().irecv(out, _global(pg, src), pg))
+    STATE.pending.setdefault(group_name, []).append(dispatch(S.IRECV, pg, True, out, None, 0, src))
     return out, _next(token)
 
 
@@ -265,7 +252,7 @@ def _(input: torch.Tensor, src: int, group_name: str, token: torch.Tensor) -> tu
 @custom_op(f"{NS}::wait", mutates_args=())
 def wait(received: Sequence[torch.Tensor], group_name: str, token: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Complete every pending isend/irecv of the group; returns ``received`` (irecv results) now valid."""
-    for work in PENDING.pop(group_name, []):
+    for work in STATE.pending.pop(group_name, []):
         work.wait()
     return [t.clone() for t in received], _next(token)
 
@@ -280,7 +267,8 @@ def all_gather_into_tensor_uneven(
     input: torch.Tensor, output_split_sizes: Sequence[int], group_name: str, token: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     out = input.new_empty([sum(output_split_sizes), *input.shape[1:]])
-    _api().all_gather_into_tensor_uneven(out, input.contiguous(), list(output_split_sizes), _pg(group_name))
+    dispatch(S.ALL_GATHER_INTO_TENSOR_UNEVEN, _pg(group_name), False, out, input.contiguous(),
+             list(output_split_sizes))
     return out, _next(token)
 
 
@@ -297,7 +285,8 @@ def reduce_scatter_tensor_uneven(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     pg = _pg(group_name)
     out = input.new_empty([input_split_sizes[pg.rank()], *input.shape[1:]])
-    _api().reduce_scatter_tensor_uneven(out, input.contiguous(), list(input_split_sizes), reduce_op_of(reduce_op), pg)
+    dispatch(S.REDUCE_SCATTER_TENSOR_UNEVEN, pg, False, out, input.contiguous(), list(input_split_sizes),
+             reduce_op_of(reduce_op))
     return out, _next(token)
 
 
@@ -318,7 +307,7 @@ def all_to_all_v(
     n, rank = pg.size(), pg.rank()
     matrix = [list(send_counts[i * n : (i + 1) * n]) for i in range(n)]
     out = input.new_empty([sum(row[rank] for row in matrix)])
-    _api().all_to_all_v(out, input.contiguous().view(-1), matrix, pg)
+    dispatch(S.ALL_TO_ALL_V, pg, False, out, input.contiguous().view(-1), matrix)
     return out, _next(token)
 
 

@@ -27,6 +27,9 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
+from ..collectives import _specs as S
+from ..collectives._dispatch import dispatch
+from ..errors import InvalidArgument
 from ..plugin._capabilities import Collective
 from ._forms import _all_gather, _all_reduce, _reduce_scatter
 from ._group import fail, group_info, redop, resolve
@@ -38,12 +41,6 @@ SUM: Final = dist.ReduceOp.SUM
 _compiling: Final = torch.compiler.is_compiling
 
 
-def _api() -> Any:
-    from ..collectives import _dispatch
-
-    return _dispatch
-
-
 def _size(group: Any) -> int:
     return int(dist.get_world_size(group))
 
@@ -53,13 +50,13 @@ class _AllReduce(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, op: Any, group: Any) -> torch.Tensor:  # type: ignore[override]
         ctx.op, ctx.group = op, group
         out = x.contiguous().clone()
-        _api().all_reduce(out, op, group)
+        dispatch(S.ALL_REDUCE, group, False, out, op)
         return out
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
         g = grad.contiguous().clone()
-        _api().all_reduce(g, ctx.op, ctx.group)
+        dispatch(S.ALL_REDUCE, ctx.group, False, g, ctx.op)
         return g, None, None
 
 
@@ -69,14 +66,14 @@ class _AllGather(torch.autograd.Function):
         ctx.group = group
         n = _size(group)
         out = x.new_empty((x.shape[0] * n, *x.shape[1:]))
-        _api().all_gather_into_tensor(out, x.contiguous(), group)
+        dispatch(S.ALL_GATHER_INTO_TENSOR, group, False, out, x.contiguous())
         return out
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
         n = _size(ctx.group)
         out = grad.new_empty((grad.shape[0] // n, *grad.shape[1:]))
-        _api().reduce_scatter_tensor(out, grad.contiguous(), SUM, ctx.group)
+        dispatch(S.REDUCE_SCATTER_TENSOR, ctx.group, False, out, grad.contiguous(), SUM)
         return out, None
 
 
@@ -86,14 +83,14 @@ class _ReduceScatter(torch.autograd.Function):
         ctx.group = group
         n = _size(group)
         out = x.new_empty((x.shape[0] // n, *x.shape[1:]))
-        _api().reduce_scatter_tensor(out, x.contiguous(), SUM, group)
+        dispatch(S.REDUCE_SCATTER_TENSOR, group, False, out, x.contiguous(), SUM)
         return out
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
         n = _size(ctx.group)
         out = grad.new_empty((grad.shape[0] * n, *grad.shape[1:]))
-        _api().all_gather_into_tensor(out, grad.contiguous(), ctx.group)
+        dispatch(S.ALL_GATHER_INTO_TENSOR, ctx.group, False, out, grad.contiguous())
         return out, None
 
 
@@ -114,8 +111,6 @@ def all_reduce(tensor: torch.Tensor, op: Any = SUM, group: Any = None) -> torch.
         return _all_reduce_graph(tensor, op, group)
     name = redop(op)
     if name not in ("sum", "avg"):
-        from ..errors import InvalidArgument
-
         raise InvalidArgument("functional.all_reduce", f"reduce op {name!r} is not differentiable; use sum or avg")
     return _AllReduce.apply(tensor, op, group)  # type: ignore[no-any-return]
 

@@ -1,1 +1,177 @@
-"""What a plugin author uses: the plugin contract, the capability model, discovery and the CPU simulation."""
+"""The plugin SDK: everything a vendor plugin imports from xccl, and nothing else.
+
+A plugin is a separate distribution with one entry point in the ``xccl.plugins`` namespace whose target is a
+:class:`Plugin` (identity, a cheap probe, the capability table, the simulation profile). Its :class:`Runtime`
+(device setup, process-group options, communicator names, kernels, graph converters, rank-table formats) is built
+only once the plugin is selected. docs/plugin-guide.md walks through a plugin from nothing to conformant;
+``examples/plugin-template`` is one that passes the conformance suite (``pytest --xccl-plugin NAME``).
+
+What is here, by concern:
+
+* the contract: :class:`Plugin`, :class:`Runtime`, :class:`ProbeResult`, :data:`PLUGIN_API_VERSION`;
+* kernels: :class:`KernelContext` (what a kernel sees of its group), :data:`KERNEL_SIGNATURES` (the arguments of
+  each kind of kernel) and the protocols that name them, :func:`kernel_problems` (the check the conformance suite
+  runs), :func:`c10d_kernel` (the plain c10d call, for kernels that only add a check), :class:`Work` and
+  :func:`finish` (a handle for kernels that compose several steps);
+* the capability model: :class:`CapabilityTable` built with :func:`table_from` from :class:`Support` entries
+  (:class:`Level`, :class:`Mode`, :class:`Collective`), :data:`PORTABLE` (the emulations any backend gets),
+  :func:`graph_entries` (a graph column for plugins without converters), reduce-op names;
+* discovery: :class:`Registry`, :class:`PluginInfo`, :class:`Status`, :func:`plugins`;
+* the CPU simulation: :class:`SimProfile` and the simulated process group;
+* rank tables: :class:`RankTableFormat` (a plugin's format for ``xccl rank-table``), the JSON reading kit that
+  reports every defect as a :class:`~xccl.RankTableError` with its JSON path;
+* the errors a plugin raises.
+"""
+
+from ..errors import (
+    BackendUnavailable,
+    ConstraintViolation,
+    InitError,
+    InvalidArgument,
+    RankTableError,
+    UnsupportedCollective,
+    XcclError,
+)
+from ._c10d import c10d_kernel
+from ._capabilities import (
+    ALL_DTYPES,
+    ALL_REDUCE_OPS,
+    COMPLEX_DTYPES,
+    COMPLEX_REDUCE_OPS,
+    NATIVE,
+    REAL_DTYPES,
+    UNSUPPORTED,
+    CapabilityTable,
+    Collective,
+    Level,
+    Mode,
+    Resolution,
+    Support,
+    reduce_op_name,
+    reduce_op_of,
+    table_from,
+)
+from ._contract import PLUGIN_API_VERSION, Plugin, ProbeResult, Runtime
+from ._entries import PORTABLE
+from ._graph_column import GRAPH_FORMS, graph_entries
+from ._kernels import (
+    KERNEL_SIGNATURES,
+    AllGatherMMKernel,
+    AllToAllVKernel,
+    CollectiveKernel,
+    KernelContext,
+    MMAllReduceKernel,
+    MMReduceScatterKernel,
+    UnevenAllGatherKernel,
+    UnevenReduceScatterKernel,
+    kernel_problems,
+    kernels_problems,
+)
+from ._ranktable import (
+    INTEGER,
+    RankTableFormat,
+    StrPath,
+    any_string,
+    as_object,
+    check_device_ids,
+    check_ranks,
+    describe,
+    dump,
+    is_ipv4,
+    json_type,
+    load_rank_table,
+    non_negative,
+    nonempty_list,
+    optional_ipv4,
+    read_json,
+    require,
+)
+from ._registry import PluginInfo, Registry, Status, default_registry, plugins
+from ._sim import (
+    NATIVE_OP_KEYS,
+    REDUCE_OP_NAMES,
+    SimProfile,
+    SimulatedProcessGroup,
+    SimulatedVendorError,
+    base_class_message,
+    register_simulated_backend,
+    simulated_backend_of,
+)
+from ._work import Work, finish
+
+__all__ = [
+    "ALL_DTYPES",
+    "ALL_REDUCE_OPS",
+    "INTEGER",
+    "COMPLEX_DTYPES",
+    "COMPLEX_REDUCE_OPS",
+    "GRAPH_FORMS",
+    "KERNEL_SIGNATURES",
+    "NATIVE",
+    "NATIVE_OP_KEYS",
+    "PLUGIN_API_VERSION",
+    "PORTABLE",
+    "REAL_DTYPES",
+    "REDUCE_OP_NAMES",
+    "UNSUPPORTED",
+    "AllGatherMMKernel",
+    "AllToAllVKernel",
+    "BackendUnavailable",
+    "CapabilityTable",
+    "Collective",
+    "CollectiveKernel",
+    "ConstraintViolation",
+    "InitError",
+    "InvalidArgument",
+    "KernelContext",
+    "Level",
+    "MMAllReduceKernel",
+    "MMReduceScatterKernel",
+    "Mode",
+    "Plugin",
+    "PluginInfo",
+    "ProbeResult",
+    "RankTableError",
+    "RankTableFormat",
+    "Registry",
+    "Resolution",
+    "Runtime",
+    "SimProfile",
+    "SimulatedProcessGroup",
+    "SimulatedVendorError",
+    "StrPath",
+    "Status",
+    "Support",
+    "UnevenAllGatherKernel",
+    "UnevenReduceScatterKernel",
+    "UnsupportedCollective",
+    "Work",
+    "XcclError",
+    "any_string",
+    "as_object",
+    "base_class_message",
+    "c10d_kernel",
+    "check_device_ids",
+    "check_ranks",
+    "default_registry",
+    "describe",
+    "dump",
+    "finish",
+    "graph_entries",
+    "is_ipv4",
+    "json_type",
+    "kernel_problems",
+    "kernels_problems",
+    "load_rank_table",
+    "non_negative",
+    "nonempty_list",
+    "optional_ipv4",
+    "plugins",
+    "read_json",
+    "reduce_op_name",
+    "reduce_op_of",
+    "register_simulated_backend",
+    "require",
+    "simulated_backend_of",
+    "table_from",
+]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final, final
 
 import torch
@@ -22,6 +22,13 @@ from ..errors import UnsupportedCollective
 __all__ = [
     "ALL_DTYPES",
     "ALL_REDUCE_OPS",
+    "BOOL_REDUCE_AS",
+    "EMULATION_BLOCKS",
+    "LOCAL_REDUCE_OPS",
+    "LOCAL_REDUCTIONS",
+    "COMPLEX_DTYPES",
+    "COMPLEX_REDUCE_OPS",
+    "REAL_DTYPES",
     "CapabilityTable",
     "Collective",
     "Level",
@@ -29,6 +36,7 @@ __all__ = [
     "Resolution",
     "Support",
     "reduce_op_name",
+    "reduce_op_of",
 ]
 
 
@@ -36,7 +44,11 @@ class Collective(str, enum.Enum):
     """Every operation xccl dispatches; the value is the public function's name."""
 
     ALL_REDUCE = "all_reduce"
+    #: all_reduce of several tensors in one call (``torch.distributed.all_reduce_coalesced``).
+    ALL_REDUCE_COALESCED = "all_reduce_coalesced"
     ALL_GATHER = "all_gather"
+    #: all_gather of several tensors in one call (``torch.distributed.all_gather_coalesced``).
+    ALL_GATHER_COALESCED = "all_gather_coalesced"
     ALL_GATHER_INTO_TENSOR = "all_gather_into_tensor"
     REDUCE_SCATTER = "reduce_scatter"
     REDUCE_SCATTER_TENSOR = "reduce_scatter_tensor"
@@ -51,6 +63,8 @@ class Collective(str, enum.Enum):
     BARRIER = "barrier"
     SEND = "send"
     RECV = "recv"
+    #: recv without a source: from whichever peer sends first (``recv(t)``, which returns the sender).
+    RECV_ANY_SOURCE = "recv_any_source"
     ALL_GATHER_INTO_TENSOR_UNEVEN = "all_gather_into_tensor_uneven"
     REDUCE_SCATTER_TENSOR_UNEVEN = "reduce_scatter_tensor_uneven"
     ALL_TO_ALL_V = "all_to_all_v"
@@ -70,6 +84,7 @@ class Collective(str, enum.Enum):
 _REDUCING: Final = frozenset(
     {
         Collective.ALL_REDUCE,
+        Collective.ALL_REDUCE_COALESCED,
         Collective.REDUCE_SCATTER,
         Collective.REDUCE_SCATTER_TENSOR,
         Collective.REDUCE,
@@ -102,7 +117,8 @@ class Level(str, enum.Enum):
 
 
 ALL_REDUCE_OPS: Final = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor", "premul_sum")
-ALL_DTYPES: Final = (
+#: The real dtypes every built-in table and the tests reason about.
+REAL_DTYPES: Final = (
     torch.float32,
     torch.float64,
     torch.float16,
@@ -113,24 +129,55 @@ ALL_DTYPES: Final = (
     torch.int64,
     torch.bool,
 )
+#: Complex dtypes: carried as a view of their real parts (``torch.view_as_real``), as torch.distributed does.
+COMPLEX_DTYPES: Final = (torch.complex64, torch.complex128)
+ALL_DTYPES: Final = REAL_DTYPES + COMPLEX_DTYPES
+#: Reduce ops that mean something for complex numbers: torch.distributed's ``supports_complex``.
+COMPLEX_REDUCE_OPS: Final = frozenset({"sum", "avg", "premul_sum"})
 
-_REDOP_NAMES: Final = {getattr(torch.distributed.ReduceOp, n.upper()): n for n in ALL_REDUCE_OPS} if hasattr(
-    torch.distributed, "ReduceOp"
-) else {}
+_R: Final = torch.distributed.ReduceOp
+_REDOP_NAMES: Final = {getattr(_R, n.upper()): n for n in ALL_REDUCE_OPS}
+_BY_NAME: Final = {n: getattr(_R, n.upper()) for n in ALL_REDUCE_OPS} | {"prod": _R.PRODUCT, "mean": _R.AVG}
 
 
 def reduce_op_name(op: object) -> str:
-    """Normalise a ``ReduceOp`` (enum value, ``ReduceOp`` instance or string) to a lower-case name."""
+    """The lower-case name of a reduce op: the one conversion xccl has, used by dispatch, the graph path, the fused
+    ops, the simulation and the mismatch detector alike.
+
+    Takes a ``ReduceOp.RedOpType`` (``ReduceOp.SUM``), a ``ReduceOp`` instance (``premul_sum`` carries a factor),
+    a name (``"sum"``), DeepSpeed's ``ReduceOp`` enum (its member names are torch's), or a c10d options struct
+    carrying one (``AllreduceOptions``: its ``reduceOp``).
+    """
     name = _REDOP_NAMES.get(op)  # type: ignore[call-overload]
     if name is not None:
         return name
     if isinstance(op, str):
         return op.lower()
-    # premul_sum and friends arrive as ReduceOp instances wrapping a RedOpType.
-    inner = getattr(op, "op", None)
+    inner = getattr(op, "reduceOp", None)  # a c10d options struct
+    if inner is not None:
+        return reduce_op_name(inner)
+    inner = getattr(op, "op", None)  # a ReduceOp instance wrapping a RedOpType (premul_sum and friends)
     if inner is not None:
         return _REDOP_NAMES.get(inner, str(inner).rsplit(".", 1)[-1].lower())
+    named = getattr(op, "name", None)  # an enum of another library (DeepSpeed's ReduceOp)
+    if isinstance(named, str):
+        return named.lower()
     return str(op).rsplit(".", 1)[-1].lower()
+
+
+def reduce_op_of(op: object) -> object:
+    """``op`` as a ``torch.distributed.ReduceOp``: torch's own values as given, names and other enums converted.
+
+    Raises:
+        ValueError: not a reduce op xccl knows.
+    """
+    if isinstance(op, (_R, _R.RedOpType)):
+        return op
+    value = _BY_NAME.get(reduce_op_name(op))
+    if value is None:
+        raise ValueError(f"op={op!r} is not a reduce op; use torch.distributed.ReduceOp "
+                         f"({', '.join(n.upper() for n in ALL_REDUCE_OPS)})")
+    return value
 
 
 @final
@@ -172,6 +219,44 @@ class Support:
 NATIVE: Final = Support(Level.NATIVE)
 UNSUPPORTED: Final = Support(Level.UNSUPPORTED)
 
+C = Collective
+#: What each of xccl's emulations calls, by (op, ``via``): (building block, dtype, reduce op). A dtype of None
+#: means the caller's (after any cast), a reduce op of "=" the caller's (after avg-via-sum and the bool mapping).
+#: :meth:`CapabilityTable.resolve` checks them, so an emulation whose building block cannot run the call shape is
+#: unsupported before any rank communicates (the compositions themselves are ``xccl.collectives._emulate``).
+EMULATION_BLOCKS: Final[Mapping[tuple[Collective, str], tuple[tuple[Collective, torch.dtype | None, str | None], ...]]] = {
+    (C.REDUCE_SCATTER_TENSOR, "all_to_all"): ((C.ALL_TO_ALL_SINGLE, None, None),),
+    (C.REDUCE_SCATTER_TENSOR, "all_reduce"): ((C.ALL_REDUCE, None, "="),),
+    (C.REDUCE_SCATTER, "reduce_scatter_tensor"): ((C.REDUCE_SCATTER_TENSOR, None, "="),),
+    (C.ALL_TO_ALL, "all_to_all_single"): ((C.ALL_TO_ALL_SINGLE_UNEVEN, None, None),),
+    (C.ALL_TO_ALL_SINGLE_UNEVEN, "padding"): ((C.ALL_REDUCE, torch.int64, "max"), (C.ALL_TO_ALL_SINGLE, None, None)),
+    (C.ALL_GATHER_INTO_TENSOR_UNEVEN, "padding"): ((C.ALL_GATHER_INTO_TENSOR, None, None),),
+    (C.REDUCE_SCATTER_TENSOR_UNEVEN, "padding"): ((C.REDUCE_SCATTER_TENSOR, None, "="),),
+    (C.ALL_TO_ALL_V, "all_to_all_single"): ((C.ALL_TO_ALL_SINGLE, None, None), (C.ALL_TO_ALL_SINGLE_UNEVEN, None, None)),
+    (C.ALL_REDUCE_COALESCED, "all_reduce"): ((C.ALL_REDUCE, None, "="),),
+    (C.ALL_GATHER_COALESCED, "all_gather"): ((C.ALL_GATHER, None, None),),
+    (C.GATHER, "all_gather"): ((C.ALL_GATHER_INTO_TENSOR, None, None),),
+}
+#: Emulations that reduce on the host (``local_reduce``), and the reduce ops a host reduction has.
+LOCAL_REDUCTIONS: Final = frozenset({(C.REDUCE_SCATTER_TENSOR, "all_to_all")})
+LOCAL_REDUCE_OPS: Final = frozenset({"sum", "avg", "premul_sum", "product", "min", "max", "band", "bor", "bxor"})
+_BITWISE: Final = frozenset({"band", "bor", "bxor"})
+
+
+def _local_reduces(redop: str, dtype: torch.dtype | None) -> bool:
+    """Whether a host reduction (``torch.bitwise_and`` & co.) can apply ``redop`` to ``dtype``."""
+    if redop not in LOCAL_REDUCE_OPS:
+        return False
+    if dtype is None:
+        return True
+    if redop in _BITWISE:
+        return not dtype.is_floating_point and not dtype.is_complex
+    return redop != "premul_sum" or dtype.is_floating_point
+
+
+#: Logical semantics of reductions over bool, computed on an integer dtype: sum is "or", product is "and".
+BOOL_REDUCE_AS: Final = {"sum": "max", "product": "min", "min": "min", "max": "max", "bor": "max", "band": "min"}
+
 
 @final
 @dataclass(frozen=True, slots=True)
@@ -187,6 +272,8 @@ class Resolution:
     cast: torch.dtype | None = None
     #: True when ``avg`` runs as ``sum`` then a divide.
     avg_via_sum: bool = False
+    #: True when complex tensors run as views of their real parts (free; the level is the real dtype's).
+    complex_view: bool = False
 
 
 @final
@@ -232,8 +319,14 @@ class CapabilityTable:
         reduce_op: str | None = None,
         world_size: int | None = None,
     ) -> Resolution:
-        """Decide how ``op`` runs for this call shape, without raising."""
+        """Decide how ``op`` runs for this call shape, without raising.
+
+        Complex dtypes resolve as their real dtype (the tensors are viewed as real ones, as torch.distributed
+        does), for the reduce ops defined on complex numbers only.
+        """
         op = Collective(op)
+        if dtype is not None and dtype.is_complex:
+            return self._resolve_complex(op, Mode(mode), dtype, reduce_op, world_size)
         sup = self._entries[(op, Mode(mode))]
         if sup.level is Level.UNSUPPORTED:
             return Resolution(Level.UNSUPPORTED, reason=sup.note or "the backend has no such operation")
@@ -257,7 +350,47 @@ class CapabilityTable:
             else:
                 ops = ", ".join(sorted(allowed))
                 return Resolution(Level.UNSUPPORTED, reason=f"reduce op {reduce_op!r} is not supported (has: {ops})")
+        if sup.level is Level.EMULATED:
+            # The table resolves one op at a time: reduce_scatter via all_reduce claims every reduce op, but runs
+            # only those the backend's all_reduce has. Ask the building blocks, as the emulation will call them.
+            redop = reduce_op
+            if cast is not None and dtype == torch.bool and redop is not None:
+                redop = BOOL_REDUCE_AS.get(redop, redop)
+            blocked = self._blocked(op, via, cast or dtype, "sum" if avg else redop, world_size)
+            if blocked is not None:
+                return Resolution(Level.UNSUPPORTED, reason=blocked)
         return Resolution(level, via=via, reason="; ".join(reasons) or sup.note, cast=cast, avg_via_sum=avg)
+
+    def _blocked(
+        self, op: Collective, via: str, dtype: torch.dtype | None, redop: str | None, world_size: int | None
+    ) -> str | None:
+        """Why the emulation ``via`` of ``op`` cannot run this call shape (a building block cannot), or None.
+
+        Blocks run in eager mode whatever the mode of the call (a graph's emulated op runs eager dispatch).
+        """
+        if (op, via) in LOCAL_REDUCTIONS and redop is not None and not _local_reduces(redop, dtype):
+            # Found out only after the exchange otherwise: refuse it before anything is sent.
+            what = "" if dtype is None else f" over {_dtype_name(dtype)}"
+            return (f"emulated via {via}, whose local reduction has no {redop!r}{what} (it has "
+                    f"{', '.join(sorted(LOCAL_REDUCE_OPS))}; bitwise ops over integers, premul_sum over floats)")
+        for block, block_dtype, block_redop in EMULATION_BLOCKS.get((op, via), ()):
+            d, r = block_dtype or dtype, redop if block_redop == "=" else block_redop
+            sub = self.resolve(block, dtype=d, reduce_op=r, world_size=world_size)
+            if sub.level is Level.UNSUPPORTED:
+                return f"emulated via {via}, which needs {block.value}, and there {sub.reason}"
+        return None
+
+    def _resolve_complex(
+        self, op: Collective, mode: Mode, dtype: torch.dtype, reduce_op: str | None, world_size: int | None
+    ) -> Resolution:
+        if op.reduces and reduce_op is not None and reduce_op not in COMPLEX_REDUCE_OPS:
+            return Resolution(Level.UNSUPPORTED, reason=f"reduce op {reduce_op!r} is not defined for complex numbers "
+                              f"(they have {', '.join(sorted(COMPLEX_REDUCE_OPS))})")
+        res = self.resolve(op, mode=mode, dtype=dtype.to_real(), reduce_op=reduce_op, world_size=world_size)
+        if res.level is Level.UNSUPPORTED:
+            return res
+        why = f"{_dtype_name(dtype)} viewed as {_dtype_name(dtype.to_real())}"
+        return replace(res, complex_view=True, reason=f"{why}; {res.reason}" if res.reason else why)
 
     def level(self, op: Collective | str, **shape: object) -> Level:
         """The :class:`Level` for ``op`` and this call shape (see :meth:`resolve`)."""

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, final
 import torch
 
 from ._capabilities import CapabilityTable, Collective
+from ._native_groups import create_native_group
+from ._ranktable import RankTableFormat
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -100,6 +102,11 @@ class Plugin:
         """Build the runtime once this plugin is selected; may import the SDK unless ``simulate``."""
         return Runtime(self, simulate=simulate)
 
+    def rank_table_formats(self) -> Sequence[RankTableFormat]:
+        """The rank-table formats this vendor uses (``RANK_TABLE_FILE``), for ``xccl rank-table`` and
+        ``xccl doctor``. Cheap, like :meth:`probe`: no SDK import."""
+        return ()
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
 
@@ -134,6 +141,36 @@ class Runtime:
         module.set_device(local_rank)
         return torch.device(self.device_type, local_rank)
 
+    def adopt_device(self, local_rank: int) -> torch.device:
+        """The device of a process whose world was created outside xccl: the current one, left as it is.
+
+        ``xccl.init()`` on an initialised ``torch.distributed`` sets nothing that is already set (the framework
+        that created the world chose the device), so this reads instead of :meth:`setup_device`.
+        """
+        if self.device_type == "cpu":
+            return torch.device("cpu")
+        return torch.device(self.device_type, getattr(torch, self.device_type).current_device())
+
+    def create_native_group(self, options: Any, pg_options: Any) -> Any:
+        """The vendor's own process group for one group of xccl's process-group backend.
+
+        xccl's c10d process group (``xccl_<backend>``) wraps what this returns and runs the vendor's kernels
+        through its c10d methods. The default builds what ``torch.distributed`` would for :attr:`backend`: gloo
+        and nccl directly, any other name through the creator registered with
+        ``torch.distributed.Backend.register_backend`` (torch_npu's ``hccl``, Sophgo's ``sccl``, or their
+        simulations).
+
+        Args:
+            options: torch's ``_DistributedBackendOptions`` for the group (store, group rank and size, timeout,
+                group id, global ranks).
+            pg_options: the group's ``pg_options`` (:meth:`process_group_options` unless the caller passed some).
+
+        Returns:
+            A c10d ``Backend`` (``ProcessGroupGloo``, ``ProcessGroupNCCL``, ``ProcessGroupHCCL``) or a
+            ``ProcessGroup``.
+        """
+        return create_native_group(self.backend, options, pg_options)
+
     def process_group_options(self, ranks: Sequence[int] | None) -> Any:
         """Options for the process group over ``ranks`` (``None``: the world), or None for the backend default."""
         return None
@@ -143,10 +180,13 @@ class Runtime:
         return f"{self.backend}:{group.group_name}"
 
     def kernels(self) -> Mapping[Collective, Callable[..., Any]]:
-        """Native kernels beyond ``torch.distributed`` (uneven collectives, fused ops), by collective.
+        """The vendor's kernels for ops c10d has no method for (uneven collectives, fused ops), or that need a
+        check c10d's does not make, by collective.
 
-        A kernel takes the public op's arguments. It may raise :class:`~xccl.ConstraintViolation` *before*
-        communicating when its documented constraints do not hold; dispatch then applies the fallback policy.
+        A kernel is called as ``kernel(ctx, *kernel_args, async_op)`` with a :class:`~xccl.plugin.KernelContext`;
+        :data:`~xccl.plugin.KERNEL_SIGNATURES` lists each op's kernel arguments. It may raise
+        :class:`~xccl.ConstraintViolation` *before* communicating when its documented constraints do not hold;
+        dispatch then applies the fallback policy. Ops without an entry run c10d's method on the vendor's group.
         """
         return {}
 

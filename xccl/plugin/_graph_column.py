@@ -29,7 +29,9 @@ _F: Final = "torch.ops._c10d_functional"
 #: How each op appears in a graph when native: the standard functional op where torch has one, else xccl's.
 GRAPH_FORMS: Final[Mapping[Collective, str]] = {
     C.ALL_REDUCE: f"{_F}.all_reduce",
+    C.ALL_REDUCE_COALESCED: f"{_F}.all_reduce per tensor",
     C.ALL_GATHER: f"{_F}.all_gather_into_tensor, sliced into the list",
+    C.ALL_GATHER_COALESCED: f"{_F}.all_gather_into_tensor per tensor",
     C.ALL_GATHER_INTO_TENSOR: f"{_F}.all_gather_into_tensor",
     C.REDUCE_SCATTER: f"{_F}.reduce_scatter_tensor over the concatenated list",
     C.REDUCE_SCATTER_TENSOR: f"{_F}.reduce_scatter_tensor",
@@ -48,8 +50,11 @@ GRAPH_FORMS: Final[Mapping[Collective, str]] = {
     C.ALL_TO_ALL_V: "torch.ops.xccl.all_to_all_v",
 }
 
-# The xccl op an emulated standard collective compiles to (it runs the eager emulation at run time).
+# The xccl op an emulated standard collective compiles to on a group created outside xccl (it runs the eager
+# emulation at run time); on xccl's own process group the standard form carries the emulation.
 _XCCL_FORM: Final = {
+    C.ALL_REDUCE_COALESCED: C.ALL_REDUCE,
+    C.ALL_GATHER_COALESCED: C.ALL_GATHER_INTO_TENSOR,
     C.ALL_GATHER: C.ALL_GATHER_INTO_TENSOR,
     C.REDUCE_SCATTER: C.REDUCE_SCATTER_TENSOR,
     C.ALL_TO_ALL: C.ALL_TO_ALL_SINGLE,
@@ -65,7 +70,11 @@ def _entry(op: Collective, eager: Support) -> Support:
         note = f"graph: {form}"
     else:
         xop = _XCCL_FORM.get(op, op).value
-        note = f"graph: torch.ops.xccl.{xop}, running the eager emulation ({eager.via})"
+        if form.startswith(_F):
+            note = (f"graph: {form} on xccl's process group (its c10d methods run the emulation, {eager.via}), "
+                    f"torch.ops.xccl.{xop} on groups created outside xccl")
+        else:
+            note = f"graph: {form}, running the eager emulation ({eager.via})"
     return dataclasses.replace(eager, note=f"{note}; {eager.note}" if eager.note else note)
 
 

@@ -13,12 +13,12 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, final
+from typing import Final, final
 
 from ..errors import BackendNotFound, BackendUnavailable, InitError
 from ._contract import PLUGIN_API_VERSION, Plugin, ProbeResult
 
-__all__ = ["NAMESPACE", "PluginInfo", "Registry", "Status", "capabilities", "default_registry", "plugins"]
+__all__ = ["NAMESPACE", "PluginInfo", "Registry", "Status", "default_registry", "plugins"]
 
 LOG = logging.getLogger("xccl")
 
@@ -277,17 +277,3 @@ def plugins(*, refresh: bool = False) -> list[PluginInfo]:
         refresh: probe again instead of returning the cached report.
     """
     return list(default_registry().infos(refresh=refresh).values())
-
-
-def capabilities(plugin: str | None = None) -> Any:
-    """The :class:`~xccl.CapabilityTable` of ``plugin`` (default: the plugin ``xccl.init`` selected).
-
-    Raises:
-        BackendNotFound, BackendUnavailable: no such plugin, or it failed to load.
-        InitError: no plugin named and xccl is not initialised.
-    """
-    if plugin is None:
-        from ..runtime._init import get_world
-
-        plugin = get_world().plugin
-    return default_registry().get(plugin).capabilities()

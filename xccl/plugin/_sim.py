@@ -249,6 +249,8 @@ def simulated_backend_of(group: dist.ProcessGroup | None = None) -> SimProfile |
         if not dist.is_initialized():
             return None
         group = dist.group.WORLD
+    # xccl's process group wraps the vendor's: look through it.
+    group = getattr(group, "native", group)
     return group.profile if isinstance(group, SimulatedProcessGroup) else None
 
 

@@ -1,7 +1,11 @@
-"""Work handles for emulated collectives.
+"""Work handles for composed collectives.
 
-Native collectives return the backend's own ``Work``. An emulation may chain several collectives and a local
-step (a divide, a copy back from a cast buffer); its handle waits for the inner works, then runs that step once.
+Native collectives return the backend's own ``Work``. An emulation may chain several collectives and a local step
+(a divide, a copy back from a cast buffer); its handle waits for the inner works, then runs that step once.
+
+:class:`Work` subclasses ``torch.distributed.Work``, so xccl's c10d process group can hand it to torch (whose
+wrappers call ``wait()`` on it) and to C++ callers (DDP's reducer asks for ``get_future()``, functional
+collectives ``wait()`` through ``wait_tensor``) through the pybind trampoline.
 """
 
 from __future__ import annotations
@@ -11,13 +15,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, final
 
 import torch
+import torch.distributed as dist
 
 __all__ = ["Work", "finish"]
 
 
 @final
-class Work:
-    """A handle with ``torch.distributed``'s ``Work`` interface for emulated collectives.
+class Work(dist.Work):
+    """A ``torch.distributed.Work`` for emulated collectives.
 
     Args:
         works: inner handles to wait for (may be empty: the emulation already ran).
@@ -30,6 +35,7 @@ class Work:
     def __init__(
         self, works: Sequence[Any] = (), then: Callable[[], None] | None = None, result: Sequence[torch.Tensor] = ()
     ) -> None:
+        super().__init__()
         self._works = [w for w in works if w is not None]
         self._then = then
         self._done = False
@@ -81,6 +87,15 @@ class Work:
         """The output tensors (after :meth:`wait`)."""
         return self._result
 
+    def source_rank(self) -> int:
+        """The sender of a receive from any source (the group rank the inner receive reports)."""
+        for w in self._works:
+            return int(w._source_rank() if hasattr(w, "_source_rank") else w.source_rank())
+        raise RuntimeError("this work is not a receive from any source")
+
+    def _source_rank(self) -> int:  # the name torch.distributed.recv calls
+        return self.source_rank()
+
     def get_future(self) -> torch.futures.Future[list[torch.Tensor]]:
         """A future completed with :meth:`result` once :meth:`wait` has run (waits now)."""
         self.wait()
@@ -90,7 +105,8 @@ class Work:
 
 
 def finish(work: Any, async_op: bool, then: Callable[[], None] | None = None) -> Any:
-    """Complete an emulation: run ``then`` now (sync) or hand back a :class:`Work` that runs it on ``wait``."""
+    """Complete a composed collective: run ``then`` now (sync) or hand back a :class:`Work` that runs it on
+    ``wait`` (async). ``work`` is the inner collective's handle, or None when it already completed."""
     if async_op:
         return Work([work] if work is not None else [], then)
     if work is not None:

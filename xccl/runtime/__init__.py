@@ -1,1 +1,6 @@
-"""The runtime: ``xccl.init``, the world, and the state of every process group."""
+"""The runtime: ``xccl.init`` and the lifecycle of the world and its groups (the state they fill lives with
+dispatch, in ``xccl.collectives``)."""
+
+from ._init import vendor_group
+
+__all__ = ["vendor_group"]

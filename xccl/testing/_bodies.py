@@ -22,13 +22,6 @@ import torch
 import xccl
 from xccl.plugin._capabilities import ALL_REDUCE_OPS, CapabilityTable, Collective, Level, Mode
 
-try:
-    from xccl.collectives._emulate import require_blocks
-except ImportError:  # an xccl whose dispatch does not check an emulation's building blocks: resolve() decides
-
-    def require_blocks(*_args: Any) -> None:  # type: ignore[misc]
-        """Accept: dispatch resolves one op at a time."""
-
 __all__ = [
     "Case",
     "comm_names",
@@ -326,6 +319,60 @@ def _ring(op: Collective) -> Callable[[_Env, torch.dtype, str], Case]:
     return build
 
 
+def _recv_any_source(e: _Env, dt: torch.dtype, _op: str) -> Case:
+    """Every rank but the last sends to the last, which receives from any source, sorts by sender, and barriers
+    so that the next case's messages cannot be taken for this one's."""
+    n, r, last = e.n, e.r, e.n - 1
+    xs = [make(i, (3, 2), dt, 18) for i in range(n)]
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if r != last:
+            xccl.send(x, last)
+            xccl.barrier()
+            return ()
+        got: dict[int, torch.Tensor] = {}
+        for _ in range(n - 1):
+            buf = torch.empty_like(x)
+            if e.async_op:
+                work = xccl.irecv(buf)
+                work.wait()
+                got[work.source_rank()] = buf
+            else:
+                got[xccl.recv(buf)] = buf
+        xccl.barrier()
+        return tuple(got[s] for s in sorted(got))
+
+    return Case(C.RECV_ANY_SOURCE, "", (e.dev(xs[r]),), fn, tuple(xs[:last]) if r == last else ())
+
+
+def _all_reduce_coalesced(e: _Env, dt: torch.dtype, op: str) -> Case:
+    xs = [make(i, (3, 2), dt, 19) for i in range(e.n)]
+    ys = [make(i, (5,), dt, 20) for i in range(e.n)]
+    rop = reduce_op(op)
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ts = [x.clone(), y.clone()]
+        e.done(xccl.all_reduce_coalesced(ts, rop, async_op=e.async_op))
+        return tuple(ts)
+
+    return Case(C.ALL_REDUCE_COALESCED, "", (e.dev(xs[e.r]), e.dev(ys[e.r])), fn,
+                (reduce_ref(xs, op), reduce_ref(ys, op)))
+
+
+def _all_gather_coalesced(e: _Env, dt: torch.dtype, op: str) -> Case:
+    xs = [make(i, (3, 2), dt, 21) for i in range(e.n)]
+    ys = [make(i, (5,), dt, 22) for i in range(e.n)]
+    n = e.n
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        outs = [[torch.empty_like(x), torch.empty_like(y)] for _ in range(n)]
+        e.done(xccl.all_gather_coalesced(outs, [x, y], async_op=e.async_op))
+        return tuple(t for row in outs for t in row)
+
+    return Case(C.ALL_GATHER_COALESCED, "", (e.dev(xs[e.r]), e.dev(ys[e.r])), fn,
+                tuple(t for i in range(n) for t in (xs[i], ys[i])))
+
+
 def _all_gather_into_tensor_uneven(e: _Env, dt: torch.dtype, op: str) -> Case:
     n, r = e.n, e.r
     sizes = [i + 1 for i in range(n)]  # rank i contributes i + 1 rows
@@ -405,7 +452,9 @@ def _mm_all_reduce(e: _Env, dt: torch.dtype, op: str) -> Case:
 
 BUILDERS: Final[dict[Collective, Callable[[_Env, torch.dtype, str], Case]]] = {
     C.ALL_REDUCE: _all_reduce,
+    C.ALL_REDUCE_COALESCED: _all_reduce_coalesced,
     C.ALL_GATHER: _all_gather,
+    C.ALL_GATHER_COALESCED: _all_gather_coalesced,
     C.ALL_GATHER_INTO_TENSOR: _all_gather_into_tensor,
     C.REDUCE_SCATTER: _reduce_scatter,
     C.REDUCE_SCATTER_TENSOR: _reduce_scatter_tensor,
@@ -419,6 +468,7 @@ BUILDERS: Final[dict[Collective, Callable[[_Env, torch.dtype, str], Case]]] = {
     C.BARRIER: _barrier,
     C.SEND: _ring(C.SEND),
     C.RECV: _ring(C.RECV),
+    C.RECV_ANY_SOURCE: _recv_any_source,
     C.ALL_GATHER_INTO_TENSOR_UNEVEN: _all_gather_into_tensor_uneven,
     C.REDUCE_SCATTER_TENSOR_UNEVEN: _reduce_scatter_tensor_uneven,
     C.ALL_TO_ALL_V: _all_to_all_v,
@@ -464,16 +514,9 @@ def shapes(table: CapabilityTable, op: Collective, world_size: int, mode: Mode =
 
 
 def expected_level(table: CapabilityTable, op: Collective, mode: Mode, dtype: torch.dtype, redop: str, n: int) -> Level:
-    """The table's level for one call shape, as dispatch decides it: an emulation whose building blocks cannot
-    take the shape (reduce_scatter via all_reduce, asked for a reduce op all_reduce lacks) is unsupported."""
-    res = table.resolve(op, mode=mode, dtype=dtype, reduce_op=redop or None, world_size=n)
-    if res.level is Level.UNSUPPORTED or mode is not Mode.EAGER:
-        return res.level
-    try:
-        require_blocks(table, op, res, dtype, redop or None, n)
-    except xccl.UnsupportedCollective:
-        return Level.UNSUPPORTED
-    return res.level
+    """The table's level for one call shape, as dispatch decides it (the table consults an emulation's building
+    blocks: reduce_scatter via all_reduce, asked for a reduce op all_reduce lacks, is unsupported)."""
+    return table.resolve(op, mode=mode, dtype=dtype, reduce_op=redop or None, world_size=n).level
 
 
 def _ring_peer_ok(table: CapabilityTable, op: Collective, dt: torch.dtype, n: int, mode: Mode) -> bool:
@@ -543,6 +586,15 @@ def _report() -> dict[str, list[str]]:
 # ---------------------------------------------------------------------------------------------- the bodies
 
 
+def kernel_signature_problems(progress: str | None = None) -> list[str]:
+    """What is wrong with the signatures of the selected runtime's kernels (empty: each takes what xccl passes)."""
+    from xccl.collectives._state import STATE
+    from xccl.plugin import kernels_problems
+
+    runtime = STATE.runtime
+    return [] if runtime is None else kernels_problems(runtime.kernels())
+
+
 def eager_batch(progress: str | None = None) -> dict[str, dict[str, list[str]]]:
     """Run every supported (op, dtype, reduce op), sync and async, on every rank; report per op.
 
@@ -581,6 +633,8 @@ def _alone(op: Collective, dt: torch.dtype, ro: str, n: int, device: torch.devic
         return lambda: xccl.send(make(0, (2,), dt).to(device), 1)
     if op is C.RECV:
         return lambda: xccl.recv(torch.empty(2, dtype=dt, device=device), 1)
+    if op is C.RECV_ANY_SOURCE:
+        return lambda: xccl.recv(torch.empty(2, dtype=dt, device=device))
     case = build(op, dt, ro, n=n, r=0, device=device)
     return lambda: case.fn(*case.inputs)
 

@@ -335,6 +335,15 @@ class Conformance:
 
     # -- behaviour on ranks
 
+    def test_kernels_take_the_arguments_xccl_passes(self, xccl_target: Target, xccl_batches: _Batches) -> None:
+        """Every kernel ``Runtime.kernels()`` returns (on a rank, where the runtime is built) accepts the kernel
+        arguments of its op (``xccl.plugin.KERNEL_SIGNATURES``), checked before any of them runs."""
+        outs = xccl_batches.outcomes("kernels", xccl_target.world_sizes[0], _bodies.kernel_signature_problems)
+        bad = [o for o in outs if not o.ok]
+        assert not bad, "\n".join(map(str, bad))
+        problems = outs[0].value
+        assert not problems, f"kernels of {xccl_target.name}:\n" + "\n".join(problems)
+
     @pytest.mark.parametrize("op", _OPS, ids=str)
     def test_eager(self, xccl_target: Target, xccl_batches: _Batches, xccl_world_size: int, op: Collective) -> None:
         """Every call shape the table marks native or emulated runs, sync and async, and matches gloo."""

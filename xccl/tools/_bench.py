@@ -31,6 +31,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any, Final, TextIO, final
 
 import torch
@@ -69,6 +70,9 @@ BUSBW_FACTORS: Final[dict[str, Callable[[int], float]]] = {
     "broadcast": lambda n: 1.0,
     "reduce": lambda n: 1.0,
     "sendrecv": lambda n: 1.0,
+    "gather_any": lambda n: 1.0,
+    "all_reduce_coalesced": lambda n: 2 * (n - 1) / n,
+    "all_gather_coalesced": lambda n: (n - 1) / n,
     "barrier": lambda n: 0.0,
 }
 
@@ -76,7 +80,8 @@ BUSBW_FACTORS: Final[dict[str, Callable[[int], float]]] = {
 OPS: Final = tuple(BUSBW_FACTORS)
 
 #: The capability-table entry that decides how each bench op runs.
-_COLLECTIVE: Final = {op: C(op) for op in OPS if op != "sendrecv"} | {"sendrecv": C.SEND}
+_COLLECTIVE: Final = {op: C(op) for op in OPS if op not in ("sendrecv", "gather_any")} | {
+    "sendrecv": C.SEND, "gather_any": C.RECV_ANY_SOURCE}
 
 DTYPES: Final = {str(d).removeprefix("torch."): d for d in ALL_DTYPES}
 
@@ -203,11 +208,19 @@ def _uneven_unit(elems: int, n: int) -> int:
     return max(1, elems // (n * (n + 1) // 2))
 
 
-def build_case(op: str, nbytes: int, dtype: torch.dtype, n: int, rank: int, device: torch.device) -> Case:
-    """The buffers and calls for ``op`` moving about ``nbytes`` (rounded to what the op's layout allows)."""
+def build_case(
+    op: str, nbytes: int, dtype: torch.dtype, n: int, rank: int, device: torch.device, raw_group: Any = None
+) -> Case:
+    """The buffers and calls for ``op`` moving about ``nbytes`` (rounded to what the op's layout allows).
+
+    ``raw_group`` is the vendor's own group the raw ``torch.distributed`` calls run on (the world's group is
+    xccl's, under which a raw call would be dispatched by xccl too).
+    """
     import torch.distributed as dist
 
     import xccl
+
+    g = raw_group
 
     e = dtype.itemsize
     elems = max(1, nbytes // e)
@@ -220,20 +233,20 @@ def build_case(op: str, nbytes: int, dtype: torch.dtype, n: int, rank: int, devi
     rs_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     if op == "all_reduce":
         t = z(elems)
-        return Case(elems * e, elems, lambda: xccl.all_reduce(t), lambda: dist.all_reduce(t), "dist.all_reduce", [t])
+        return Case(elems * e, elems, lambda: xccl.all_reduce(t), lambda: dist.all_reduce(t, group=g), "dist.all_reduce", [t])
     if op == "broadcast":
         t = z(elems)
-        return Case(elems * e, elems, lambda: xccl.broadcast(t, 0), lambda: dist.broadcast(t, 0), "dist.broadcast", [t])
+        return Case(elems * e, elems, lambda: xccl.broadcast(t, 0), lambda: dist.broadcast(t, 0, group=g), "dist.broadcast", [t])
     if op == "reduce":
         t = z(elems)
-        return Case(elems * e, elems, lambda: xccl.reduce(t, 0), lambda: dist.reduce(t, 0), "dist.reduce", [t])
+        return Case(elems * e, elems, lambda: xccl.reduce(t, 0), lambda: dist.reduce(t, 0, group=g), "dist.reduce", [t])
     if op == "all_gather_into_tensor":
         out, inp = z(per * n), z(per)
         return Case(
             per * n * e,
             per * n,
             lambda: xccl.all_gather_into_tensor(out, inp),
-            lambda: ag_single(out, inp),
+            lambda: ag_single(out, inp, group=g),
             f"dist.{ag_single.__name__}",
             [out, inp],
         )
@@ -243,7 +256,7 @@ def build_case(op: str, nbytes: int, dtype: torch.dtype, n: int, rank: int, devi
             per * n * e,
             per * n,
             lambda: xccl.all_gather(outs, inp),
-            lambda: dist.all_gather(outs, inp),
+            lambda: dist.all_gather(outs, inp, group=g),
             "dist.all_gather",
             [outs, inp],
         )
@@ -253,7 +266,7 @@ def build_case(op: str, nbytes: int, dtype: torch.dtype, n: int, rank: int, devi
             per * n * e,
             per * n,
             lambda: xccl.reduce_scatter_tensor(out, inp),
-            lambda: rs_single(out, inp),
+            lambda: rs_single(out, inp, group=g),
             f"dist.{rs_single.__name__}",
             [out, inp],
         )
@@ -263,7 +276,7 @@ def build_case(op: str, nbytes: int, dtype: torch.dtype, n: int, rank: int, devi
             per * n * e,
             per * n,
             lambda: xccl.reduce_scatter(out, ins),
-            lambda: dist.reduce_scatter(out, ins),
+            lambda: dist.reduce_scatter(out, ins, group=g),
             "dist.reduce_scatter",
             [out, ins],
         )
@@ -273,7 +286,7 @@ def build_case(op: str, nbytes: int, dtype: torch.dtype, n: int, rank: int, devi
             per * n * e,
             per * n,
             lambda: xccl.all_to_all_single(out, inp),
-            lambda: dist.all_to_all_single(out, inp),
+            lambda: dist.all_to_all_single(out, inp, group=g),
             "dist.all_to_all_single",
             [out, inp],
         )
@@ -283,7 +296,7 @@ def build_case(op: str, nbytes: int, dtype: torch.dtype, n: int, rank: int, devi
             per * n * e,
             per * n,
             lambda: xccl.all_to_all(outs, ins),
-            lambda: dist.all_to_all(outs, ins),
+            lambda: dist.all_to_all(outs, ins, group=g),
             "dist.all_to_all",
             [outs, ins],
         )
@@ -293,7 +306,7 @@ def build_case(op: str, nbytes: int, dtype: torch.dtype, n: int, rank: int, devi
         matrix = [[u * (1 + (i + j) % n) for j in range(n)] for i in range(n)]
         isz, osz = matrix[rank], [row[rank] for row in matrix]
         out, inp = z(sum(osz)), z(sum(isz))
-        raw = lambda: dist.all_to_all_single(out, inp, osz, isz)  # noqa: E731
+        raw = lambda: dist.all_to_all_single(out, inp, osz, isz, group=g)  # noqa: E731
         if op == "all_to_all_v":
             run = lambda: xccl.all_to_all_v(out, inp, matrix)  # noqa: E731
         else:
@@ -306,7 +319,7 @@ def build_case(op: str, nbytes: int, dtype: torch.dtype, n: int, rank: int, devi
         # torch.distributed has no uneven all_gather into a tensor (gloo's list all_gather refuses uneven
         # sizes); the plain way is an all_to_all_single that sends this rank's rows to every peer.
         # The input repeated for every peer is built per call, as an emulation of the op would have to.
-        raw = lambda: dist.all_to_all_single(out, inp.repeat(n), sizes, [sizes[rank]] * n)  # noqa: E731
+        raw = lambda: dist.all_to_all_single(out, inp.repeat(n), sizes, [sizes[rank]] * n, group=g)  # noqa: E731
         return Case(
             sum(sizes) * e,
             sum(sizes),
@@ -324,7 +337,7 @@ def build_case(op: str, nbytes: int, dtype: torch.dtype, n: int, rank: int, devi
             sum(sizes) * e,
             sum(sizes),
             lambda: xccl.reduce_scatter_tensor_uneven(out, inp, sizes),
-            lambda: dist.reduce_scatter(out, chunks),
+            lambda: dist.reduce_scatter(out, chunks, group=g),
             "dist.reduce_scatter with uneven chunks",
             [out, inp, chunks],
         )
@@ -335,7 +348,7 @@ def build_case(op: str, nbytes: int, dtype: torch.dtype, n: int, rank: int, devi
             per * n * e,
             per * n,
             lambda: xccl.gather(t, lst, 0),
-            lambda: dist.gather(t, lst, 0),
+            lambda: dist.gather(t, lst, 0, group=g),
             "dist.gather",
             [t, lst],
         )
@@ -346,7 +359,7 @@ def build_case(op: str, nbytes: int, dtype: torch.dtype, n: int, rank: int, devi
             per * n * e,
             per * n,
             lambda: xccl.scatter(t, lst, 0),
-            lambda: dist.scatter(t, lst, 0),
+            lambda: dist.scatter(t, lst, 0, group=g),
             "dist.scatter",
             [t, lst],
         )
@@ -366,12 +379,40 @@ def build_case(op: str, nbytes: int, dtype: torch.dtype, n: int, rank: int, devi
             elems * e,
             elems,
             ring(xccl.isend, xccl.irecv),
-            ring(dist.isend, dist.irecv),
+            ring(partial(dist.isend, group=g), partial(dist.irecv, group=g)),
             "dist.isend/irecv",
             [send, recv],
         )
+    if op == "all_reduce_coalesced":
+        ts = [z(max(1, elems // 2)), z(max(1, elems - elems // 2))]
+        return Case(sum(x.numel() for x in ts) * e, sum(x.numel() for x in ts), lambda: xccl.all_reduce_coalesced(ts),
+                    lambda: [dist.all_reduce(x, group=g) for x in ts], "dist.all_reduce per tensor", [ts])
+    if op == "all_gather_coalesced":
+        ins = [z(max(1, per // 2)), z(max(1, per - per // 2))]
+        outs_l = [[torch.empty_like(x) for x in ins] for _ in range(n)]
+        return Case(
+            per * n * e, per * n, lambda: xccl.all_gather_coalesced(outs_l, ins),
+            lambda: [dist.all_gather([row[i] for row in outs_l], x, group=g) for i, x in enumerate(ins)],
+            "dist.all_gather per tensor", [outs_l, ins],
+        )
+    if op == "gather_any":
+        # Every rank but the last sends to the last, which receives from any source (recv without src).
+        t = z(elems)
+
+        def fan_in(recv: Callable[..., Any], send: Callable[..., Any]) -> Callable[[], None]:
+            def call() -> None:
+                if rank == n - 1:
+                    for _ in range(n - 1):
+                        recv(t)
+                else:
+                    send(t, n - 1)
+
+            return call
+
+        return Case(elems * e * (n - 1), elems * (n - 1), fan_in(xccl.recv, xccl.send),
+                    fan_in(partial(dist.recv, group=g), partial(dist.send, group=g)), "dist.recv without src", [t])
     if op == "barrier":
-        return Case(0, 0, lambda: xccl.barrier(), lambda: dist.barrier(), "dist.barrier")
+        return Case(0, 0, lambda: xccl.barrier(), lambda: dist.barrier(group=g), "dist.barrier")
     raise BenchError(f"unknown op {op!r}")
 
 
@@ -486,11 +527,12 @@ def _try_raw(case: Case, device: torch.device) -> str:
 
 
 def run_op(
-    op: str, cfg: BenchConfig, n: int, rank: int, device: torch.device, out: TextIO | None, progress: _Progress
+    op: str, cfg: BenchConfig, n: int, rank: int, device: torch.device, out: TextIO | None, progress: _Progress,
+    raw_group: Any = None,
 ) -> dict[str, Any]:
     """Run the sweep of one op on this rank; rank 0 prints rows as they complete."""
     import xccl
-    from xccl.runtime._init import context
+    from xccl.collectives._state import state_of as context
 
     dtype = DTYPES[cfg.dtype]
     ctx = context(None)
@@ -513,7 +555,7 @@ def run_op(
     use_raw = cfg.compare_raw
     seen: set[int] = set()
     for k, nbytes in enumerate(sizes):
-        case = build_case(op, nbytes, dtype, n, rank, device)
+        case = build_case(op, nbytes, dtype, n, rank, device, raw_group)
         if case.size in seen:
             continue  # small sizes that round to the same buffer
         seen.add(case.size)
@@ -600,6 +642,7 @@ def _rank_main(local_rank: int, cfg: BenchConfig, port: int, result_path: str) -
     faulthandler.enable()  # a rank that aborts in C++ says where
     torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // cfg.nproc))
     import xccl
+    from xccl.runtime import vendor_group
 
     try:
         world = xccl.init(cfg.plugin, simulate=cfg.simulate or None, fallback="emulate", timeout=cfg.timeout)
@@ -617,7 +660,9 @@ def _rank_main(local_rank: int, cfg: BenchConfig, port: int, result_path: str) -
                 f"{cfg.dtype}, {cfg.iters} iters x {cfg.batch} call(s) + {cfg.warmup} warmup; "
                 f"time: median of the slowest rank's per-call time; bandwidths in GB/s\n"
             )
-        results = [run_op(op, cfg, n, rank, world.device, out, progress) for op in cfg.ops]
+        # Raw calls run on the vendor's own group: the world's is xccl's, which would dispatch them too.
+        raw_group = vendor_group() if cfg.compare_raw else None
+        results = [run_op(op, cfg, n, rank, world.device, out, progress, raw_group) for op in cfg.ops]
         progress.clear()
         if rank == 0:
             doc = {

@@ -17,7 +17,7 @@ from typing import Any, Final, final
 
 import torch
 
-from ..plugin._capabilities import ALL_DTYPES, CapabilityTable, Collective, Level, Mode, Support
+from ..plugin._capabilities import REAL_DTYPES, CapabilityTable, Collective, Level, Mode, Support
 
 __all__ = [
     "DASH",
@@ -228,7 +228,7 @@ def _names(items: Iterable[str]) -> str:
 
 
 def _dtypes(dtypes: frozenset[torch.dtype] | None) -> str:
-    if dtypes is None or dtypes >= frozenset(ALL_DTYPES):
+    if dtypes is None or dtypes >= frozenset(REAL_DTYPES):
         return "all"
     return _names(_dtype_name(d) for d in dtypes)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from xccl import PLUGIN_API_VERSION, CapabilityTable, Plugin, ProbeResult, Runtime
+from xccl.plugin import PLUGIN_API_VERSION, CapabilityTable, Plugin, ProbeResult, Runtime
 
 from . import _probe
 from ._table import template_table

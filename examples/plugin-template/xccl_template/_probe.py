@@ -12,7 +12,7 @@ import importlib.util
 from importlib import metadata
 from typing import Final
 
-from xccl import ProbeResult
+from xccl.plugin import ProbeResult
 
 __all__ = ["SDK_MODULE", "probe"]
 

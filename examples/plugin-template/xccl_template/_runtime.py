@@ -1,6 +1,6 @@
 """What the plugin does once selected: the place to import the vendor SDK, set devices, name communicators and
-provide kernels beyond torch.distributed. The base class, ``xccl.Runtime``, is plain torch.distributed; override
-only what differs.
+provide kernels beyond torch.distributed. The base class, ``xccl.plugin.Runtime``, is plain torch.distributed;
+override only what differs.
 """
 
 from __future__ import annotations
@@ -11,24 +11,25 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from xccl import Collective, Plugin, Runtime
+from xccl.plugin import Collective, KernelContext, Plugin, Runtime, c10d_kernel
 
 __all__ = ["TemplateRuntime"]
 
 
-def _all_to_all_v(ctx: Any, output: torch.Tensor, input: torch.Tensor, matrix: list[list[int]], group: Any,
+def _all_to_all_v(ctx: KernelContext, output: torch.Tensor, input: torch.Tensor, matrix: list[list[int]],
                   async_op: bool) -> Any:
     """``xccl.all_to_all_v`` natively: ``matrix[i][j]`` elements go from group rank i to group rank j.
 
-    A kernel takes ``ctx`` (the group's dispatch context: ``ctx.rank``, ``ctx.size``, ``ctx.ranks``) and then the
-    public function's arguments, already validated by xccl on every rank. It returns what torch.distributed would
-    (a Work handle when ``async_op``). A kernel with documented limits raises ``xccl.ConstraintViolation`` before
-    communicating when they do not hold.
+    A kernel takes ``ctx`` (a ``KernelContext``: ``ctx.rank``, ``ctx.size``, ``ctx.ranks``, ``ctx.native`` the
+    vendor's own process group) and then the op's kernel arguments (``xccl.plugin.KERNEL_SIGNATURES``), already
+    validated by xccl on every rank. It returns a work handle when ``async_op`` and None otherwise. A kernel with
+    documented limits raises ``xccl.plugin.ConstraintViolation`` before communicating when they do not hold.
     """
     me = ctx.rank
-    return dist.all_to_all_single(
-        output.view(-1), input.view(-1), [row[me] for row in matrix], list(matrix[me]), group=group, async_op=async_op
-    )
+    # The vendor's own all_to_all_single with split sizes (c10d's alltoall_base on ctx.native): calling
+    # torch.distributed on ctx.group instead would dispatch back into xccl.
+    a2a = c10d_kernel(Collective.ALL_TO_ALL_SINGLE_UNEVEN, ctx.native)
+    return a2a(output.view(-1), input.view(-1), [row[me] for row in matrix], list(matrix[me]), async_op)
 
 
 class TemplateRuntime(Runtime):

@@ -13,7 +13,7 @@ from typing import Final
 
 import torch
 
-from xccl import CapabilityTable, Collective, Level, Mode, Support
+from xccl.plugin import CapabilityTable, Collective, Level, Mode, Support
 
 __all__ = ["template_table"]
 

@@ -20,7 +20,7 @@ def test_plugin_is_discovered() -> None:
 
 
 @pytest.mark.parametrize("op", [C.ALL_REDUCE, C.ALL_GATHER, C.REDUCE_SCATTER_TENSOR, C.ALL_TO_ALL, C.BROADCAST,
-                                C.REDUCE, C.GATHER, C.SCATTER, C.BARRIER, C.SEND, C.RECV, C.ALL_TO_ALL_SINGLE_UNEVEN,
+                                C.REDUCE, C.SCATTER, C.ALL_REDUCE_COALESCED, C.BARRIER, C.SEND, C.RECV, C.ALL_TO_ALL_SINGLE_UNEVEN,
                                 C.ALL_GATHER_INTO_TENSOR_UNEVEN, C.REDUCE_SCATTER_TENSOR_UNEVEN, C.ALL_TO_ALL_V,
                                 C.MM_REDUCE_SCATTER, C.ALL_GATHER_MM, C.MM_ALL_REDUCE])
 def test_every_op_is_native_in_eager(op: C) -> None:
@@ -57,7 +57,17 @@ def test_bitwise_ops_name_hccl_message() -> None:
 
 
 def test_gather_quirk_is_recorded() -> None:
-    assert "all_gather + broadcast_object_list" in TABLE.entry(C.GATHER).note
+    # torch_npu's torch.distributed.gather is an all_gather (gotcha 12): xccl gathers that way too, on purpose.
+    entry = TABLE.entry(C.GATHER)
+    assert (entry.level, entry.via) == (Level.EMULATED, "all_gather")
+    assert "torch_npu replaces torch.distributed.gather with an all_gather" in entry.note
+
+
+def test_what_hccl_lacks_is_emulated_or_refused() -> None:
+    assert (TABLE.entry(C.ALL_GATHER_COALESCED).level, TABLE.entry(C.ALL_GATHER_COALESCED).via) == (
+        Level.EMULATED, "all_gather")
+    assert TABLE.resolve(C.RECV_ANY_SOURCE).level is Level.UNSUPPORTED
+    assert "ProcessGroupHCCL does not support recv" in TABLE.resolve(C.RECV_ANY_SOURCE).reason
 
 
 @pytest.mark.parametrize(

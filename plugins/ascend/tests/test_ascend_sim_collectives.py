@@ -12,7 +12,8 @@ import xccl_ascend
 from xccl_ascend._simprofile import SimHcclOptions
 
 import xccl
-from xccl.plugin._sim import simulated_backend_of
+from xccl.plugin import simulated_backend_of
+from xccl.runtime import vendor_group
 
 SIM = {"XCCL_SIMULATE": "ascend"}
 R = xccl.ReduceOp
@@ -57,7 +58,7 @@ def body_collectives() -> list[str]:
     w = xccl.get_world()
     n, r = w.world_size, w.rank
     check = Checker()
-    if dist.get_backend() != "hccl" or simulated_backend_of() is None:
+    if xccl.get_world().backend != "hccl" or dist.get_backend() != "xccl_hccl" or simulated_backend_of() is None:
         return [f"backend {dist.get_backend()!r}, simulated {simulated_backend_of()}"]
 
     for dt in (torch.float32, torch.bfloat16, torch.int32, torch.int8):
@@ -181,7 +182,9 @@ def body_refusals() -> dict[str, str]:
         "band": lambda: xccl.all_reduce(torch.ones(2, dtype=torch.int32), R.BAND),
         "float64 sum": lambda: xccl.all_reduce(torch.ones(2, dtype=torch.float64)),
         "premul_sum int": lambda: xccl.all_reduce(torch.ones(2, dtype=torch.int32), dist._make_nccl_premul_sum(2.0)),
-        "raw recv_anysource": lambda: dist.group.WORLD.recv_anysource([torch.ones(1)], 0),
+        # On the vendor's own group, HCCL's refusal; through xccl, a typed one before anything is sent.
+        "raw recv_anysource": lambda: vendor_group().recv_anysource([torch.ones(1)], 0),
+        "recv without src": lambda: xccl.recv(torch.ones(1)),
     }.items():
         try:
             call()
@@ -236,6 +239,7 @@ def test_refusals_are_hccls(rank_pools: Any) -> None:
     assert r["float64 sum"].startswith("UnsupportedCollective: all_reduce is not supported on ascend: dtype float64")
     assert r["premul_sum int"].startswith("UnsupportedCollective")
     assert r["raw recv_anysource"] == "SimulatedVendorError: ProcessGroupHCCL does not support recv"
+    assert r["recv without src"].startswith("UnsupportedCollective: recv_any_source is not supported on ascend")
 
 
 @pytest.mark.parametrize("world_size", [2, 4])

@@ -14,7 +14,7 @@ import torch
 import xccl_ascend
 
 import xccl
-import xccl.fused._api
+from xccl.collectives._state import STATE, register, state_of
 
 SIM = {"XCCL_SIMULATE": "ascend"}
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
@@ -50,7 +50,7 @@ def run_ops(dtype: torch.dtype, m: int, k: int, n: int, group: Any = None, ranks
 
 def warned(fn: Callable[[], Any]) -> tuple[Any, list[str]]:
     """Run ``fn``, returning its result and the fallback warnings it issued (dedup state cleared first)."""
-    xccl.fused._api._WARNED.clear()
+    STATE.warned.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = fn()
@@ -90,14 +90,9 @@ _POLICY_GROUPS: dict[str, Any] = {}
 def policy_group(fallback: str) -> Any:
     """A group over the whole world dispatched under another fallback policy (xccl's group registry is the seam,
     as in xccl's own fused tests), so one pool serves every policy."""
-    import dataclasses
-
-    from xccl.runtime import _init
-
     if fallback not in _POLICY_GROUPS:
-        world = xccl.get_world()
         group = xccl.new_group()
-        _init._register(group, _init._STATE.runtime, range(world.world_size), dataclasses.replace(world, fallback=fallback))
+        register(group, STATE.runtime, fallback)
         _POLICY_GROUPS[fallback] = group
     return _POLICY_GROUPS[fallback]
 
@@ -187,10 +182,8 @@ def body_comm_name_is_collective() -> dict[str, Any]:
         return {}
     h = torch.float16
     xccl.mm_all_reduce(operand(0, (2, 256), h, 5), operand(0, (256, 4), h, 6), group)
-    from xccl.runtime import _init
-
     xccl_ascend.reset_mc2_domain()
-    return {"cached": _init._STATE.comm_names.get(group)}
+    return {"cached": state_of(group).comm_name}
 
 
 def test_fused_kernels_fetch_comm_name(rank_pools: Any) -> None:

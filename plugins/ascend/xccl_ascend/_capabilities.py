@@ -34,8 +34,7 @@ from typing import Final
 
 import torch
 
-from xccl import CapabilityTable, Collective, Level, Support
-from xccl.plugin._capabilities import table_from
+from xccl.plugin import CapabilityTable, Collective, Level, Support, table_from
 
 __all__ = ["MOVED_DTYPES", "REDUCED_DTYPES", "ascend_table"]
 
@@ -83,6 +82,16 @@ _FUSED_NOTE: Final = (
 def _eager() -> dict[Collective, Support]:
     return {op: _MOVING for op in C} | {
         C.ALL_REDUCE: _reducing(native_cast=True, note=_REDUCING_NOTE + "; all_reduce casts bool/uint8 itself"),
+        C.ALL_REDUCE_COALESCED: _reducing(note="ProcessGroupHCCL::allreduce_coalesced; " + _REDUCING_NOTE),
+        C.ALL_GATHER_COALESCED: Support(
+            Level.EMULATED, via="all_gather",
+            note="ProcessGroupHCCL does not override allgather_coalesced (the c10d base class raises): one "
+            "all_gather per tensor",
+        ),
+        C.RECV_ANY_SOURCE: Support(
+            Level.UNSUPPORTED,
+            note="ProcessGroupHCCL::recvAnysource raises 'ProcessGroupHCCL does not support recv'; pass src",
+        ),
         C.REDUCE: _reducing(),
         C.REDUCE_SCATTER: _reducing(),
         C.REDUCE_SCATTER_TENSOR: _reducing(),
@@ -98,10 +107,11 @@ def _eager() -> dict[Collective, Support]:
             _MOVING, note="torch_npu.distributed.all_to_all_vc (count matrix the same on every rank; no in-place)"
         ),
         C.ALL_TO_ALL_SINGLE_UNEVEN: dataclasses.replace(_MOVING, note="HCCL honours all_to_all_single split sizes"),
-        C.GATHER: dataclasses.replace(
-            _MOVING,
-            note="torch_npu replaces torch.distributed.gather with all_gather + broadcast_object_list (gotcha 12): "
-            "every rank receives the whole gathered data",
+        C.GATHER: Support(
+            Level.EMULATED, via="all_gather",
+            note="torch_npu replaces torch.distributed.gather with an all_gather (gotcha 12; Ascend/pytorch "
+            "torch_npu/distributed/distributed_c10d.py _gather): HCCL's own gather runs only with the compatible "
+            "implementation on 910B/910_93, so xccl gathers the same way, kept on the root",
         ),
         C.BARRIER: Support(Level.NATIVE),
         C.MM_REDUCE_SCATTER: Support(Level.NATIVE, note="torch_npu.npu_mm_reduce_scatter_base; " + _FUSED_NOTE),

@@ -39,7 +39,7 @@ from typing import Final, final
 
 import torch
 
-from xccl import ConstraintViolation, InvalidArgument
+from xccl.plugin import ConstraintViolation, InvalidArgument
 
 __all__ = [
     "MIN_CANN",

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, final
 
-from xccl import InvalidArgument
+from xccl.plugin import InvalidArgument
 
 __all__ = [
     "ENV_VAR",

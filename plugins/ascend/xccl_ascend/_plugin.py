@@ -7,15 +7,22 @@ which may import it, is built only when the plugin is selected.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Final
+from collections.abc import Sequence
+from typing import Final
 
-from xccl import BackendUnavailable, CapabilityTable, Plugin, ProbeResult, Runtime
+from xccl.plugin import (
+    BackendUnavailable,
+    CapabilityTable,
+    Plugin,
+    ProbeResult,
+    RankTableFormat,
+    Runtime,
+    SimProfile,
+)
 
 from ._capabilities import ascend_table
 from ._probe import probe_host
-
-if TYPE_CHECKING:
-    from xccl.plugin._sim import SimProfile
+from ._ranktable import HcclFormat
 
 __all__ = ["AscendPlugin", "plugin"]
 
@@ -56,6 +63,10 @@ class AscendPlugin(Plugin):
         from ._simprofile import hccl_profile
 
         return hccl_profile()
+
+    def rank_table_formats(self) -> Sequence[RankTableFormat]:
+        """HCCL's rank table (CANN's ``RANK_TABLE_FILE``, versions 1.0 and 1.2)."""
+        return (HcclFormat(),)
 
     def runtime(self, *, simulate: bool) -> Runtime:
         """The Ascend runtime; imports torch_npu unless ``simulate``."""

@@ -403,8 +403,10 @@ def _truncation(value: str | None) -> str:
 
 
 def _rank_table_problem(path: str) -> tuple[str, str] | None:
-    from xccl.errors import RankTableError
-    from xccl.plugin._ranktable import load_hccl
+    # Only when RANK_TABLE_FILE is set: the probe module itself stays free of xccl.plugin (and torch).
+    from xccl.plugin import RankTableError
+
+    from ._ranktable import load_hccl
 
     try:
         load_hccl(path)

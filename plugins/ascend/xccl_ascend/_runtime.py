@@ -18,17 +18,14 @@ from typing import TYPE_CHECKING, Any, Final
 import torch
 import torch.distributed as dist
 
-import xccl
-from xccl import Collective, InitError, RankTableError, Runtime
-from xccl.plugin._capabilities import reduce_op_name
+from xccl.plugin import Collective, InitError, KernelContext, RankTableError, Runtime, reduce_op_name
 
 from . import _constraints as cons
 from ._hccl_config import config_for
 from ._probe import find_cann
+from ._ranktable import load_hccl
 
 if TYPE_CHECKING:
-    from xccl.runtime._init import GroupContext
-
     from ._sdk import HcclSdk
 
 __all__ = ["MC2_DOMAIN", "AscendRuntime", "FusedKernel"]
@@ -119,27 +116,25 @@ class AscendRuntime(Runtime):
         }
 
     def _all_gather_uneven(
-        self, ctx: GroupContext, output: torch.Tensor, input: torch.Tensor, sizes: Sequence[int], group: Any, a: bool
+        self, ctx: KernelContext, output: torch.Tensor, input: torch.Tensor, sizes: Sequence[int], a: bool
     ) -> Any:
-        return self.sdk.all_gather_into_tensor_uneven(output, input, sizes, ctx.group, a)
+        return self.sdk.all_gather_into_tensor_uneven(output, input, sizes, ctx, a)
 
     def _reduce_scatter_uneven(
         self,
-        ctx: GroupContext,
+        ctx: KernelContext,
         output: torch.Tensor,
         input: torch.Tensor,
         sizes: Sequence[int],
         op: Any,
-        group: Any,
         a: bool,
     ) -> Any:
-        return self.sdk.reduce_scatter_tensor_uneven(output, input, sizes, op, ctx.group, a)
+        return self.sdk.reduce_scatter_tensor_uneven(output, input, sizes, op, ctx, a)
 
     def _all_to_all_v(
-        self, ctx: GroupContext, output: torch.Tensor, input: torch.Tensor, matrix: Sequence[Sequence[int]], group: Any,
-        a: bool,
+        self, ctx: KernelContext, output: torch.Tensor, input: torch.Tensor, matrix: Sequence[Sequence[int]], a: bool
     ) -> Any:
-        return self.sdk.all_to_all_vc(output, input, matrix, ctx.group, a)
+        return self.sdk.all_to_all_vc(output, input, matrix, ctx, a)
 
     def fused_call(self, op: str, world_size: int, ranks: Sequence[int] = ()) -> cons.FusedCall:
         """What the constraint checks need to know about this process and group."""
@@ -164,7 +159,7 @@ _KERNEL_NAMES: Final = {
 class FusedKernel:
     """One MC2 kernel behind xccl's fused API: the documented checks, the domain rule, then the SDK call.
 
-    ``kernel(ctx, a, b, group, *options)`` as ``xccl.fused._api`` calls it; :meth:`check` is the same shape check
+    ``kernel(ctx, a, b, *options)`` as ``xccl.fused`` calls it; :meth:`check` is the same shape check
     without the call (the graph pass uses it with meta tensors).
     """
 
@@ -192,7 +187,7 @@ class FusedKernel:
         else:
             cons.check_mm_all_reduce(call, a, b, bias=bias)
 
-    def __call__(self, ctx: GroupContext, a: torch.Tensor, b: torch.Tensor, group: Any, *options: Any) -> Any:
+    def __call__(self, ctx: KernelContext, a: torch.Tensor, b: torch.Tensor, *options: Any) -> Any:
         # The kernels refuse transposed views of x1; a copy is cheaper than giving up the fused kernel.
         a = a.contiguous()
         call = self.runtime.fused_call(self.op, ctx.size, ctx.ranks)
@@ -213,11 +208,12 @@ class FusedKernel:
         hcom = self._hcom(ctx, call)
         return sdk.mm_all_reduce_base(a, b, hcom, bias)
 
-    def _hcom(self, ctx: GroupContext, call: cons.FusedCall) -> str:
+    def _hcom(self, ctx: KernelContext, call: cons.FusedCall) -> str:
         """The group's communicator name, after the one-domain rule (checked without communicating)."""
-        MC2_DOMAIN.check(call, self.kernel, ctx.name)
-        hcom = xccl.comm_name(ctx.group)  # collective on Ascend: every rank of the group reaches this line
-        MC2_DOMAIN.claim(call, ctx.name, hcom)
+        name = ctx.group.group_name
+        MC2_DOMAIN.check(call, self.kernel, name)
+        hcom = ctx.comm_name()  # collective on Ascend: every rank of the group reaches this line
+        MC2_DOMAIN.claim(call, name, hcom)
         return hcom
 
     def __repr__(self) -> str:
@@ -236,8 +232,6 @@ def _check_rank_table(env: Mapping[str, str]) -> None:
     path = env.get("RANK_TABLE_FILE")
     if not path:
         return
-    from xccl.plugin._ranktable import load_hccl
-
     table = load_hccl(path)
     world = env.get("WORLD_SIZE", "")
     if world.isdigit() and int(world) != table.world_size():

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import torch
 
-from xccl import BackendUnavailable
+from xccl.plugin import BackendUnavailable, KernelContext
 
 __all__ = ["HcclSdk", "NpuSdk"]
 
@@ -47,19 +47,19 @@ class HcclSdk(Protocol):
         ...
 
     def all_gather_into_tensor_uneven(
-        self, output: torch.Tensor, input: torch.Tensor, sizes: Sequence[int], group: Any, async_op: bool
+        self, output: torch.Tensor, input: torch.Tensor, sizes: Sequence[int], ctx: KernelContext, async_op: bool
     ) -> Any:
         """torch_npu's uneven all_gather: rank i contributes ``sizes[i]`` rows."""
         ...
 
     def reduce_scatter_tensor_uneven(
-        self, output: torch.Tensor, input: torch.Tensor, sizes: Sequence[int], op: Any, group: Any, async_op: bool
+        self, output: torch.Tensor, input: torch.Tensor, sizes: Sequence[int], op: Any, ctx: KernelContext, async_op: bool
     ) -> Any:
         """torch_npu's uneven reduce_scatter: rank i receives ``sizes[i]`` rows."""
         ...
 
     def all_to_all_vc(
-        self, output: torch.Tensor, input: torch.Tensor, matrix: Sequence[Sequence[int]], group: Any, async_op: bool
+        self, output: torch.Tensor, input: torch.Tensor, matrix: Sequence[Sequence[int]], ctx: KernelContext, async_op: bool
     ) -> Any:
         """torch_npu's all_to_all with a count matrix (``matrix[i][j]`` elements from rank i to rank j)."""
         ...
@@ -148,30 +148,30 @@ class NpuSdk:
         return str(_hccl_backend(group).get_hccl_comm_name(rank))
 
     def all_gather_into_tensor_uneven(
-        self, output: torch.Tensor, input: torch.Tensor, sizes: Sequence[int], group: Any, async_op: bool
+        self, output: torch.Tensor, input: torch.Tensor, sizes: Sequence[int], ctx: KernelContext, async_op: bool
     ) -> Any:
         import torch_npu  # noqa: TID251
 
         return torch_npu.distributed.all_gather_into_tensor_uneven(
-            output, input, output_split_sizes=list(sizes), group=group, async_op=async_op
+            output, input, output_split_sizes=list(sizes), group=ctx.group, async_op=async_op
         )
 
     def reduce_scatter_tensor_uneven(
-        self, output: torch.Tensor, input: torch.Tensor, sizes: Sequence[int], op: Any, group: Any, async_op: bool
+        self, output: torch.Tensor, input: torch.Tensor, sizes: Sequence[int], op: Any, ctx: KernelContext, async_op: bool
     ) -> Any:
         import torch_npu  # noqa: TID251
 
         return torch_npu.distributed.reduce_scatter_tensor_uneven(
-            output, input, input_split_sizes=list(sizes), op=op, group=group, async_op=async_op
+            output, input, input_split_sizes=list(sizes), op=op, group=ctx.group, async_op=async_op
         )
 
     def all_to_all_vc(
-        self, output: torch.Tensor, input: torch.Tensor, matrix: Sequence[Sequence[int]], group: Any, async_op: bool
+        self, output: torch.Tensor, input: torch.Tensor, matrix: Sequence[Sequence[int]], ctx: KernelContext, async_op: bool
     ) -> Any:
         import torch_npu  # noqa: TID251
 
         return torch_npu.distributed.all_to_all_vc(
-            output, input, [list(row) for row in matrix], group=group, async_op=async_op
+            output, input, [list(row) for row in matrix], group=ctx.group, async_op=async_op
         )
 
     # The fused kernels take their first tensor positionally: the schema names it ``self`` (gotcha 13).

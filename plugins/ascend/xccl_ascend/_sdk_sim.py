@@ -26,8 +26,7 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
-from xccl import InitError
-from xccl.plugin._work import finish
+from xccl.plugin import Collective, InitError, KernelContext, c10d_kernel, finish
 
 from ._probe import parse_visible_devices
 
@@ -116,13 +115,14 @@ class SimSdk:
     # ---------------------------------------------------------------------------------------------- uneven
 
     def all_gather_into_tensor_uneven(
-        self, output: torch.Tensor, input: torch.Tensor, sizes: Sequence[int], group: Any, async_op: bool
+        self, output: torch.Tensor, input: torch.Tensor, sizes: Sequence[int], ctx: KernelContext, async_op: bool
     ) -> Any:
         n, m, trail = len(sizes), max(sizes), input.shape[1:]
         padded_in = input.new_zeros((m, *trail))
         padded_in[: input.shape[0]].copy_(input)
         padded_out = output.new_empty((n * m, *trail))
-        work = _all_gather_single(padded_out, padded_in, group=group, async_op=async_op)
+        # As torch_npu calls the HCCL backend itself: the vendor group's c10d method, not torch.distributed.
+        work = c10d_kernel(Collective.ALL_GATHER_INTO_TENSOR, ctx.native)(padded_out, padded_in, async_op)  # type: ignore[misc]
 
         def unpad() -> None:
             offset = 0
@@ -133,15 +133,15 @@ class SimSdk:
         return finish(work, async_op, unpad)
 
     def reduce_scatter_tensor_uneven(
-        self, output: torch.Tensor, input: torch.Tensor, sizes: Sequence[int], op: Any, group: Any, async_op: bool
+        self, output: torch.Tensor, input: torch.Tensor, sizes: Sequence[int], op: Any, ctx: KernelContext, async_op: bool
     ) -> Any:
         n, m, trail = len(sizes), max(sizes), input.shape[1:]
         padded_in = input.new_zeros((n * m, *trail))
         for j, chunk in enumerate(torch.split(input, list(sizes))):
             padded_in[j * m : j * m + sizes[j]].copy_(chunk)
         padded_out = output.new_empty((m, *trail))
-        work = _reduce_scatter_single(padded_out, padded_in, op=op, group=group, async_op=async_op)
-        mine = sizes[group.rank()]
+        work = c10d_kernel(Collective.REDUCE_SCATTER_TENSOR, ctx.native)(padded_out, padded_in, op, async_op)  # type: ignore[misc]
+        mine = sizes[ctx.rank]
 
         def unpad() -> None:
             output.copy_(padded_out[:mine])
@@ -149,12 +149,12 @@ class SimSdk:
         return finish(work, async_op, unpad)
 
     def all_to_all_vc(
-        self, output: torch.Tensor, input: torch.Tensor, matrix: Sequence[Sequence[int]], group: Any, async_op: bool
+        self, output: torch.Tensor, input: torch.Tensor, matrix: Sequence[Sequence[int]], ctx: KernelContext, async_op: bool
     ) -> Any:
-        rank = group.rank()
-        send = list(matrix[rank])
-        recv = [row[rank] for row in matrix]
-        return dist.all_to_all_single(output.view(-1), input.view(-1), recv, send, group=group, async_op=async_op)
+        send = list(matrix[ctx.rank])
+        recv = [row[ctx.rank] for row in matrix]
+        a2a = c10d_kernel(Collective.ALL_TO_ALL_SINGLE_UNEVEN, ctx.native)
+        return a2a(output.view(-1), input.view(-1), recv, send, async_op)  # type: ignore[misc]
 
     # ----------------------------------------------------------------------------------------------- fused
 

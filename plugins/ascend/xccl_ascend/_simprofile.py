@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Final
 
-from xccl.plugin._sim import SimProfile
+from xccl.plugin import SimProfile
 
 from ._capabilities import MOVED_DTYPES
 from ._hccl_config import torch_check

@@ -66,7 +66,11 @@ def test_dtypes_and_reduce_ops() -> None:
     assert (moved.level, moved.cast) == (Level.EMULATED, torch.int64)
     assert table.resolve(C.ALL_REDUCE, dtype=torch.float64, reduce_op="sum").level is Level.UNSUPPORTED
     assert table.resolve(C.REDUCE_SCATTER_TENSOR, dtype=torch.float64, reduce_op="sum").level is Level.EMULATED
-    assert table.resolve(C.ALL_GATHER, dtype=torch.complex64).level is Level.UNSUPPORTED
+    # Complex tensors travel as views of their real parts (as torch.distributed does); MAX means nothing for them.
+    cplx = table.resolve(C.ALL_GATHER, dtype=torch.complex64)
+    assert (cplx.level, cplx.complex_view) == (Level.NATIVE, True)
+    assert table.resolve(C.ALL_REDUCE, dtype=torch.complex64, reduce_op="max").level is Level.UNSUPPORTED
+    assert table.resolve(C.ALL_REDUCE, dtype=torch.complex128, reduce_op="sum").level is Level.UNSUPPORTED
 
 
 def test_fallback_error_refuses_emulations() -> None:

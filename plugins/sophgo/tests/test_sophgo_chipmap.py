@@ -18,11 +18,12 @@ import pytest
 import torch
 from xccl_sophgo import plugin
 from xccl_sophgo._chipmap import resolve_placement
+from xccl_sophgo._ranktable import generate_sophgo
 from xccl_sophgo._runtime import SophgoRuntime
 from xccl_sophgo._sdk import SimulatedSCCLOptions, current_simulated_chip
 
 import xccl
-from xccl.plugin._ranktable import dump, generate_sophgo
+from xccl.plugin import dump
 from xccl.testing import RankPool
 
 #: Sophgo's documented template (03_Tutorial.rst), verbatim.

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 import xccl
+from xccl.runtime import vendor_group
 
 SIM = {"XCCL_SIMULATE": "sophgo"}
 F32, BF16, I32, I64, F64, BOOL = torch.float32, torch.bfloat16, torch.int32, torch.int64, torch.float64, torch.bool
@@ -273,7 +274,7 @@ def world_facts() -> dict[str, Any]:
 
     world = xccl.get_world()
     return {
-        "plugin": world.plugin, "simulate": world.simulate, "backend": dist.get_backend(),
+        "plugin": world.plugin, "simulate": world.simulate, "backend": world.backend, "pg": dist.get_backend(),
         "profile": simulated_backend_of().vendor_name,  # type: ignore[union-attr]
         "device": str(world.device), "chip": current_simulated_chip(), "CHIP_MAP": os.environ["CHIP_MAP"],
         "chip_map": list(dist.group.WORLD.pg_options.chip_map),  # type: ignore[union-attr]
@@ -285,6 +286,7 @@ def test_world_runs_the_plugin_path(rank_pools: Any) -> None:
     facts = rank_pools.get(4, env=SIM).run_ok(world_facts)
     for rank, f in enumerate(facts):
         assert (f["plugin"], f["simulate"], f["backend"], f["profile"]) == ("sophgo", True, "sccl", "ProcessGroupSCCL")
+        assert f["pg"] == "xccl_sccl"  # the world's group is xccl's, over the simulated SCCL group
         assert (f["device"], f["chip"], f["CHIP_MAP"], f["chip_map"]) == ("cpu", rank, "0,1,2,3", [0, 1, 2, 3])
     assert len({f["comm_name"] for f in facts}) == 1
     assert facts[0]["comm_name"].startswith("sccl:") and facts[0]["comm_name"].endswith(":0,1,2,3")
@@ -317,21 +319,29 @@ def test_sub_groups_get_their_members_chips(rank_pools: Any) -> None:
 
 
 def direct(call: str) -> None:
-    """Call torch.distributed directly on the simulated sccl group: ops SCCL lacks must raise."""
+    """Call torch.distributed directly on the simulated sccl group (the vendor's own, not xccl's, which would
+    emulate these): ops SCCL lacks must raise."""
     _, n = _me()
+    if "sccl" not in _RAW:
+        _RAW["sccl"] = vendor_group()
+    g = _RAW["sccl"]
     x = torch.ones(2 * n)
     rs_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     calls: dict[str, Callable[[], Any]] = {
-        "reduce_scatter": lambda: dist.reduce_scatter(torch.empty(2), list(x.split(2))),
-        "reduce_scatter_tensor": lambda: rs_single(torch.empty(2), x),
-        "all_to_all": lambda: dist.all_to_all(list(torch.empty(2 * n).split(2)), list(x.split(2))),
+        "reduce_scatter": lambda: dist.reduce_scatter(torch.empty(2), list(x.split(2)), group=g),
+        "reduce_scatter_tensor": lambda: rs_single(torch.empty(2), x, group=g),
+        "all_to_all": lambda: dist.all_to_all(list(torch.empty(2 * n).split(2)), list(x.split(2)), group=g),
         "all_to_all_single-uneven": lambda: dist.all_to_all_single(
-            torch.empty(2 * n), x, [1] * (n - 1) + [n + 1], [n + 1] + [1] * (n - 1)),
-        "all_reduce-float64": lambda: dist.all_reduce(x.double()),
-        "all_reduce-avg": lambda: dist.all_reduce(x, dist.ReduceOp.AVG),
-        "all_reduce-band": lambda: dist.all_reduce(x.int(), dist.ReduceOp.BAND),
+            torch.empty(2 * n), x, [1] * (n - 1) + [n + 1], [n + 1] + [1] * (n - 1), group=g),
+        "all_reduce-float64": lambda: dist.all_reduce(x.double(), group=g),
+        "all_reduce-avg": lambda: dist.all_reduce(x, dist.ReduceOp.AVG, group=g),
+        "all_reduce-band": lambda: dist.all_reduce(x.int(), dist.ReduceOp.BAND, group=g),
     }
     calls[call]()
+
+
+#: The vendor's own group of each pool process, made once (every rank makes it at its first call).
+_RAW: dict[str, Any] = {}
 
 
 DIRECT = {
@@ -401,7 +411,9 @@ def test_sccl_creator_checks_options(rank_pools: Any, how: str, error: str, text
 
 @pytest.fixture(scope="module")
 def rank_table(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from xccl.plugin._ranktable import dump, generate_sophgo
+    from xccl_sophgo._ranktable import generate_sophgo
+
+    from xccl.plugin import dump
 
     path = tmp_path_factory.mktemp("sophgo") / "rank_table.json"
     dump(generate_sophgo([[6, 2]]), path)

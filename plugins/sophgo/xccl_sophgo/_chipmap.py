@@ -19,8 +19,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, final
 
-from xccl import InitError, RankTableError
-from xccl.plugin._ranktable import SophgoRankTable, load_sophgo
+from xccl.plugin import InitError, RankTableError
+
+from ._ranktable import SophgoRankTable, load_sophgo
 
 __all__ = ["Job", "Placement", "job_from_env", "parse_chip_map", "resolve_placement"]
 

@@ -6,15 +6,14 @@ Importing this module imports no SDK: the probe reads package metadata and devic
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from collections.abc import Sequence
+from typing import Final
 
-from xccl import CapabilityTable, Plugin, ProbeResult, Runtime
+from xccl.plugin import CapabilityTable, Plugin, ProbeResult, RankTableFormat, Runtime, SimProfile
 
 from . import _probe
+from ._ranktable import SophgoFormat
 from ._table import sophgo_table
-
-if TYPE_CHECKING:
-    from xccl.plugin._sim import SimProfile
 
 __all__ = ["SophgoPlugin", "plugin"]
 
@@ -44,6 +43,10 @@ class SophgoPlugin(Plugin):
         from ._simulation import sccl_profile
 
         return sccl_profile()
+
+    def rank_table_formats(self) -> Sequence[RankTableFormat]:
+        """Sophgo's rank table (``tpu_gen_sccl_rank_table``'s format)."""
+        return (SophgoFormat(),)
 
     def runtime(self, *, simulate: bool) -> Runtime:
         """The Sophgo runtime; imports torch_tpu unless ``simulate``."""

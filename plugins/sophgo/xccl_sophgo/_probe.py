@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Final, final
 
-from xccl import ProbeResult
+from xccl.plugin import ProbeResult
 
 __all__ = ["DEVICE_GLOBS", "Flavour", "Installation", "find_torch_tpu", "probe", "tpu_device_nodes"]
 

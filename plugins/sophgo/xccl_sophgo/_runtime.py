@@ -14,18 +14,24 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from xccl import BackendUnavailable, Collective, ConstraintViolation, InitError, Plugin, Runtime
+from xccl.plugin import (
+    BackendUnavailable,
+    Collective,
+    ConstraintViolation,
+    InitError,
+    KernelContext,
+    Plugin,
+    Runtime,
+    c10d_kernel,
+)
 
 from ._chipmap import Placement, resolve_placement
 from ._sdk import SimulatedTpu, TpuSdk
-
-if TYPE_CHECKING:
-    from xccl.runtime._init import GroupContext
 
 __all__ = ["SophgoRuntime", "load_sdk"]
 
@@ -103,6 +109,13 @@ class SophgoRuntime(Runtime):
                   placement.chip, chip_map, placement.source)
         return self.sdk.device(placement.chip)
 
+    def adopt_device(self, local_rank: int) -> torch.device:
+        """A world created outside xccl: know the chip map (for the options of new groups and the communicator
+        names) without selecting a chip, which whoever created the world did."""
+        placement = resolve_placement(local_rank, self.sdk.device_count())
+        self._placement = placement
+        return self.sdk.device(placement.chip)
+
     def process_group_options(self, ranks: Sequence[int] | None) -> Any:
         """``ProcessGroupSCCLOptions`` with the chip of each member in group-rank order; always given.
 
@@ -130,13 +143,12 @@ class SophgoRuntime(Runtime):
                         len(nodes))
 
 
-def _all_gather_equal(ctx: GroupContext, outs: list[torch.Tensor], tensor: torch.Tensor, group: Any,
-                      async_op: bool) -> Any:
+def _all_gather_equal(ctx: KernelContext, outs: list[torch.Tensor], tensor: torch.Tensor, async_op: bool) -> Any:
     shapes = sorted({tuple(t.shape) for t in outs})
     if len(shapes) > 1:
         raise ConstraintViolation(
-            "all_gather", ctx.table.backend, "equal sizes",
+            "all_gather", ctx.plugin, "equal sizes",
             f"tensor_list holds shapes {shapes}; ProcessGroupSCCL gathers equal-sized tensors only. Use "
             "xccl.all_gather_into_tensor_uneven for rows that differ per rank",
         )
-    return dist.all_gather(outs, tensor, group, async_op)
+    return c10d_kernel(Collective.ALL_GATHER, ctx.native)(outs, tensor, async_op)  # type: ignore[misc]

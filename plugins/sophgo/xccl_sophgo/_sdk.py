@@ -18,7 +18,7 @@ from typing import Final, Protocol
 
 import torch
 
-from xccl import InitError
+from xccl.plugin import InitError
 
 __all__ = ["SIM_DEVICES_ENV", "SimulatedSCCLOptions", "SimulatedTpu", "TpuSdk", "current_simulated_chip"]
 

@@ -1,6 +1,6 @@
 """What the CPU simulation of ProcessGroupSCCL enforces (manifest B2/B3).
 
-:func:`sccl_profile` describes SCCL for :mod:`xccl.plugin._sim`: the ``sccl`` backend name, the c10d methods
+:func:`sccl_profile` describes SCCL for :mod:`xccl.plugin`: the ``sccl`` backend name, the c10d methods
 ProcessGroupSCCL implements (the others raise what the vendor raises), its eight dtypes, its four reduce ops, and
 its creator's checks on ``pg_options``. Where the hardware would compute garbage instead of raising (split sizes
 ignored by all_to_all_single, an empty chip map, a chip map that disagrees with the device the rank selected) the
@@ -9,13 +9,12 @@ simulation raises, so that a script that runs in simulation does not silently go
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
+
+from xccl.plugin import SimProfile
 
 from ._sdk import SimulatedSCCLOptions, current_simulated_chip
 from ._table import NATIVE_REDUCE_OPS, SCCL_DTYPES
-
-if TYPE_CHECKING:
-    from xccl.plugin._sim import SimProfile
 
 __all__ = ["NATIVE_OPS", "check_sccl_options", "sccl_profile"]
 
@@ -77,8 +76,6 @@ def check_sccl_options(options: object | None, group_rank: int, group_size: int)
 
 def sccl_profile() -> SimProfile:
     """The simulation profile of ProcessGroupSCCL."""
-    from xccl.plugin._sim import SimProfile
-
     return SimProfile(
         backend="sccl",
         vendor_name="ProcessGroupSCCL",

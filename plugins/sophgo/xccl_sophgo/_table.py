@@ -24,9 +24,7 @@ from typing import Final
 
 import torch
 
-from xccl import CapabilityTable, Collective, Level, Support
-from xccl.plugin._capabilities import table_from
-from xccl.backends._common import PORTABLE
+from xccl.plugin import PORTABLE, CapabilityTable, Collective, Level, Support, table_from
 
 __all__ = ["NATIVE_REDUCE_OPS", "SCCL_DTYPES", "sophgo_table"]
 
@@ -130,6 +128,21 @@ def _eager() -> dict[Collective, Support]:
         ),
         C.SEND: _p2p("send"),
         C.RECV: _p2p("recv"),
+        C.RECV_ANY_SOURCE: Support(
+            Level.EMULATED, via="host_gloo",
+            note="SCCL has no receive from any source (recvAnysource is left to the c10d base class, which raises); "
+            "point-to-point goes through the host-side gloo group, which has one",
+        ),
+        C.ALL_REDUCE_COALESCED: Support(
+            Level.EMULATED, via="all_reduce", reduce_ops=_EMULATED_REDUCE_OPS,
+            note=f"{_SOURCE}: allreduce_coalesced is not overridden (the c10d base class raises): the tensors "
+            "flattened into one buffer per dtype, one all_reduce each",
+        ),
+        C.ALL_GATHER_COALESCED: Support(
+            Level.EMULATED, via="all_gather",
+            note=f"{_SOURCE}: allgather_coalesced is not overridden (the c10d base class raises): one all_gather per "
+            "tensor",
+        ),
     }
 
 

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch_tpu  # noqa: TID251 - this module is the plugin's SDK boundary, imported lazily by the runtime
 
-from xccl import BackendUnavailable
+from xccl.plugin import BackendUnavailable
 
 __all__ = ["TorchTpu"]
 

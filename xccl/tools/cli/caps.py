@@ -38,9 +38,9 @@ def add_parser(sub: Any, name: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the tables in the requested format."""
-    from xccl.tools import _render
     from xccl.errors import BackendNotFound, BackendUnavailable, XcclError
     from xccl.plugin._registry import Status, plugins
+    from xccl.tools import _render
 
     infos = {i.name: i for i in plugins()}
     if args.plugin:

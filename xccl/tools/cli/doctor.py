@@ -523,20 +523,25 @@ def _generic_visible(raw: str) -> tuple[Status, str, str]:
 
 def _rank_table(env: Mapping[str, str]) -> list[Finding]:
     from xccl.errors import RankTableError
-    from xccl.plugin._ranktable import load_rank_table
+    from xccl.plugin import load_rank_table
+
+    from .ranktable import installed_formats
 
     path = env.get("RANK_TABLE_FILE")
     if not path:
         return [Finding("rank table", "RANK_TABLE_FILE", "info", "unset (rank tables are optional)")]
+    formats = installed_formats()
     try:
-        table = load_rank_table(path)
+        fmt, table = load_rank_table(path, formats)
     except RankTableError as exc:
+        generators = [f"`xccl rank-table {f.name} ...`" for f in formats if f.can_generate]
         return [Finding(
             "rank table", "RANK_TABLE_FILE", "fail", f"{path} is not a valid rank table: {exc.field}: {exc.problem}",
-            "fix the file (`xccl rank-table validate FILE` says what is wrong), or generate a Sophgo one with "
-            "`xccl rank-table sophgo --device-id '[[0,1,2,3]]'`, or unset RANK_TABLE_FILE",
+            "fix the file (`xccl rank-table validate FILE` says what is wrong), "
+            + (f"or generate one with {' or '.join(generators)}, " if generators else "")
+            + "or unset RANK_TABLE_FILE",
         )]
-    kind = "HCCL" if hasattr(table, "servers") else "Sophgo"
+    kind = fmt.name
     size = table.world_size()
     facts = {"format": kind, "world_size": str(size), "version": str(getattr(table, "version", "?"))}
     world = env.get("WORLD_SIZE")

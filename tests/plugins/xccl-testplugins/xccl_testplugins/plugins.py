@@ -15,9 +15,7 @@ import os
 
 import torch
 
-from xccl import CapabilityTable, Collective, Level, Plugin, ProbeResult, Support
-from xccl.plugin._capabilities import table_from
-from xccl.backends._common import PORTABLE
+from xccl.plugin import PORTABLE, CapabilityTable, Collective, Level, Plugin, ProbeResult, Support, table_from
 
 C = Collective
 _DTYPES = frozenset(
@@ -36,6 +34,10 @@ _MOVING = Support(Level.NATIVE, dtypes=_DTYPES, cast_to={torch.bool: torch.uint8
 def _emulating_table(name: str, rs_via: str) -> CapabilityTable:
     eager = {op: _MOVING for op in C} | {
         C.ALL_REDUCE: _REDUCING,
+        C.ALL_REDUCE_COALESCED: Support(Level.EMULATED, via="all_reduce"),
+        C.ALL_GATHER_COALESCED: Support(Level.EMULATED, via="all_gather"),
+        C.GATHER: Support(Level.EMULATED, via="all_gather"),
+        C.RECV_ANY_SOURCE: Support(Level.EMULATED, via="host_gloo"),
         C.REDUCE: _REDUCING,
         C.REDUCE_SCATTER: Support(Level.EMULATED, via="reduce_scatter_tensor"),
         C.REDUCE_SCATTER_TENSOR: Support(Level.EMULATED, via=rs_via),

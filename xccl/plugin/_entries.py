@@ -1,14 +1,12 @@
-"""Capability entries shared by the built-in tables."""
+"""Capability entries any plugin can reuse: the emulations xccl provides over the even collectives."""
 
 from __future__ import annotations
 
 from typing import Final
 
-from ..plugin._capabilities import Collective, Level, Support
+from ._capabilities import Collective, Level, Support
 
 C = Collective
-
-FLOATS: Final = frozenset({"float32", "float64", "float16", "bfloat16"})
 
 #: Emulations available on any backend that has the even collectives: what gloo and nccl lack.
 PORTABLE: Final[dict[Collective, Support]] = {

@@ -1,0 +1,276 @@
+"""xccl's c10d process group: what puts xccl under torch.distributed, DDP, FSDP2, DTensor and compiled graphs.
+
+``xccl.init`` registers a torch.distributed backend named ``xccl_<vendor backend>`` (``xccl_gloo``,
+``xccl_nccl``, ``xccl_hccl``, ``xccl_sccl``; never ``xccl``, which torch owns for Intel XPUs) and creates the
+world on it. Every group of that backend is an :class:`XcclProcessGroup`: a ``torch.distributed.ProcessGroup``
+whose collective methods decode the c10d call into the public arguments and run xccl's dispatch, over the
+vendor's own process group, which the plugin's runtime builds (``Runtime.create_native_group``)::
+
+    dist.reduce_scatter_tensor(out, inp, group=g)       # FSDP2, or any code written for torch.distributed
+      -> g.reduce_scatter_single(out, inp, opts)        # Python override (the pybind trampoline routes C++
+                                                        # callers here too: DDP's reducer, functional collectives)
+        -> dispatch(REDUCE_SCATTER_TENSOR, ...)         # validation, the capability table, fallback policy,
+                                                        # mismatch check, typed faults
+          -> native: the vendor group's _reduce_scatter_base(out, inp, opts)
+          -> emulated (SCCL has no reduce_scatter): all_to_all_single on the vendor group + a local reduction
+          -> unsupported: UnsupportedCollective, before any rank communicates
+
+Groups created by third-party code (``dist.new_group``, DeviceMesh, FSDP's helpers) on this backend come through
+the same creator and get the vendor's options from the plugin (``Runtime.process_group_options``), which SCCL
+needs: it refuses to create a group without ``ProcessGroupSCCLOptions``.
+
+What torch reports: ``dist.get_backend(g)`` is ``"xccl_<backend>"`` (pass it to ``new_group``);
+``g._get_backend(device)`` is the vendor's backend object, so vendor code that reaches for it
+(``get_hccl_comm_name``, FSDP2's allocator hooks) finds what it expects. Code that branches on
+``get_backend() == "nccl"`` takes its generic path, which xccl's group supports in full.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Final
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
+
+from ..errors import InitError
+from ..plugin._capabilities import Collective
+from ..plugin._contract import Runtime
+from ..plugin._work import Work
+from . import _specs as S
+from ._dispatch import dispatch
+from ._state import STATE
+
+__all__ = ["PREFIX", "XcclProcessGroup", "backend_name", "register_backend"]
+
+LOG = logging.getLogger("xccl")
+
+#: The prefix of xccl's torch.distributed backend names.
+PREFIX: Final = "xccl_"
+_SUM: Final = dist.ReduceOp.SUM
+
+
+def backend_name(runtime: Runtime) -> str:
+    """The torch.distributed backend name of xccl's process group over ``runtime``'s vendor backend."""
+    return f"{PREFIX}{runtime.backend}"
+
+
+def needs_host_side(runtime: Runtime) -> bool:
+    """Whether the plugin's table stages point-to-point through a host-side gloo group."""
+    table = runtime.plugin.capabilities()
+    return any(table.entry(op).via == "host_gloo" for op in (Collective.SEND, Collective.RECV))
+
+
+def register_backend(runtime: Runtime) -> str:
+    """Register xccl's backend for ``runtime`` with torch.distributed (once per process); returns its name.
+
+    The creator reads the runtime from xccl's state when torch calls it, so one registration serves every
+    ``xccl.init`` of the process.
+    """
+    name = backend_name(runtime)
+    if name.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(name, _Creator(name), extended_api=True, devices=[runtime.device_type])
+    return name
+
+
+class _Creator:
+    """The creator torch calls for every group of an ``xccl_<backend>`` backend."""
+
+    def __init__(self, name: str) -> None:
+        self.name: Final = name
+
+    def __call__(self, options: Any, pg_options: Any) -> XcclProcessGroup:
+        runtime = STATE.runtime
+        if runtime is None or backend_name(runtime) != self.name:
+            raise InitError(
+                f"torch.distributed creates a group of xccl's backend {self.name!r}, but xccl has not prepared it in "
+                "this process: call xccl.init() (or xccl.process_group_backend()) before creating groups on it"
+            )
+        if pg_options is None:
+            # A group created by third-party code (DeviceMesh, FSDP, Megatron-style builders): the vendor's options.
+            world = None if not dist.is_initialized() else list(options.global_ranks_in_group)
+            pg_options = runtime.process_group_options(world)
+        native = runtime.create_native_group(options, pg_options)
+        side = None
+        if needs_host_side(runtime):
+            side = ProcessGroupGloo(PrefixStore("xccl.side", options.store), options.group_rank, options.group_size,
+                                    options.timeout)
+        LOG.debug("xccl group %s (%s) of %d ranks over %s", options.group_id, self.name, options.group_size,
+                  type(native).__name__)
+        return XcclProcessGroup(options, native, side, self.name, runtime.device_type, pg_options)
+
+
+class XcclProcessGroup(dist.ProcessGroup):
+    """A ``torch.distributed.ProcessGroup`` whose collectives run through xccl's dispatch.
+
+    Args:
+        options: torch's ``_DistributedBackendOptions`` for the group.
+        native: the vendor's own process group (or c10d ``Backend``): where native kernels run.
+        side: a gloo backend over the same ranks for point-to-point staged through host memory, or None.
+        name: the torch.distributed backend name (``xccl_<backend>``).
+        device_type: the device type of the group's tensors.
+        pg_options: the vendor's options the group was created with (HCCL's ``Options``, SCCL's chip map).
+    """
+
+    def __init__(self, options: Any, native: Any, side: Any, name: str, device_type: str, pg_options: Any = None) -> None:
+        super().__init__(options.group_rank, options.group_size)  # type: ignore[call-arg]
+        #: The vendor's own process group or backend.
+        self.native: Final = native
+        #: The host-side gloo group over the same ranks, or None.
+        self.side: Final = side
+        #: The vendor's options the group was created with.
+        self.pg_options: Final = pg_options
+        self._backend_name: Final = name
+        device = torch.device(device_type)
+        # The vendor's backend object serves group_name (stored in the backends), _get_backend(device) (vendor
+        # extras such as get_hccl_comm_name) and anything torch routes to the backend without a Python override.
+        backend = native._get_backend(device) if isinstance(native, dist.ProcessGroup) else native
+        self._register_backend(device, dist.ProcessGroup.BackendType.CUSTOM, backend)
+        self._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
+
+    def getBackendName(self) -> str:  # camelCase: the name the C++ trampoline looks up
+        """xccl's backend name, which ``pg.name()`` reports."""
+        return self._backend_name
+
+    def __repr__(self) -> str:
+        return f"<XcclProcessGroup {self._backend_name} rank={self.rank()} size={self.size()}>"
+
+    # ---------------------------------------------------------------------------------------- the c10d methods
+    # Each decodes the c10d call (options structs, group ranks) into the public arguments and dispatches with
+    # async_op=True: torch's wrappers wait on the returned Work themselves when the caller did not ask for it.
+
+    def _run(self, spec: S.Spec, *public: Any) -> Any:
+        return _returned(dispatch(spec, self, True, *public))
+
+    def allreduce(self, tensors: Any, opts: Any = None) -> Any:
+        """``ProcessGroup.allreduce`` (one tensor; several are an all_reduce_coalesced)."""
+        ts = _tensors(tensors)
+        op = _op(opts)
+        if len(ts) == 1:
+            return self._run(S.ALL_REDUCE, ts[0], op)
+        return self._run(S.ALL_REDUCE_COALESCED, ts, op)
+
+    def allreduce_coalesced(self, tensors: Sequence[torch.Tensor], opts: Any = None) -> Any:
+        """``ProcessGroup.allreduce_coalesced``."""
+        return self._run(S.ALL_REDUCE_COALESCED, list(tensors), _op(opts))
+
+    def allgather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> Any:
+        """``ProcessGroup.allgather``: ``[[outputs]], [input]`` (or ``[outputs], input``)."""
+        if isinstance(input_tensors, torch.Tensor):
+            return self._run(S.ALL_GATHER, list(output_tensors), input_tensors)
+        return self._run(S.ALL_GATHER, list(output_tensors[0]), input_tensors[0])
+
+    def allgather_coalesced(self, output_lists: Any, input_list: Any, opts: Any = None) -> Any:
+        """``ProcessGroup.allgather_coalesced``."""
+        return self._run(S.ALL_GATHER_COALESCED, [list(o) for o in output_lists], list(input_list))
+
+    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
+        """``ProcessGroup._allgather_base``."""
+        return self._run(S.ALL_GATHER_INTO_TENSOR, output, input)
+
+    all_gather_single = _allgather_base
+
+    def allgather_into_tensor_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
+                                        opts: Any = None) -> Any:
+        """``ProcessGroup.allgather_into_tensor_coalesced``: one all_gather_into_tensor per pair."""
+        return _all_of([dispatch(S.ALL_GATHER_INTO_TENSOR, self, True, o, i) for o, i in zip(outputs, inputs,
+                                                                                            strict=True)])
+
+    all_gather_single_coalesced = allgather_into_tensor_coalesced
+
+    def reduce_scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> Any:
+        """``ProcessGroup.reduce_scatter``: ``[output], [[inputs]]``."""
+        if isinstance(output_tensors, torch.Tensor):
+            return self._run(S.REDUCE_SCATTER, output_tensors, list(input_tensors), _op(opts))
+        return self._run(S.REDUCE_SCATTER, output_tensors[0], list(input_tensors[0]), _op(opts))
+
+    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
+        """``ProcessGroup._reduce_scatter_base``."""
+        return self._run(S.REDUCE_SCATTER_TENSOR, output, input, _op(opts))
+
+    reduce_scatter_single = _reduce_scatter_base
+
+    def reduce_scatter_tensor_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
+                                        opts: Any = None) -> Any:
+        """``ProcessGroup.reduce_scatter_tensor_coalesced``: one reduce_scatter_tensor per pair."""
+        op = _op(opts)
+        return _all_of([dispatch(S.REDUCE_SCATTER_TENSOR, self, True, o, i, op)
+                        for o, i in zip(outputs, inputs, strict=True)])
+
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
+
+    def alltoall(self, output_tensors: Sequence[torch.Tensor], input_tensors: Sequence[torch.Tensor],
+                 opts: Any = None) -> Any:
+        """``ProcessGroup.alltoall``."""
+        return self._run(S.ALL_TO_ALL, list(output_tensors), list(input_tensors))
+
+    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: Sequence[int],
+                      input_split_sizes: Sequence[int], opts: Any = None) -> Any:
+        """``ProcessGroup.alltoall_base``: empty split sizes mean even splits, as in c10d."""
+        osz = list(output_split_sizes) or None
+        isz = list(input_split_sizes) or None
+        return self._run(S.ALL_TO_ALL_SINGLE, output, input, osz, isz)
+
+    all_to_all_single = alltoall_base
+
+    def broadcast(self, tensors: Any, opts: Any = None) -> Any:
+        """``ProcessGroup.broadcast``: the root is a group rank (options, or an int)."""
+        return self._run(S.BROADCAST, _tensors(tensors)[0], None, _root(opts))
+
+    def reduce(self, tensors: Any, opts: Any = None) -> Any:
+        """``ProcessGroup.reduce``."""
+        return self._run(S.REDUCE, _tensors(tensors)[0], None, _op(opts), _root(opts))
+
+    def gather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> Any:
+        """``ProcessGroup.gather``: ``[[outputs]]`` on the root, ``[]`` elsewhere."""
+        lst = list(output_tensors[0]) if output_tensors else None
+        return self._run(S.GATHER, _tensors(input_tensors)[0], lst, None, _root(opts))
+
+    def scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> Any:
+        """``ProcessGroup.scatter``: ``[[inputs]]`` on the root, ``[]`` elsewhere."""
+        lst = list(input_tensors[0]) if input_tensors else None
+        return self._run(S.SCATTER, _tensors(output_tensors)[0], lst, None, _root(opts))
+
+    def barrier(self, opts: Any = None) -> Any:
+        """``ProcessGroup.barrier``."""
+        return self._run(S.BARRIER)
+
+    def send(self, tensors: Sequence[torch.Tensor], dstRank: int, tag: int = 0) -> Any:
+        """``ProcessGroup.send`` to a group rank."""
+        return self._run(S.SEND, tensors[0], None, tag, dstRank)
+
+    def recv(self, tensors: Sequence[torch.Tensor], srcRank: int, tag: int = 0) -> Any:
+        """``ProcessGroup.recv`` from a group rank."""
+        return self._run(S.RECV, tensors[0], None, tag, srcRank)
+
+    def recv_anysource(self, tensors: Sequence[torch.Tensor], tag: int = 0) -> Any:
+        """``ProcessGroup.recv_anysource``: the returned work reports the sender (``_source_rank()``)."""
+        return self._run(S.RECV, tensors[0], None, tag, None)
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    return [value] if isinstance(value, torch.Tensor) else list(value)
+
+
+def _op(opts: Any) -> Any:
+    """The reduce op of a c10d call: its options struct's, a ``ReduceOp`` passed directly, or SUM."""
+    if opts is None:
+        return _SUM
+    return getattr(opts, "reduceOp", opts)
+
+
+def _root(opts: Any) -> int:
+    """The root (a group rank) of a c10d call: its options struct's, or an int passed directly."""
+    return opts if isinstance(opts, int) else int(getattr(opts, "rootRank", 0))
+
+
+def _returned(work: Any) -> Any:
+    """A ``torch.distributed.Work`` for torch (a completed one when the kernel finished synchronously)."""
+    return work if work is not None else Work()
+
+
+def _all_of(works: Sequence[Any]) -> Work:
+    """One work that waits for several."""
+    return Work([w for w in works if w is not None])

@@ -1,0 +1,207 @@
+"""All of xccl's state in a process: the world, the selected runtime, and one :class:`GroupState` per process group.
+
+Everything that lives longer than a call is here, in :data:`STATE`, and :meth:`ProcessState.reset` (called by
+``xccl.shutdown``) forgets all of it: the groups' plan caches and mismatch-detector clocks, the once-per-op
+warnings, the graph path's order tokens and pending point-to-point work, the detector's store channel. No other
+module keeps state of its own.
+
+It sits with dispatch, which reads it on every call; ``xccl.runtime`` (``init``, ``new_group``, ``shutdown``)
+is the lifecycle that fills and resets it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, final
+
+import torch
+import torch.distributed as dist
+
+from ..errors import InitError, InvalidArgument, UnsupportedCollective
+from ..plugin._capabilities import CapabilityTable
+from ..plugin._contract import Runtime
+from ..plugin._kernels import KernelContext
+
+__all__ = ["DEFAULT_TIMEOUT", "STATE", "Fallback", "GroupState", "ProcessState", "World", "register", "state_of"]
+
+Fallback = Literal["emulate", "warn", "error"]
+
+#: Default collective timeout: long enough for a slow first step, short enough that a hang becomes an error
+#: within minutes, not torch's 30. Override with ``timeout=`` or ``XCCL_TIMEOUT`` (seconds).
+DEFAULT_TIMEOUT: Final = _dt.timedelta(seconds=300)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class World:
+    """What ``xccl.init`` set up (or adopted) in this process."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    #: The device this rank computes on (``cpu`` in simulation).
+    device: torch.device
+    #: Name of the selected plugin.
+    plugin: str
+    #: The vendor's torch.distributed backend under the groups (``gloo``, ``nccl``, ``hccl``, ``sccl``).
+    backend: str
+    #: True when a vendor plugin runs in CPU simulation.
+    simulate: bool = False
+    #: The fallback policy for collectives the backend lacks.
+    fallback: Fallback = "warn"
+    #: True when the collective-mismatch detector is on.
+    check: bool = False
+    timeout: _dt.timedelta = DEFAULT_TIMEOUT
+    #: The torch.distributed backend name of the world group: xccl's (``xccl_<backend>``) when xccl created it,
+    #: the vendor's when xccl adopted a world created by someone else.
+    process_group_backend: str = ""
+    #: True when the world was created outside xccl and adopted by ``xccl.init``.
+    adopted: bool = False
+
+
+@final
+class GroupState:
+    """One process group as dispatch sees it: plugin, table, ranks, the plan cache, the detector's clock.
+
+    Implements the validation facts (``size``, ``rank``, ``ranks``, ``device_type``, ``backend``); kernels of
+    plugins get the narrower :attr:`kernel_context`.
+    """
+
+    __slots__ = (
+        "backend", "check", "comm_name", "device_type", "fallback", "group", "kernel_context", "name", "native",
+        "plans", "rank", "ranks", "runtime", "seq", "side", "size", "table",
+    )
+
+    def __init__(self, group: Any, native: Any, side: Any, runtime: Runtime, fallback: Fallback, check: bool) -> None:
+        #: The process group as torch.distributed knows it.
+        self.group: Final = group
+        #: The vendor's own process group (or c10d Backend): native kernels call its c10d methods.
+        self.native: Final = native
+        #: A gloo group over the same ranks for emulations staged through host memory, or None.
+        self.side: Final = side
+        self.runtime: Final = runtime
+        #: Device type of the tensors this group takes (a plain attribute: read on every call).
+        self.device_type: Final = runtime.device_type
+        self.table: Final[CapabilityTable] = runtime.plugin.capabilities()
+        #: The plugin's name, in messages.
+        self.backend: Final = self.table.backend
+        self.size: Final = group.size()
+        self.rank: Final = group.rank()
+        #: Global ranks of the members, in group-rank order.
+        self.ranks: Final = tuple(dist.get_process_group_ranks(group))
+        self.name: Final = group.group_name
+        self.fallback: Final = fallback
+        self.check: Final = check
+        #: (op, dtype, reduce op) -> kernel; filled by dispatch on first use of each call shape.
+        self.plans: Final[dict[tuple[Any, ...], Callable[..., Any]]] = {}
+        #: Sequence number of collectives issued on this group (the mismatch detector's clock).
+        self.seq = 0
+        #: The plugin's communicator name, once asked for (:meth:`communicator_name`).
+        self.comm_name: str | None = None
+        #: What a plugin's kernels see of the group.
+        self.kernel_context: Final = KernelContext(group, native, self.rank, self.size, self.ranks, self.backend,
+                                                   self.communicator_name)
+
+    def communicator_name(self) -> str:
+        """The plugin's communicator name for the group, asked for once (on HCCL, asking creates it)."""
+        if self.comm_name is None:
+            self.comm_name = self.runtime.comm_name(self.group)
+        return self.comm_name
+
+    def side_group(self) -> Any:
+        """The host-side gloo group over the same ranks.
+
+        Raises:
+            UnsupportedCollective: the group was not created by xccl's process-group backend.
+        """
+        if self.side is None:
+            raise UnsupportedCollective(
+                "point-to-point", self.backend,
+                "emulated send/recv needs a host-side gloo group, which xccl creates with each group of its own "
+                "process-group backend; this group was created outside xccl (create it with xccl.new_group, or "
+                "initialise torch.distributed with xccl.process_group_backend())",
+            )
+        return self.side
+
+    def __repr__(self) -> str:
+        return f"<GroupState {self.name!r} of {self.backend}: rank {self.rank} of {self.size}>"
+
+
+@dataclass
+class ProcessState:
+    """The process's state; one instance, :data:`STATE`."""
+
+    world: World | None = None
+    #: The arguments of the ``xccl.init`` call that made ``world`` (a second call with others is refused).
+    args: tuple[Any, ...] | None = None
+    #: The selected plugin's runtime; set by ``init`` and by ``process_group_backend`` (before any group exists).
+    runtime: Runtime | None = None
+    fallback: Fallback = "warn"
+    check: bool = False
+    default: GroupState | None = None
+    groups: dict[Any, GroupState] = field(default_factory=dict)
+    #: (op, backend) pairs already warned about (emulation, fused-kernel fallback).
+    warned: set[tuple[str, ...]] = field(default_factory=set)
+    #: The graph path's order token per group name (``xccl.graph``).
+    tokens: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: Point-to-point work started by graph ops and not yet waited for, per group name (``xccl.graph``).
+    pending: dict[str, list[Any]] = field(default_factory=dict)
+    #: The mismatch detector's store channel, once opened.
+    channel: Any = None
+    #: Post-grad passes of the ``xccl`` compile backend: name -> (pass, uuid) (``xccl.graph``).
+    passes: dict[str, tuple[Callable[..., None], str]] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        """Forget everything (``xccl.shutdown``)."""
+        fresh = ProcessState()
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(fresh, name))
+
+
+STATE: Final = ProcessState()
+
+
+def state_of(group: Any = None) -> GroupState:
+    """The :class:`GroupState` of ``group`` (``None``: the world). Groups made outside xccl are adopted.
+
+    Raises:
+        InitError: xccl is not initialised.
+        InvalidArgument: ``group`` is not a process group of this rank.
+    """
+    if group is None:
+        st = STATE.default
+        if st is None:
+            raise InitError("xccl is not initialised: call xccl.init() first")
+        return st
+    st = STATE.groups.get(group)
+    return st if st is not None else _adopt(group)
+
+
+def register(group: Any, runtime: Runtime, fallback: Fallback | None = None, check: bool | None = None) -> GroupState:
+    """Track ``group`` with a runtime and policies of its own instead of the world's.
+
+    A test seam (one rank pool serves several fallback policies, or a test vendor's kernels over a real group);
+    applications get their groups' state from ``xccl.init`` and ``xccl.new_group``.
+    """
+    native = getattr(group, "native", group)
+    side = getattr(group, "side", None)
+    st = STATE.groups[group] = GroupState(
+        group, native, side, runtime, STATE.fallback if fallback is None else fallback,
+        STATE.check if check is None else check,
+    )
+    return st
+
+
+def _adopt(group: Any) -> GroupState:
+    # The runtime is enough: a framework may create xccl's groups (xccl.process_group_backend) before xccl.init.
+    runtime = STATE.runtime
+    if runtime is None:
+        raise InitError("xccl is not initialised: call xccl.init() first")
+    if group is dist.GroupMember.NON_GROUP_MEMBER:
+        raise InvalidArgument("group", "this rank is not a member of the group it passed")
+    if not isinstance(group, dist.ProcessGroup):
+        raise InvalidArgument("group", f"expected a torch.distributed ProcessGroup or None, got {type(group).__name__}")
+    # xccl's process group carries the vendor's group and the host-side group; any other group is its own native.
+    return register(group, runtime)

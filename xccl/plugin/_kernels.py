@@ -1,0 +1,190 @@
+"""What a plugin's kernels receive, and the signature each kind of kernel must have.
+
+A plugin provides kernels through ``Runtime.kernels()``: a mapping from :class:`~xccl.Collective` to a callable.
+xccl calls it as ``kernel(ctx, *kernel_args, async_op)`` (the fused ops take no ``async_op``), where ``ctx`` is a
+:class:`KernelContext` and the kernel arguments are the op's after validation: tensors checked, roots and peers as
+*group* ranks, split sizes as lists of ints, reduce ops as ``torch.distributed.ReduceOp``.
+
+A kernel returns a work handle when ``async_op`` is true and None once the collective completed otherwise (see
+:func:`~xccl.plugin.finish`). It may raise :class:`~xccl.ConstraintViolation` *before* communicating when its
+documented constraints do not hold; dispatch then applies the fallback policy.
+
+:data:`KERNEL_SIGNATURES` lists, per op, the parameters a kernel must accept; :func:`kernel_problems` checks a
+callable against it, as pluggy verifies hook implementations when they are registered (the conformance suite
+runs it on every kernel a plugin returns, before running any).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol, final
+
+import torch
+
+from ._capabilities import Collective
+
+__all__ = [
+    "KERNEL_SIGNATURES",
+    "AllGatherMMKernel",
+    "AllToAllVKernel",
+    "CollectiveKernel",
+    "KernelContext",
+    "MMAllReduceKernel",
+    "MMReduceScatterKernel",
+    "UnevenAllGatherKernel",
+    "UnevenReduceScatterKernel",
+    "kernel_problems",
+    "kernels_problems",
+]
+
+C = Collective
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class KernelContext:
+    """What a plugin's kernel knows about the group it runs on."""
+
+    #: The process group as torch.distributed knows it: pass it to vendor SDK functions that take a group (they
+    #: reach the vendor backend through ``group._get_backend(device)``). Do not call ``torch.distributed``
+    #: collectives on it from a kernel: on xccl's process group they dispatch back into xccl.
+    group: Any
+    #: The vendor's own process group (or c10d ``Backend``): its c10d methods (``allreduce([t], opts)``,
+    #: ``_allgather_base(out, in, opts)``, ...) run the vendor's kernels directly.
+    native: Any
+    #: This process's rank within the group.
+    rank: int
+    #: Number of members.
+    size: int
+    #: Global ranks of the members, in group-rank order.
+    ranks: tuple[int, ...]
+    #: The plugin's name (for error messages, e.g. ``ConstraintViolation(op, ctx.plugin, ...)``).
+    plugin: str
+    #: The group's communicator name (``Runtime.comm_name``), cached by xccl: on HCCL the first call creates the
+    #: communicator, so every rank of the group must reach it (the fused kernels do, together).
+    comm_name: Callable[[], str]
+
+
+#: The kernel arguments of each op, after ``ctx`` (and before ``async_op`` where the op has one).
+KERNEL_SIGNATURES: Final[Mapping[Collective, tuple[str, ...]]] = {
+    C.ALL_REDUCE: ("tensor", "op", "async_op"),
+    C.ALL_REDUCE_COALESCED: ("tensors", "op", "async_op"),
+    C.ALL_GATHER: ("tensor_list", "tensor", "async_op"),
+    C.ALL_GATHER_COALESCED: ("output_tensor_lists", "input_tensor_list", "async_op"),
+    C.ALL_GATHER_INTO_TENSOR: ("output_tensor", "input_tensor", "async_op"),
+    C.REDUCE_SCATTER: ("output", "input_list", "op", "async_op"),
+    C.REDUCE_SCATTER_TENSOR: ("output", "input", "op", "async_op"),
+    C.ALL_TO_ALL: ("output_tensor_list", "input_tensor_list", "async_op"),
+    C.ALL_TO_ALL_SINGLE: ("output", "input", "output_split_sizes", "input_split_sizes", "async_op"),
+    C.ALL_TO_ALL_SINGLE_UNEVEN: ("output", "input", "output_split_sizes", "input_split_sizes", "async_op"),
+    C.BROADCAST: ("tensor", "src", "async_op"),
+    C.REDUCE: ("tensor", "dst", "op", "async_op"),
+    C.GATHER: ("tensor", "gather_list", "dst", "async_op"),
+    C.SCATTER: ("tensor", "scatter_list", "src", "async_op"),
+    C.BARRIER: ("async_op",),
+    C.SEND: ("tensor", "dst", "tag", "async_op"),
+    C.RECV: ("tensor", "src", "tag", "async_op"),
+    C.RECV_ANY_SOURCE: ("tensor", "src", "tag", "async_op"),
+    C.ALL_GATHER_INTO_TENSOR_UNEVEN: ("output", "input", "output_split_sizes", "async_op"),
+    C.REDUCE_SCATTER_TENSOR_UNEVEN: ("output", "input", "input_split_sizes", "op", "async_op"),
+    C.ALL_TO_ALL_V: ("output", "input", "send_count_matrix", "async_op"),
+    C.MM_REDUCE_SCATTER: ("a", "b", "reduce_op", "bias"),
+    C.ALL_GATHER_MM: ("a", "b", "gather_output"),
+    C.MM_ALL_REDUCE: ("a", "b", "bias"),
+}
+
+
+def kernel_problems(op: Collective, kernel: object) -> list[str]:
+    """Why ``kernel`` cannot be called as the kernel of ``op`` (empty: it can).
+
+    The check is positional, like the call: the kernel must take ``ctx`` and then as many positional arguments as
+    :data:`KERNEL_SIGNATURES` lists for ``op`` (their names are free), with no further required parameter.
+    """
+    if not callable(kernel):
+        return [f"the {op.value} kernel is a {type(kernel).__name__}, not a callable"]
+    try:
+        sig = inspect.signature(kernel)
+    except (TypeError, ValueError):
+        return []  # a builtin without a signature: nothing to check
+    want = 1 + len(KERNEL_SIGNATURES[op])
+    params = list(sig.parameters.values())
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    variadic = any(p.kind is p.VAR_POSITIONAL for p in params)
+    required = [p for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    kw_only = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.default is p.empty]
+    expected = f"(ctx, {', '.join(KERNEL_SIGNATURES[op])})"
+    problems = []
+    if len(positional) < want and not variadic:
+        problems.append(f"the {op.value} kernel takes {len(positional)} positional arguments; xccl calls it with "
+                        f"{want}: {expected}")
+    if len(required) > want:
+        problems.append(f"the {op.value} kernel requires {len(required)} arguments; xccl passes {want}: {expected}")
+    if kw_only:
+        problems.append(f"the {op.value} kernel requires keyword-only arguments {kw_only} that xccl never passes")
+    return problems
+
+
+def kernels_problems(kernels: Mapping[Collective, Callable[..., Any]]) -> list[str]:
+    """:func:`kernel_problems` over every kernel a runtime returns."""
+    out = []
+    for op, kernel in kernels.items():
+        if not isinstance(op, Collective):
+            out.append(f"kernels() has a key {op!r} that is not an xccl.Collective")
+            continue
+        out += kernel_problems(op, kernel)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- protocols
+# One per kind of kernel a plugin provides, for type checkers; KERNEL_SIGNATURES is what xccl checks at run time.
+
+
+class CollectiveKernel(Protocol):
+    """A kernel for a standard collective: ``kernel(ctx, *kernel_args, async_op)`` (arguments per
+    :data:`KERNEL_SIGNATURES`), returning a work handle when ``async_op`` and None otherwise."""
+
+    def __call__(self, ctx: KernelContext, /, *args: Any) -> Any: ...
+
+
+class UnevenAllGatherKernel(Protocol):
+    """``ALL_GATHER_INTO_TENSOR_UNEVEN``: rank ``i`` contributes ``output_split_sizes[i]`` rows of ``output``."""
+
+    def __call__(self, ctx: KernelContext, output: torch.Tensor, input: torch.Tensor,
+                 output_split_sizes: list[int], async_op: bool, /) -> Any: ...
+
+
+class UnevenReduceScatterKernel(Protocol):
+    """``REDUCE_SCATTER_TENSOR_UNEVEN``: rank ``i`` receives ``input_split_sizes[i]`` rows of the reduction."""
+
+    def __call__(self, ctx: KernelContext, output: torch.Tensor, input: torch.Tensor,
+                 input_split_sizes: list[int], op: Any, async_op: bool, /) -> Any: ...
+
+
+class AllToAllVKernel(Protocol):
+    """``ALL_TO_ALL_V``: ``send_count_matrix[i][j]`` elements go from rank ``i`` to rank ``j``."""
+
+    def __call__(self, ctx: KernelContext, output: torch.Tensor, input: torch.Tensor,
+                 send_count_matrix: list[list[int]], async_op: bool, /) -> Any: ...
+
+
+class MMReduceScatterKernel(Protocol):
+    """``MM_REDUCE_SCATTER``: ``reduce_scatter(a @ b + bias)`` along dim 0; returns this rank's (m/W, n)."""
+
+    def __call__(self, ctx: KernelContext, a: torch.Tensor, b: torch.Tensor, reduce_op: str,
+                 bias: torch.Tensor | None, /) -> torch.Tensor: ...
+
+
+class AllGatherMMKernel(Protocol):
+    """``ALL_GATHER_MM``: ``g = all_gather(a)``; returns ``(g @ b, g)`` (the second may be empty when not asked)."""
+
+    def __call__(self, ctx: KernelContext, a: torch.Tensor, b: torch.Tensor, gather_output: bool, /
+                 ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+class MMAllReduceKernel(Protocol):
+    """``MM_ALL_REDUCE``: ``all_reduce(a @ b + bias)``; returns ``a``'s shape with ``n`` last."""
+
+    def __call__(self, ctx: KernelContext, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, /
+                 ) -> torch.Tensor: ...
