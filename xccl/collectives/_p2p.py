@@ -79,8 +79,11 @@ def batch_isend_irecv(p2p_op_list: Sequence[Any]) -> list[Any]:
         if p.group is not group:
             raise InvalidArgument("batch_isend_irecv", "every operation of the batch must use the same group")
         st = state_of(p.group)
-        peer_given = p.peer is not None or getattr(p, "group_peer", None) is not None
-        if not peer_given:
+        peer, group_peer = p.peer, getattr(p, "group_peer", None)
+        if peer is None and group_peer is None:
             raise InvalidArgument("batch_isend_irecv", f"p2p_op_list[{i}] has no peer")
-        calls.append((st, spec, spec.validate(st, invalid, p.tensor, p.peer, p.tag, getattr(p, "group_peer", None))))
+        if peer is not None and group_peer is not None:
+            # torch's own P2POp fills both (group_peer derived from peer); the global rank is the one its caller gave.
+            group_peer = None
+        calls.append((st, spec, spec.validate(st, invalid, p.tensor, peer, p.tag, group_peer)))
     return [run(st, spec, kargs, True) for st, spec, kargs in calls]

@@ -23,6 +23,7 @@ from ..errors import InitError, InvalidArgument, UnsupportedCollective
 from ..plugin._capabilities import CapabilityTable
 from ..plugin._contract import Runtime
 from ..plugin._kernels import KernelContext
+from ._validate import group_problem
 
 __all__ = ["DEFAULT_TIMEOUT", "STATE", "Fallback", "GroupState", "ProcessState", "World", "register", "state_of"]
 
@@ -199,9 +200,8 @@ def _adopt(group: Any) -> GroupState:
     runtime = STATE.runtime
     if runtime is None:
         raise InitError("xccl is not initialised: call xccl.init() first")
-    if group is dist.GroupMember.NON_GROUP_MEMBER:
-        raise InvalidArgument("group", "this rank is not a member of the group it passed")
-    if not isinstance(group, dist.ProcessGroup):
-        raise InvalidArgument("group", f"expected a torch.distributed ProcessGroup or None, got {type(group).__name__}")
+    problem = group_problem(group)
+    if problem is not None:
+        raise InvalidArgument("group", problem)
     # xccl's process group carries the vendor's group and the host-side group; any other group is its own native.
     return register(group, runtime)

@@ -20,6 +20,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from ..collectives._state import STATE, state_of
+from ..collectives._validate import group_problem
 from ..errors import InvalidArgument, UnsupportedCollective, XcclError
 from ..plugin._capabilities import CapabilityTable, Collective, Level, Mode, reduce_op_name
 from ..plugin._registry import default_registry
@@ -144,9 +145,15 @@ def info_by_name(name: str) -> GroupInfo:
 
 
 def group_info(group: Any) -> GroupInfo:
-    """The :class:`GroupInfo` of ``group`` (``None``: the world). Traced by Dynamo; cheap."""
+    """The :class:`GroupInfo` of ``group`` (``None``: the world). Traced by Dynamo; cheap.
+
+    A ``group`` that is not a process group of this rank fails as in eager mode (the same check).
+    """
     if group is None:
         return default_info()
+    problem = group_problem(group)
+    if problem is not None:
+        fail("group", problem)
     return info_by_name(group.group_name)
 
 

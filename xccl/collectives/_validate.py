@@ -1,0 +1,405 @@
+"""The validators of the collectives: what every rank can check alone, before anything is sent.
+
+Each op's validator (``Spec.validate`` in ``_specs``) turns the public arguments into the kernel arguments and
+calls ``fail(op, detail)`` on anything wrong: the eager path passes a ``fail`` that raises
+:class:`~xccl.InvalidArgument`, the graph path one that raises its trace-time twin, so both modes refuse a bad call
+with the same typed error. The shared checks below are the pieces every op's validator is made of.
+
+What a validator reads of a group is :class:`Facts`: the eager :class:`~xccl.collectives._state.GroupState` and the
+graph path's trace-time ``GroupInfo`` both have it.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any, NoReturn, Protocol
+
+import torch
+import torch.distributed as dist
+
+from ..plugin._capabilities import reduce_op_of
+
+__all__ = [
+    "Facts",
+    "Fail",
+    "Validator",
+    "all_gather",
+    "all_gather_coalesced",
+    "all_gather_into_tensor",
+    "all_gather_uneven",
+    "all_reduce",
+    "all_reduce_coalesced",
+    "all_to_all",
+    "all_to_all_single",
+    "all_to_all_v",
+    "barrier",
+    "broadcast",
+    "gather",
+    "p2p",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "reduce_scatter_uneven",
+    "scatter",
+    "counts",
+    "group_problem",
+    "member",
+    "same_dtype",
+    "splits",
+    "tensor",
+    "tensor_list",
+]
+
+
+class Facts(Protocol):
+    """What validation needs to know about a group: the eager state and the graph path's trace-time facts both
+    have these attributes."""
+
+    #: Number of members.
+    size: int
+    #: This process's rank within the group.
+    rank: int
+    #: Global ranks of the members, in group-rank order.
+    ranks: tuple[int, ...]
+    #: Device type of the group's tensors (``"cpu"`` in simulation).
+    device_type: str
+    #: The plugin name, for messages.
+    backend: str
+
+
+#: ``fail(op, detail)`` raises the invalid-argument error of the calling path; it never returns.
+Fail = Callable[[str, str], NoReturn]
+Validator = Callable[..., tuple[Any, ...]]
+
+
+# ------------------------------------------------------------------------------------------- shared validators
+
+
+def tensor(g: Facts, fail: Fail, op: str, what: str, t: Any) -> torch.Tensor:
+    """``t`` if it is a contiguous tensor on the group's device type."""
+    if not isinstance(t, torch.Tensor):
+        fail(op, f"{what} must be a torch.Tensor, got {type(t).__name__}")
+    dev = g.device_type
+    if t.device.type != dev:
+        fail(op, f"{what} is on {t.device}, but the {g.backend} backend takes {dev} tensors; move it with .to()")
+    if not t.is_contiguous():
+        fail(op, f"{what} is not contiguous; call .contiguous() first")
+    return t
+
+
+def group_problem(group: Any) -> str | None:
+    """Why ``group`` is not a process group this rank can use (None when it is; ``None`` is the world)."""
+    if group is None:
+        return None
+    if group is dist.GroupMember.NON_GROUP_MEMBER:
+        return "this rank is not a member of the group it passed"
+    if not isinstance(group, dist.ProcessGroup):
+        return f"expected a torch.distributed ProcessGroup or None, got {type(group).__name__}"
+    return None
+
+
+def same_dtype(fail: Fail, op: str, a: torch.Tensor, b: torch.Tensor, what: str = "output and input") -> None:
+    """Both tensors have one dtype."""
+    if a.dtype != b.dtype:
+        fail(op, f"{what} dtypes differ ({a.dtype} vs {b.dtype})")
+
+
+def tensor_list(g: Facts, fail: Fail, op: str, what: str, ts: Any, n: int | None = None) -> list[torch.Tensor]:
+    """``ts`` as a list of valid tensors, one per member (or ``n``)."""
+    if not isinstance(ts, (list, tuple)):
+        fail(op, f"{what} must be a list of tensors, got {type(ts).__name__}")
+    want = g.size if n is None else n
+    if len(ts) != want:
+        fail(op, f"{what} has {len(ts)} tensors; the group has {g.size} ranks")
+    for i, t in enumerate(ts):
+        tensor(g, fail, op, f"{what}[{i}]", t)
+    return list(ts)
+
+
+def member(g: Facts, fail: Fail, op: str, what: str, rank: Any, group_rank: Any) -> int:
+    """A root or peer given as a global rank (``rank``) or a group rank (``group_<what>``), as a group rank."""
+    if group_rank is not None:
+        if rank is not None:
+            fail(op, f"pass {what} or group_{what}, not both")
+        if not isinstance(group_rank, int) or isinstance(group_rank, bool) or not 0 <= group_rank < g.size:
+            fail(op, f"group_{what}={group_rank!r} is outside [0, {g.size}) for this group")
+        return group_rank
+    if rank is None:
+        fail(op, f"{what} is required")
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank not in g.ranks:
+        fail(op, f"{what}={rank!r} is not a member of this group (ranks {list(g.ranks)})")
+    return g.ranks.index(rank)
+
+
+def counts(fail: Fail, op: str, what: str, values: Any) -> list[int]:
+    """``values`` as a list of non-negative ints. Anything ``operator.index`` takes (numpy ints, integer 0-d
+    tensors) is accepted; floats, bools and strings are refused rather than truncated. Symbolic ints (traced
+    split sizes) are kept as they are, unchecked: their values are known only when the graph runs."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        fail(op, f"{what} must be a sequence of integers, got {type(values).__name__}")
+    items = list(values)
+    out: list[Any] = []
+    for s in items:
+        if isinstance(s, bool):
+            fail(op, f"{what}={items!r} must hold integers, but has {s!r} (bool)")
+        if isinstance(s, (int, torch.SymInt)):
+            out.append(s)
+            continue
+        try:
+            out.append(operator.index(s))
+        except TypeError:
+            fail(op, f"{what}={items!r} must hold integers, but has {s!r} ({type(s).__name__})")
+    if any(not isinstance(c, torch.SymInt) and c < 0 for c in out):
+        fail(op, f"{what}={out} must be non-negative integers")
+    return out
+
+
+def splits(g: Facts, fail: Fail, op: str, what: str, sizes: Any, total: int | None) -> list[int] | None:
+    """Split sizes: ``None``, or one non-negative int per member summing to ``total`` (dim 0 of the tensor)."""
+    if sizes is None:
+        return None
+    out = counts(fail, op, what, sizes)
+    if len(out) != g.size:
+        fail(op, f"{what} has {len(out)} entries; the group has {g.size} ranks")
+    symbolic = any(isinstance(c, torch.SymInt) for c in out) or isinstance(total, torch.SymInt)
+    if total is not None and not symbolic and sum(out) != total:
+        fail(op, f"{what}={out} sums to {sum(out)}, but the tensor's dim 0 is {total}")
+    return out
+
+
+def reduce_op(fail: Fail, op: str, value: Any) -> Any:
+    """A ``ReduceOp`` (kept as given) from a ``ReduceOp``, its name, or DeepSpeed's enum."""
+    try:
+        return reduce_op_of(value)
+    except ValueError as exc:
+        fail(op, str(exc))
+
+
+def _rows(t: torch.Tensor) -> int:
+    return t.shape[0] if t.dim() else 0
+
+
+def _dim0(fail: Fail, op: str, *ts: torch.Tensor) -> None:
+    if any(t.dim() == 0 for t in ts):
+        fail(op, "output and input need at least one dimension")
+
+
+# -------------------------------------------------------------------------------------------------- per op
+
+
+def all_reduce(g: Facts, fail: Fail, t: Any, op: Any) -> tuple[Any, ...]:
+    return tensor(g, fail, "all_reduce", "tensor", t), reduce_op(fail, "all_reduce", op)
+
+
+def all_reduce_coalesced(g: Facts, fail: Fail, ts: Any, op: Any) -> tuple[Any, ...]:
+    name = "all_reduce_coalesced"
+    if not isinstance(ts, (list, tuple)) or not ts:
+        fail(name, "tensors must be a non-empty list of tensors")
+    lst = [tensor(g, fail, name, f"tensors[{i}]", t) for i, t in enumerate(ts)]
+    return lst, reduce_op(fail, name, op)
+
+
+def all_gather(g: Facts, fail: Fail, outs: Any, t: Any) -> tuple[Any, ...]:
+    name = "all_gather"
+    tensor(g, fail, name, "tensor", t)
+    lst = tensor_list(g, fail, name, "tensor_list", outs)
+    for i, o in enumerate(lst):
+        same_dtype(fail, name, o, t, f"tensor_list[{i}] and tensor")
+    if lst[g.rank].shape != t.shape:
+        fail(name, f"tensor_list[{g.rank}] has shape {tuple(lst[g.rank].shape)}, tensor has {tuple(t.shape)}")
+    return lst, t
+
+
+def all_gather_coalesced(g: Facts, fail: Fail, out_lists: Any, ins: Any) -> tuple[Any, ...]:
+    name = "all_gather_coalesced"
+    if not isinstance(ins, (list, tuple)) or not ins:
+        fail(name, "input_tensor_list must be a non-empty list of tensors")
+    if not isinstance(out_lists, (list, tuple)) or len(out_lists) != g.size:
+        fail(name, f"output_tensor_lists must hold one list per rank of the group ({g.size})")
+    inputs = [tensor(g, fail, name, f"input_tensor_list[{i}]", t) for i, t in enumerate(ins)]
+    outs = []
+    for r, lst in enumerate(out_lists):
+        row = tensor_list(g, fail, name, f"output_tensor_lists[{r}]", lst, len(inputs))
+        for i, (o, t) in enumerate(zip(row, inputs, strict=True)):
+            same_dtype(fail, name, o, t, f"output_tensor_lists[{r}][{i}] and input_tensor_list[{i}]")
+            if o.shape != t.shape:
+                fail(name, f"output_tensor_lists[{r}][{i}] has shape {tuple(o.shape)}, input {tuple(t.shape)}")
+        outs.append(row)
+    return outs, inputs
+
+
+def all_gather_into_tensor(g: Facts, fail: Fail, out: Any, inp: Any) -> tuple[Any, ...]:
+    name = "all_gather_into_tensor"
+    tensor(g, fail, name, "output_tensor", out)
+    tensor(g, fail, name, "input_tensor", inp)
+    same_dtype(fail, name, out, inp)
+    if out.numel() != inp.numel() * g.size:
+        fail(name, f"output has {out.numel()} elements; expected input's {inp.numel()} x {g.size} ranks")
+    return out, inp
+
+
+def reduce_scatter(g: Facts, fail: Fail, out: Any, ins: Any, op: Any) -> tuple[Any, ...]:
+    name = "reduce_scatter"
+    tensor(g, fail, name, "output", out)
+    lst = tensor_list(g, fail, name, "input_list", ins)
+    for i, t in enumerate(lst):
+        same_dtype(fail, name, out, t, f"output and input_list[{i}]")
+        if t.shape != out.shape:
+            fail(name, f"input_list[{i}] has shape {tuple(t.shape)}, output has {tuple(out.shape)}")
+    return out, lst, reduce_op(fail, name, op)
+
+
+def reduce_scatter_tensor(g: Facts, fail: Fail, out: Any, inp: Any, op: Any) -> tuple[Any, ...]:
+    name = "reduce_scatter_tensor"
+    tensor(g, fail, name, "output", out)
+    tensor(g, fail, name, "input", inp)
+    same_dtype(fail, name, out, inp)
+    if inp.numel() != out.numel() * g.size:
+        fail(name, f"input has {inp.numel()} elements; expected output's {out.numel()} x {g.size} ranks")
+    return out, inp, reduce_op(fail, name, op)
+
+
+def all_to_all(g: Facts, fail: Fail, outs: Any, ins: Any) -> tuple[Any, ...]:
+    name = "all_to_all"
+    o = tensor_list(g, fail, name, "output_tensor_list", outs)
+    i = tensor_list(g, fail, name, "input_tensor_list", ins)
+    dtype = i[0].dtype
+    for t in [*o, *i]:
+        if t.dtype != dtype:
+            fail(name, f"tensors have mixed dtypes ({t.dtype} vs {dtype})")
+    if o[g.rank].numel() != i[g.rank].numel():
+        fail(name, f"output/input sizes for this rank ({g.rank}) differ")
+    return o, i
+
+
+def all_to_all_single(g: Facts, fail: Fail, out: Any, inp: Any, osz: Any, isz: Any) -> tuple[Any, ...]:
+    name = "all_to_all_single"
+    tensor(g, fail, name, "output", out)
+    tensor(g, fail, name, "input", inp)
+    same_dtype(fail, name, out, inp)
+    n = g.size
+    o = splits(g, fail, name, "output_split_sizes", osz, _rows(out))
+    i = splits(g, fail, name, "input_split_sizes", isz, _rows(inp))
+    if o is None and (out.dim() == 0 or out.shape[0] % n):
+        fail(name, f"output dim 0 must divide evenly by {n} without output_split_sizes")
+    if i is None and (inp.dim() == 0 or inp.shape[0] % n):
+        fail(name, f"input dim 0 must divide evenly by {n} without input_split_sizes")
+    if o is None and i is None and out.numel() != inp.numel():
+        fail(name, f"output has {out.numel()} elements, input {inp.numel()}")
+    return out, inp, o, i
+
+
+def broadcast(g: Facts, fail: Fail, t: Any, src: Any, group_src: Any) -> tuple[Any, ...]:
+    return tensor(g, fail, "broadcast", "tensor", t), member(g, fail, "broadcast", "src", src, group_src)
+
+
+def reduce(g: Facts, fail: Fail, t: Any, dst: Any, op: Any, group_dst: Any) -> tuple[Any, ...]:
+    tensor(g, fail, "reduce", "tensor", t)
+    return t, member(g, fail, "reduce", "dst", dst, group_dst), reduce_op(fail, "reduce", op)
+
+
+def _rooted_list(g: Facts, fail: Fail, op: str, what: str, t: Any, lst: Any, root: int, list_name: str) -> Any:
+    if g.rank == root:
+        items = tensor_list(g, fail, op, list_name, lst)
+        for i, x in enumerate(items):
+            same_dtype(fail, op, x, t, f"{list_name}[{i}] and tensor")
+            if x.shape != t.shape:
+                fail(op, f"{list_name}[{i}] has shape {tuple(x.shape)}, tensor {tuple(t.shape)}")
+        return items
+    if lst:
+        fail(op, f"{list_name} must be None or empty on ranks other than {what}")
+    return None
+
+
+def gather(g: Facts, fail: Fail, t: Any, lst: Any, dst: Any, group_dst: Any) -> tuple[Any, ...]:
+    tensor(g, fail, "gather", "tensor", t)
+    # torch.distributed's default root is global rank 0.
+    root = member(g, fail, "gather", "dst", 0 if dst is None and group_dst is None else dst, group_dst)
+    return t, _rooted_list(g, fail, "gather", "dst", t, lst, root, "gather_list"), root
+
+
+def scatter(g: Facts, fail: Fail, t: Any, lst: Any, src: Any, group_src: Any) -> tuple[Any, ...]:
+    tensor(g, fail, "scatter", "tensor", t)
+    root = member(g, fail, "scatter", "src", 0 if src is None and group_src is None else src, group_src)
+    return t, _rooted_list(g, fail, "scatter", "src", t, lst, root, "scatter_list"), root
+
+
+def barrier(g: Facts, fail: Fail) -> tuple[Any, ...]:
+    return ()
+
+
+def p2p(name: str, what: str, any_source: bool) -> Validator:
+    def validate(g: Facts, fail: Fail, t: Any, peer: Any, tag: Any, group_peer: Any) -> tuple[Any, ...]:
+        tensor(g, fail, name, "tensor", t)
+        if any_source and peer is None and group_peer is None:
+            return t, None, _tag(fail, name, tag)
+        p = member(g, fail, name, what, peer, group_peer)
+        if p == g.rank:
+            fail(name, f"{what}={g.ranks[p]} is this rank itself")
+        return t, p, _tag(fail, name, tag)
+
+    return validate
+
+
+def _tag(fail: Fail, op: str, tag: Any) -> int:
+    if not isinstance(tag, int) or isinstance(tag, bool):
+        fail(op, f"tag must be an int, got {type(tag).__name__}")
+    return tag  # type: ignore[no-any-return]
+
+
+def all_gather_uneven(g: Facts, fail: Fail, out: Any, inp: Any, sizes: Any) -> tuple[Any, ...]:
+    name = "all_gather_into_tensor_uneven"
+    tensor(g, fail, name, "output", out)
+    tensor(g, fail, name, "input", inp)
+    same_dtype(fail, name, out, inp)
+    _dim0(fail, name, out, inp)
+    s = splits(g, fail, name, "output_split_sizes", sizes, out.shape[0])
+    if s is None:
+        s = [inp.shape[0]] * g.size
+        if out.shape[0] != inp.shape[0] * g.size:
+            fail(name, f"output dim 0 is {out.shape[0]}; expected {inp.shape[0]} x {g.size}")
+    if inp.shape[0] != s[g.rank] or inp.shape[1:] != out.shape[1:]:
+        fail(name, f"input shape {tuple(inp.shape)} does not match output_split_sizes[{g.rank}]={s[g.rank]} "
+             f"and output's trailing shape {tuple(out.shape[1:])}")
+    return out, inp, s
+
+
+def reduce_scatter_uneven(g: Facts, fail: Fail, out: Any, inp: Any, sizes: Any, op: Any) -> tuple[Any, ...]:
+    name = "reduce_scatter_tensor_uneven"
+    tensor(g, fail, name, "output", out)
+    tensor(g, fail, name, "input", inp)
+    same_dtype(fail, name, out, inp)
+    _dim0(fail, name, out, inp)
+    s = splits(g, fail, name, "input_split_sizes", sizes, inp.shape[0])
+    if s is None:
+        s = [out.shape[0]] * g.size
+        if inp.shape[0] != out.shape[0] * g.size:
+            fail(name, f"input dim 0 is {inp.shape[0]}; expected {out.shape[0]} x {g.size}")
+    if out.shape[0] != s[g.rank] or inp.shape[1:] != out.shape[1:]:
+        fail(name, f"output shape {tuple(out.shape)} does not match input_split_sizes[{g.rank}]={s[g.rank]} "
+             f"and input's trailing shape {tuple(inp.shape[1:])}")
+    return out, inp, s, reduce_op(fail, name, op)
+
+
+def all_to_all_v(g: Facts, fail: Fail, out: Any, inp: Any, matrix: Any) -> tuple[Any, ...]:
+    name = "all_to_all_v"
+    tensor(g, fail, name, "output", out)
+    tensor(g, fail, name, "input", inp)
+    same_dtype(fail, name, out, inp)
+    n = g.size
+    if isinstance(matrix, (str, bytes)) or not hasattr(matrix, "__iter__"):
+        fail(name, "send_count_matrix must be a list of lists of integers")
+    rows = list(matrix)
+    m = [counts(fail, name, f"send_count_matrix[{i}]", row) for i, row in enumerate(rows)]
+    if len(m) != n or any(len(row) != n for row in m):
+        fail(name, f"send_count_matrix must be {n}x{n} (the group size), got {[len(r) for r in m]}")
+    sent, got = sum(m[g.rank]), sum(row[g.rank] for row in m)
+    if inp.numel() != sent:
+        fail(name, f"input has {inp.numel()} elements; row {g.rank} of the matrix sums to {sent}")
+    if out.numel() != got:
+        fail(name, f"output has {out.numel()} elements; column {g.rank} of the matrix sums to {got}")
+    # A traced tensor has no data pointer: there the same tensor object is what in-place looks like.
+    if out is inp or (out.numel() and not torch.compiler.is_compiling() and out.data_ptr() == inp.data_ptr()):
+        fail(name, "output and input are the same buffer; in-place is not allowed")
+    return out, inp, m
