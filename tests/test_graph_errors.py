@@ -17,12 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-import torch
+from test_bad_input import CALLS, POOL
 
 import xccl
 from xccl.testing import RankPool
-
-from test_bad_input import CALLS, POOL  # noqa: I001 - tests/ is on sys.path (rootdir conftest-less layout)
 
 #: Catalog cases that are calls of a collective (not group creation, init or rank-table parsing).
 #: Cases whose *call* Dynamo cannot trace, whatever xccl does: the catalog builds the premul_sum op inside the call,
@@ -130,7 +128,7 @@ def _raise(op: str, detail: str) -> Any:
 
 def test_the_graph_copies_drifts_are_gone(pool: RankPool) -> None:
     outs = pool.run_ok(body_drifts, timeout=300)
-    for rank, r in enumerate(outs):
+    for r in outs:
         assert r["all_to_all-empty"] == "InvalidArgument", r
         assert r["all_gather-dtype"] == "InvalidArgument", r
         assert r["all_gather-shape"] == "InvalidArgument", r
