@@ -40,7 +40,7 @@ from ..plugin._capabilities import Collective
 from ..plugin._contract import Runtime
 from ..plugin._work import Work
 from . import _specs as S
-from ._dispatch import dispatch
+from ._dispatch import all_reduce, dispatch
 from ._state import STATE
 
 __all__ = ["PREFIX", "XcclProcessGroup", "backend_name", "register_backend"]
@@ -50,6 +50,7 @@ LOG = logging.getLogger("xccl")
 #: The prefix of xccl's torch.distributed backend names.
 PREFIX: Final = "xccl_"
 _SUM: Final = dist.ReduceOp.SUM
+_PREMUL_SUM: Final = dist.ReduceOp.RedOpType.PREMUL_SUM
 
 
 def backend_name(runtime: Runtime) -> str:
@@ -149,7 +150,8 @@ class XcclProcessGroup(dist.ProcessGroup):
         ts = _tensors(tensors)
         op = _op(opts)
         if len(ts) == 1:
-            return self._run(S.ALL_REDUCE, ts[0], op)
+            # The flat path xccl.all_reduce takes: DDP's reducer and dist.all_reduce land here on every bucket.
+            return _returned(all_reduce(ts[0], op, self, True))
         return self._run(S.ALL_REDUCE_COALESCED, ts, op)
 
     def allreduce_coalesced(self, tensors: Sequence[torch.Tensor], opts: Any = None) -> Any:
@@ -255,10 +257,17 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
 
 def _op(opts: Any) -> Any:
-    """The reduce op of a c10d call: its options struct's, a ``ReduceOp`` passed directly, or SUM."""
+    """The reduce op of a c10d call: its options struct's, a ``ReduceOp`` passed directly, or SUM.
+
+    An options struct holds a ``ReduceOp`` *object* (a new one per read); a plain op is returned as its
+    ``RedOpType`` enum value, which the plan cache keys on directly, as it does for ``xccl.all_reduce(op=SUM)``.
+    Only premul_sum, whose object carries its factor, stays an object.
+    """
     if opts is None:
         return _SUM
-    return getattr(opts, "reduceOp", opts)
+    op = getattr(opts, "reduceOp", opts)
+    kind = getattr(op, "op", None)
+    return op if kind is None or kind is _PREMUL_SUM else kind
 
 
 def _root(opts: Any) -> int:
