@@ -6,6 +6,11 @@ dispatch cost is measured by running ``xccl.all_reduce`` with the plan cache ent
 at a no-op kernel: everything xccl does per call (group lookup, plan lookup, validation), minus the collective.
 
 Usage: ``python benchmarks/overhead.py [--rounds 40] [--calls 200] [--json benchmarks/results/overhead.json]``
+
+``--baseline REV`` compares this checkout with another commit side by side: it checks ``REV`` out into a temporary
+git worktree and runs the same measurement ``--repeats`` times for each tree, alternating which goes first, each run
+in a fresh interpreter whose ``PYTHONPATH`` puts that tree's ``xccl`` first. It reports the median of each tree's
+figures and the ratios current/baseline (the dispatch cost before and after a refactoring, say).
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,8 +36,15 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
     import torch.distributed as dist
 
     import xccl
-    from xccl.collectives._state import state_of as context
-    from xccl.plugin._capabilities import Collective
+
+    # Decided from the tree, not by trying an import: the editable install's finder would serve this checkout's
+    # modules to an older tree that lacks them.
+    if (Path(xccl.__file__).parent / "collectives").is_dir():
+        from xccl.collectives._state import state_of as context
+        from xccl.plugin._capabilities import Collective
+    else:  # a tree from before the layer packages (--baseline); same plan-cache key
+        from xccl._capabilities import Collective  # type: ignore[no-redef]
+        from xccl._init import context  # type: ignore[no-redef]
 
     xccl.init("cpu")
     t = torch.ones(1)
@@ -76,12 +90,8 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
     xccl.shutdown()
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=40)
-    p.add_argument("--calls", type=int, default=200)
-    p.add_argument("--json", default="benchmarks/results/overhead.json")
-    args = p.parse_args()
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """One 2-rank run of this checkout (whatever ``xccl`` this interpreter imports)."""
     from xccl.testing import free_port
 
     ctx = mp.get_context("spawn")
@@ -95,7 +105,7 @@ def main() -> int:
         proc.join(timeout=60)
     mx, md = statistics.median(res["xccl_s"]), statistics.median(res["torch_s"])
     ratios = [x / d for x, d in zip(res["xccl_s"], res["torch_s"], strict=True)]
-    out = {
+    return {
         "world_size": 2,
         "tensor": "1 x float32",
         "rounds": args.rounds,
@@ -107,11 +117,66 @@ def main() -> int:
         "dispatch_us": res["dispatch_s"] * 1e6,
         "torch": torch.__version__,
     }
-    print(f"{'variant':<28}{'median per call':>18}")
-    print(f"{'torch.distributed.all_reduce':<28}{md * 1e6:>15.1f} us")
-    print(f"{'xccl.all_reduce':<28}{mx * 1e6:>15.1f} us")
-    print(f"ratio xccl/torch (medians): {mx / md:.3f}   median of paired round ratios: {statistics.median(ratios):.3f}")
-    print(f"xccl dispatch cost (no-op kernel): {res['dispatch_s'] * 1e6:.2f} us per call")
+
+
+def compare(args: argparse.Namespace) -> dict[str, Any]:
+    """This checkout against ``args.baseline``, alternating fresh interpreters of each."""
+    here = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="xccl-baseline-") as tmp:
+        base = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(here), "worktree", "add", "--detach", "-q", str(base), args.baseline],
+                       check=True, timeout=120)
+        try:
+            runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "current": []}
+            for i in range(args.repeats):
+                order = [("baseline", base), ("current", here)]
+                for name, tree in order if i % 2 == 0 else order[::-1]:
+                    out = Path(tmp) / f"{name}-{i}.json"
+                    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])}
+                    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--rounds", str(args.rounds),
+                                    "--calls", str(args.calls), "--json", str(out), "--quiet"],
+                                   check=True, env=env, cwd=tmp, timeout=900)
+                    runs[name].append(json.loads(out.read_text()))
+        finally:
+            subprocess.run(["git", "-C", str(here), "worktree", "remove", "--force", str(base)], timeout=120,
+                           check=False)
+    keys = ("dispatch_us", "xccl_median_us", "torch_median_us", "ratio_of_medians")
+    med = {name: {k: statistics.median(r[k] for r in rs) for k in keys} for name, rs in runs.items()}
+    return {
+        "baseline": args.baseline,
+        "repeats": args.repeats,
+        "median": med,
+        "current_over_baseline": {k: med["current"][k] / med["baseline"][k] for k in keys},
+        "runs": runs,
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=40)
+    p.add_argument("--calls", type=int, default=200)
+    p.add_argument("--json", default="benchmarks/results/overhead.json")
+    p.add_argument("--baseline", help="a git revision to compare with, side by side")
+    p.add_argument("--repeats", type=int, default=6, help="runs per tree with --baseline")
+    p.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.baseline:
+        out = compare(args)
+        print(f"{'median of ' + str(args.repeats) + ' runs':<34}{'baseline':>12}{'current':>12}{'current/base':>14}")
+        for k, label in (("dispatch_us", "dispatch cost, us/call"), ("xccl_median_us", "xccl.all_reduce, us/call"),
+                         ("torch_median_us", "dist.all_reduce, us/call"), ("ratio_of_medians", "xccl / torch")):
+            b, c = out["median"]["baseline"][k], out["median"]["current"][k]
+            print(f"{label:<34}{b:>12.3f}{c:>12.3f}{c / b:>14.3f}")
+    else:
+        out = measure(args)
+        if not args.quiet:
+            md, mx = out["torch_median_us"], out["xccl_median_us"]
+            print(f"{'variant':<28}{'median per call':>18}")
+            print(f"{'torch.distributed.all_reduce':<28}{md:>15.1f} us")
+            print(f"{'xccl.all_reduce':<28}{mx:>15.1f} us")
+            print(f"ratio xccl/torch (medians): {out['ratio_of_medians']:.3f}   median of paired round ratios: "
+                  f"{out['median_of_paired_ratios']:.3f}")
+            print(f"xccl dispatch cost (no-op kernel): {out['dispatch_us']:.2f} us per call")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(out, indent=2))
     return 0
