@@ -2,7 +2,7 @@
 
 On Sophgo TPUs::
 
-    xccl rank-table sophgo --device-id '[[0,1,2,3,4,5,6,7]]' -o rank_table.json   # optional
+    xccl rank-table sophgo --device-id '[[0,2,6,7,3,1,5,4]]' -o rank_table.json   # optional
     RANK_TABLE_FILE=rank_table.json torchrun --standalone --nproc-per-node 8 examples/sophgo_all_reduce.py
 
 Anywhere, in xccl's CPU simulation of SCCL (same code path, simulated chips)::

@@ -4,6 +4,7 @@ Example::
 
     xccl bench --op all_reduce -n 2 --min-bytes 4 --max-bytes 64M --compare-raw --json out.json --plot out.png
     xccl bench --op reduce_scatter_tensor,all_to_all_v --plugin sophgo --simulate
+    xccl bench --compare-raw --aa-control --passes 4 --time-per-size 2 --iters 4000   # parity, with its noise
 
 Exit status: 0; 1 when a rank fails or ``--plot`` lacks matplotlib; 2 for a bad configuration (unknown op,
 plugin, size) with the reason.
@@ -46,7 +47,12 @@ def add_parser(sub: Any, name: str) -> None:
     p.add_argument("-e", "--max-bytes", default="64M", help="largest message (default 64M)")
     p.add_argument("-f", "--factor", type=float, default=2.0, help="size step factor (default 2)")
     p.add_argument("--dtype", default="float32", help="element type (default float32)")
-    p.add_argument("--iters", type=int, default=20, help="timed samples per size and variant (default 20)")
+    p.add_argument(
+        "--iters",
+        type=int,
+        default=20,
+        help="timed rounds per size, each calling every variant once (default 20; with --time-per-size: the most)",
+    )
     p.add_argument("--warmup", type=int, default=5, help="untimed calls per size and variant (default 5)")
     p.add_argument(
         "--batch",
@@ -58,6 +64,39 @@ def add_parser(sub: Any, name: str) -> None:
         "--compare-raw",
         action="store_true",
         help="also run plain torch.distributed, interleaved call by call, and add a ratio column",
+    )
+    p.add_argument(
+        "--aa-control",
+        action="store_true",
+        help="with --compare-raw: run the raw call twice per round and report their ratio beside xccl's (an A/A "
+        "control: how far the machine's noise alone moves a ratio), with 95%% confidence intervals",
+    )
+    p.add_argument(
+        "--xccl-on-world",
+        action="store_true",
+        help="with --compare-raw: run xccl's calls on its world instead of on the raw calls' group (two "
+        "communicators, whose difference on a loaded machine then enters the ratio)",
+    )
+    p.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="sweep the sizes this many times, each pass running its share of the rounds, so that a burst of load "
+        "from elsewhere is spread over the sizes (default 1)",
+    )
+    p.add_argument(
+        "--time-per-size",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="run as many rounds per size as fit in SECONDS (at least --min-iters, at most --iters): many for "
+        "small, fast calls, few for large ones (default 0: exactly --iters)",
+    )
+    p.add_argument(
+        "--min-iters",
+        type=int,
+        default=30,
+        help="with --time-per-size: the fewest rounds per size, however long its calls (default 30)",
     )
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="plot bus bandwidth against size (needs matplotlib)")
@@ -113,6 +152,11 @@ def run(args: argparse.Namespace) -> int:
             warmup=args.warmup,
             batch=args.batch,
             compare_raw=args.compare_raw,
+            control=args.aa_control,
+            same_group=not args.xccl_on_world,
+            passes=args.passes,
+            time_per_size=args.time_per_size,
+            min_iters=args.min_iters,
             progress=sys.stderr.isatty() if args.progress is None else args.progress,
             timeout=args.timeout,
         )

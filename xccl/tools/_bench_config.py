@@ -1,0 +1,189 @@
+"""``xccl bench``'s vocabulary: the ops it runs, nccl-tests' bus-bandwidth factors, sizes and the configuration.
+
+Nothing here communicates; the measuring is in :mod:`._bench_measure`, the buffers and calls per op in
+:mod:`._bench_ops`, the table and plot in :mod:`._bench_report`, and the launcher in :mod:`._bench`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, final
+
+from ..plugin._capabilities import ALL_DTYPES, Collective
+
+__all__ = [
+    "BUSBW_FACTORS",
+    "DTYPES",
+    "OPS",
+    "BenchConfig",
+    "BenchError",
+    "busbw_factor",
+    "human_size",
+    "parse_size",
+    "sweep_sizes",
+]
+
+C = Collective
+
+#: nccl-tests' bus-bandwidth factor per op, as a function of the world size n.
+BUSBW_FACTORS: Final[dict[str, Callable[[int], float]]] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "all_gather_into_tensor": lambda n: (n - 1) / n,
+    "all_gather_into_tensor_uneven": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "reduce_scatter_tensor": lambda n: (n - 1) / n,
+    "reduce_scatter_tensor_uneven": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "all_to_all_single": lambda n: (n - 1) / n,
+    "all_to_all_single_uneven": lambda n: (n - 1) / n,
+    "all_to_all_v": lambda n: (n - 1) / n,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
+    "gather_any": lambda n: 1.0,
+    "all_reduce_coalesced": lambda n: 2 * (n - 1) / n,
+    "all_gather_coalesced": lambda n: (n - 1) / n,
+    "barrier": lambda n: 0.0,
+}
+
+#: Every op ``xccl bench`` runs (``sendrecv``: each rank sends to the next and receives from the previous).
+OPS: Final = tuple(BUSBW_FACTORS)
+
+#: The capability-table entry that decides how each bench op runs.
+COLLECTIVE: Final = {op: C(op) for op in OPS if op not in ("sendrecv", "gather_any")} | {
+    "sendrecv": C.SEND, "gather_any": C.RECV_ANY_SOURCE}
+
+DTYPES: Final = {str(d).removeprefix("torch."): d for d in ALL_DTYPES}
+
+#: Fewest rounds per size by default when ``time_per_size`` shortens the sweep of the large sizes: with fewer, the
+#: 95% confidence interval of a median spans most of the samples (at 30 it spans the 10th to the 21st of 30).
+MIN_ROUNDS: Final = 30
+
+
+class BenchError(Exception):
+    """A bench configuration that cannot run (bad size, unknown op, missing plugin): the message says why."""
+
+
+def busbw_factor(op: str, n: int) -> float:
+    """nccl-tests' bus-bandwidth factor of ``op`` at world size ``n``."""
+    return BUSBW_FACTORS[op](n)
+
+
+_UNITS: Final = {
+    "": 1,
+    "B": 1,
+    "K": 1 << 10,
+    "KB": 1 << 10,
+    "KIB": 1 << 10,
+    "M": 1 << 20,
+    "MB": 1 << 20,
+    "MIB": 1 << 20,
+    "G": 1 << 30,
+    "GB": 1 << 30,
+    "GIB": 1 << 30,
+}
+
+
+def parse_size(text: str | int) -> int:
+    """``"64M"``, ``"4K"``, ``"4"``, ``"1.5MiB"`` -> bytes (binary units, as nccl-tests' ``-b``/``-e``)."""
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    if m is None or m.group(2).upper() not in _UNITS:
+        raise BenchError(f"size {text!r} is not a number of bytes with an optional K, M or G suffix (e.g. 64M)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def sweep_sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
+    """``min_bytes, min_bytes*factor, ...`` up to ``max_bytes`` inclusive."""
+    if min_bytes < 1 or max_bytes < min_bytes:
+        raise BenchError(f"sizes must satisfy 1 <= min ({min_bytes}) <= max ({max_bytes})")
+    if factor <= 1 and max_bytes != min_bytes:
+        raise BenchError(f"the step factor must be > 1, got {factor}")
+    out, size = [], float(min_bytes)
+    while size <= max_bytes:
+        out.append(int(size))
+        if factor <= 1:
+            break
+        size *= factor
+    return out
+
+
+def human_size(n: int) -> str:
+    """``67108864`` -> ``"64 MiB"``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n} B"
+
+
+@final
+@dataclass(frozen=True)
+class BenchConfig:
+    """Everything one ``xccl bench`` run needs; picklable, sent to every rank."""
+
+    ops: tuple[str, ...] = ("all_reduce",)
+    plugin: str = "auto"
+    simulate: bool = False
+    nproc: int = 2
+    min_bytes: int = 4
+    max_bytes: int = 64 << 20
+    factor: float = 2.0
+    dtype: str = "float32"
+    #: Timed rounds per size (with ``time_per_size``: the most).
+    iters: int = 20
+    warmup: int = 5
+    #: Calls per timed sample (1: time every call; more on GPUs, where a sync per call would dominate).
+    batch: int = 1
+    compare_raw: bool = False
+    #: With ``compare_raw``: time the raw call twice per round, the second as an A/A control whose ratio to the
+    #: first shows how far the machine's noise alone moves a ratio.
+    control: bool = False
+    #: With ``compare_raw``: xccl's calls run on the raw calls' group (the vendor's own, which xccl adopts), so that
+    #: the two differ only by the layer above the communicator; False: on xccl's world, a communicator of its own,
+    #: whose luck with the scheduler on a loaded machine then enters the ratio (measured here: 2 to 10%).
+    same_group: bool = True
+    #: Sweep the sizes this many times, each pass running its share of every size's rounds, so that a burst of
+    #: load from elsewhere is spread over the sizes instead of falling on one.
+    passes: int = 1
+    #: Seconds of timed calls to aim for per size (0: exactly ``iters`` rounds): the rounds at a size are what fits,
+    #: between ``min_iters`` and ``iters``, from the warm-up's per-call time (the slowest rank's).
+    time_per_size: float = 0.0
+    #: With ``time_per_size``: the fewest rounds per size, however long its calls.
+    min_iters: int = MIN_ROUNDS
+    #: Show a one-line progress counter on stderr (rank 0).
+    progress: bool = False
+    #: Print the table on stdout (rank 0).
+    table: bool = True
+    #: Collective and rendezvous timeout in seconds.
+    timeout: float = 120.0
+    #: Intra-op threads per rank (default: the cores divided among the ranks).
+    threads: int | None = None
+
+    def check(self) -> None:
+        """Raise :class:`BenchError` for a configuration that cannot run."""
+        bad = [op for op in self.ops if op not in OPS]
+        if bad:
+            raise BenchError(f"unknown op(s) {', '.join(bad)}; choose from: {', '.join(OPS)} (or 'all')")
+        if self.dtype not in DTYPES:
+            raise BenchError(f"unknown dtype {self.dtype!r}; choose from: {', '.join(DTYPES)}")
+        if self.nproc < 1:
+            raise BenchError(f"--nproc must be >= 1, got {self.nproc}")
+        if self.iters < 1 or self.warmup < 0 or self.batch < 1:
+            raise BenchError("--iters and --batch must be >= 1 and --warmup >= 0")
+        if self.passes < 1 or self.passes > self.iters:
+            raise BenchError(f"--passes must be between 1 and --iters ({self.iters}), got {self.passes}")
+        if self.time_per_size < 0:
+            raise BenchError(f"--time-per-size must be >= 0 seconds, got {self.time_per_size}")
+        if self.min_iters < 1:
+            raise BenchError(f"--min-iters must be >= 1, got {self.min_iters}")
+        if self.control and not self.compare_raw:
+            raise BenchError("--aa-control is a control for --compare-raw: pass both")
+        if self.simulate and self.plugin == "auto":
+            raise BenchError("--simulate needs a plugin: --plugin sophgo --simulate")
+        sweep_sizes(self.min_bytes, self.max_bytes, self.factor)
