@@ -3,7 +3,8 @@
 The original spawns the ranks itself, sets the NPU, creates the HCCL group, patches torch.distributed with
 ``torchair.patch_for_hcom()`` and compiles with TorchAir's backend. With xccl: ``torchrun`` starts the ranks,
 ``xccl.init`` sets the device and creates the group, and the model calls ``xccl.all_reduce``, which traces into the
-graph as a functional collective (TorchAir converts it to an HCCL graph op on Ascend).
+graph as a functional collective, and ``xccl.compile`` hands the graph to TorchAir, which converts it to an HCCL
+graph op (in simulation, a simulated TorchAir checks that every node has a converter).
 
 Run it on Ascend NPUs, or anywhere in simulation::
 
@@ -29,7 +30,9 @@ def main() -> None:
     world = xccl.init(vendor="ascend")
     x = torch.ones([2, 2], dtype=torch.int32, device=world.device)
     y = torch.ones([2, 2], dtype=torch.int32, device=world.device)
-    model = torch.compile(AllReduceSingleGroup().to(world.device), dynamic=False)
+    # xccl.compile hands the graph to the plugin's compiler: TorchAir on Ascend, the simulated TorchAir check in
+    # simulation (every node must have a TorchAir converter), Inductor elsewhere.
+    model = xccl.compile(AllReduceSingleGroup().to(world.device), dynamic=False, fullgraph=True)
     out = torch.ones([2, 2], dtype=torch.int32, device=world.device) * 2 * world.world_size
     ret = model(x, y)
     if not out.equal(ret):

@@ -1,4 +1,5 @@
-"""The capability table: eager per manifest A3, graph per seeds 000/001 with PyTorch version gates."""
+"""The capability table: eager per manifest A3, graph per TorchAir's converters and seeds 000/001 with PyTorch
+version gates."""
 
 from __future__ import annotations
 
@@ -73,8 +74,9 @@ def test_what_hccl_lacks_is_emulated_or_refused() -> None:
 @pytest.mark.parametrize(
     ("op", "since"),
     [
-        (C.ALL_REDUCE, (2, 1)), (C.ALL_GATHER, (2, 1)), (C.ALL_GATHER_INTO_TENSOR, (2, 1)), (C.ALL_TO_ALL, (2, 1)),
-        (C.ALL_TO_ALL_SINGLE, (2, 1)), (C.BROADCAST, (2, 1)),
+        # _c10d_functional converters: TorchAir registers them from torch 2.3.1 (c10d_functional.py:73).
+        (C.ALL_REDUCE, (2, 3)), (C.ALL_GATHER, (2, 3)), (C.ALL_GATHER_INTO_TENSOR, (2, 3)), (C.ALL_TO_ALL, (2, 3)),
+        (C.ALL_TO_ALL_SINGLE, (2, 3)), (C.BROADCAST, (2, 3)),
         (C.REDUCE_SCATTER_TENSOR, (2, 6)), (C.ALL_GATHER_INTO_TENSOR_UNEVEN, (2, 6)),
         (C.REDUCE_SCATTER_TENSOR_UNEVEN, (2, 6)), (C.SEND, (2, 6)), (C.RECV, (2, 6)),
         (C.MM_REDUCE_SCATTER, (2, 1)),
@@ -83,10 +85,10 @@ def test_what_hccl_lacks_is_emulated_or_refused() -> None:
 def test_graph_mode_version_gates(op: C, since: tuple[int, int]) -> None:
     entry = TABLE.entry(op, Mode.GRAPH)
     assert entry.level is Level.NATIVE and entry.min_torch == since
-    assert "verified in simulation only where xccl's graph path covers it" in entry.note
+    assert entry.note.startswith("graph: ") and "Ascend/torchair@" in entry.note  # the form and its converter
 
 
-@pytest.mark.parametrize("op", [C.REDUCE, C.GATHER, C.SCATTER, C.BARRIER, C.REDUCE_SCATTER, C.ALL_TO_ALL_V])
+@pytest.mark.parametrize("op", [C.REDUCE, C.GATHER, C.SCATTER, C.BARRIER, C.RECV_ANY_SOURCE])
 def test_graph_mode_outside_torchair_list(op: C) -> None:
     assert TABLE.entry(op, Mode.GRAPH).level is Level.UNSUPPORTED
 
@@ -96,3 +98,18 @@ def test_table_renders_as_data() -> None:
     assert data["send"]["graph"]["min_torch"] == "2.6"  # type: ignore[index]
     assert "float64" not in data["all_reduce"]["eager"]["dtypes"]  # type: ignore[index]
     assert any("collective on Ascend" in n for n in TABLE.notes)
+
+
+def test_fused_constraints_are_rendered() -> None:
+    """The fused entries show their constraints (from _constraints.RULES), not "dtypes: all / reduce ops: all"."""
+    from xccl.tools._render import render_markdown, render_text
+
+    md = render_markdown({"ascend": TABLE}, (Mode.EAGER,))
+    row = next(ln for ln in md.splitlines() if ln.startswith("| `mm_reduce_scatter` | eager"))
+    cells = [c.strip() for c in row.strip("|").split(" | ")]
+    assert cells[3:5] == ["per call (notes)", "per call (notes)"]
+    assert "world size: A2: 2, 4, 8; A3: 2, 4, 8, 16, 32" in cells[6] and "reduce_op: 'sum'" in cells[6]
+    assert "dtype: x1 float16 or bfloat16" in TABLE.entry(C.ALL_GATHER_MM).note
+    assert "product line: Atlas A2 only" in render_text({"ascend": TABLE}, (Mode.EAGER,))
+    ag = next(ln for ln in md.splitlines() if ln.startswith("| `all_gather` | eager"))
+    assert "all + float8_e4m3fn, float8_e5m2, int16, uint16, uint32, uint64" in ag

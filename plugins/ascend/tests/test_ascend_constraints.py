@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from xccl_ascend import ProductLine, product_line
+from xccl_ascend import ProductLine, _constraints, product_line
 from xccl_ascend._constraints import (
+    RULES,
     DomainTracker,
     FusedCall,
     check_all_gather_mm,
@@ -57,7 +60,8 @@ def test_valid_calls_pass() -> None:
 CASES: list[tuple[str, Callable[..., None], FusedCall, tuple[torch.Tensor, torch.Tensor], dict[str, Any], str]] = [
     ("product line", check_mm_reduce_scatter, dataclasses.replace(A2, device_name="Ascend910ProA"), mats(), {}, "runs on Atlas A2"),
     ("world size", check_mm_reduce_scatter, dataclasses.replace(A2, world_size=16), mats(), {}, "takes [2, 4, 8]"),
-    ("world size", check_all_gather_mm, dataclasses.replace(A3, world_size=32), mats(), {}, "takes [2, 4, 8, 16]"),
+    ("world size", check_all_gather_mm, dataclasses.replace(A3, world_size=64), mats(), {}, "takes [2, 4, 8, 16, 32]"),
+    ("world size", check_mm_reduce_scatter, dataclasses.replace(A3, world_size=12), mats(m=120), {}, "takes [2, 4, 8, 16, 32]"),
     ("CANN >= 8.0.RC2", check_mm_reduce_scatter, dataclasses.replace(A2, cann_version="8.0.RC1"), mats(), {}, "CANN 8.0.RC1"),
     ("topology", check_mm_reduce_scatter, dataclasses.replace(A2, ranks=(0, 8), local_world_size=8), mats(), {}, "spans 2 servers"),
     ("comm_turn", check_mm_reduce_scatter, dataclasses.replace(A2, comm_turn=1), mats(), {}, "only 0"),
@@ -135,3 +139,25 @@ def test_kernel_check_on_meta_tensors() -> None:
     kernels[Collective.MM_ALL_REDUCE].check(a, b, 8, bias=torch.empty(64, **meta))  # type: ignore[arg-type, attr-defined]
     with pytest.raises(ConstraintViolation, match="world size"):
         kernels[Collective.MM_ALL_REDUCE].check(a, b, 16, bias=None)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("check", [check_mm_reduce_scatter, check_all_gather_mm])
+def test_a3_takes_32_ranks_and_a2_stops_at_8(check: Callable[..., None]) -> None:
+    """Seed 004 and op-plugin's docs and kernels: A3 runs 2, 4, 8, 16 or 32 ranks; A2 2, 4 or 8."""
+    a, b = mats(m=128)
+    for size in (2, 4, 8, 16, 32):
+        check(dataclasses.replace(A3, world_size=size), a, b)
+    for size in (2, 4, 8):
+        check(dataclasses.replace(A2, world_size=size), a, b)
+    assert violated(check, dataclasses.replace(A2, world_size=16), a, b).constraint == "world size"
+
+
+def test_rules_name_every_checked_constraint() -> None:
+    """RULES (what the docs and the ledger render) lists exactly the constraints the checks raise, with sources."""
+    source = Path(_constraints.__file__).read_text(encoding="utf-8")
+    raised = set(re.findall(r'violation\(\s*kernel,\s*"([^"]+)"', source))
+    assert raised == {r.name for r in RULES}
+    assert all(r.sources and r.rule for r in RULES)
+    kernels = {"npu_mm_reduce_scatter_base", "npu_all_gather_base_mm", "npu_mm_all_reduce_base"}
+    assert all(set(r.rule) <= kernels for r in RULES)
+    assert "A3: 2, 4, 8, 16, 32" in _constraints.describe("npu_all_gather_base_mm")

@@ -64,6 +64,8 @@ def body_collectives() -> list[str]:
     for dt in (torch.float32, torch.bfloat16, torch.int32, torch.int8):
         ins = [make(i, (3, 2), dt) for i in range(n)]
         for op in ("sum", "product", "min", "max", "avg"):
+            if dt == torch.bfloat16 and op == "product":
+                continue  # CANN: no prod over bfloat16 on A2/A3, refused (test_ascend_dtypes.py)
             t = ins[r].clone()
             xccl.all_reduce(t, getattr(R, op.upper()))
             check(f"all_reduce {dt} {op}", t, reduce_ref(ins, op))
@@ -217,6 +219,7 @@ def body_hccl_config() -> dict[str, Any]:
     if dist.get_rank() < 2:
         report["config"] = group.pg_options.hccl_config
         report["name"] = xccl.comm_name(group)
+        report["torch_name"] = group.group_name  # the native HCCL group is created with the same group id
     try:
         dist.new_group(backend="hccl", pg_options=SimHcclOptions({"group_name": 123}))
         report["bad"] = "created"
@@ -256,5 +259,6 @@ def test_hccl_config_reaches_the_group(rank_pools: Any) -> None:
     outs = rank_pools.get(2, env=SIM).run_ok(body_hccl_config)
     for o in outs:
         assert o["config"] == {"group_name": "tp_sim", "hccl_buffer_size": 200}
-        assert o["name"] == "tp_sim"
-        assert o["bad"] == "Value type of group_name should be string"
+        # group_name is HCCL's hcclUdi; torch_npu names the communicator "group_name_" + torch's group name.
+        assert o["name"] == f"group_name_{o['torch_name']}" != "tp_sim"
+        assert o["bad"] == "Value type of group_name should be string."

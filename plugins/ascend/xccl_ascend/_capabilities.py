@@ -3,8 +3,11 @@
 Eager mode (manifest A3, ``ProcessGroupHCCL.cpp``):
 
 * every standard collective is a C++ override of ProcessGroupHCCL, so all are native; ``recvAnysource`` is not;
-* dtypes: HCCL moves bool, uint8, int8, int16, int32, int64, float16, float32, float64 and bfloat16 (its dtype
-  map); it *reduces* only int8/16/32/64, float16, float32 and bfloat16 (``checkSupportedDataType``). all_reduce
+* dtypes: HCCL moves bool, uint8, int8, int16, int32, int64, float16, float32, float64, bfloat16, uint16, uint32,
+  uint64, float8_e4m3fn and float8_e5m2 (its dtype map, torch_npu 2.13; CANN documents float8 on Atlas 350 /
+  Ascend 950 only, and the simulation refuses it on other chips); it *reduces* only int8/16/32/64, float16,
+  float32 and bfloat16 (``checkSupportedDataType``), and ``product`` not over int16 or bfloat16 (CANN's
+  HcclAllReduce / HcclReduceScatter pages, A2 and A3: refused here, HCCL fails inside at run time). all_reduce
   casts bool and uint8 to int32 itself; the other reductions get the same cast from xccl (bool as max/min, which
   is or/and, uint8 wrapping like uint8 arithmetic). float64 reductions are unsupported (only Ascend 950 has them):
   there is no exact cast;
@@ -18,11 +21,13 @@ Eager mode (manifest A3, ``ProcessGroupHCCL.cpp``):
 * the MC2 fused kernels back xccl's fused API; their constraints (``_constraints``) are checked per call, and a
   violation falls back to the portable version under the fallback policy.
 
-Graph mode (TorchAir's converters, seeds 000/001): the ops of TorchAir's list, with the oldest PyTorch on which
-each enters the graph as ``min_torch``. send/recv enter only from 2.6; reduce_scatter_tensor and the uneven ops
-are marked unsupported in the 2.1 table and supported from 2.6 (2.2-2.5 are not documented, so 2.6 is the floor).
-xccl's own graph path decides what it compiles; these entries say what TorchAir accepts, and the simulation
-verifies them only where xccl's graph path covers them.
+Graph mode: what TorchAir compiles (``_torchair``, ``_torchair_lower``). Standard collectives enter the graph as
+``_c10d_functional`` ops, which TorchAir converts from torch 2.3.1 (``min_torch`` (2, 3)); xccl's own graph ops
+(send/recv, the uneven and fused ops, all_to_all_v, the order join) are lowered to the ops TorchAir emits for the
+same calls. The seeds' floors apply on top (send/recv, reduce_scatter_tensor and the uneven ops from 2.6). Reduce
+ops are GE's (sum, min, max, product; avg as sum then a divide); reduce, gather, scatter, barrier and the
+non-blocking point-to-point ops have no graph form TorchAir converts. Each claim's source is in
+:data:`GRAPH_SOURCES`; the simulation checks every compiled graph against TorchAir's vocabulary.
 """
 
 from __future__ import annotations
@@ -36,14 +41,24 @@ import torch
 
 from xccl.plugin import CapabilityTable, Collective, Level, Support, table_from
 
-__all__ = ["MOVED_DTYPES", "REDUCED_DTYPES", "ascend_table"]
+from . import _constraints as cons
+
+__all__ = [
+    "FLOAT8_DTYPES", "GRAPH_REDUCE_OPS", "GRAPH_SOURCES", "MOVED_DTYPES", "NO_PRODUCT_DTYPES", "REDUCED_DTYPES",
+    "TORCHAIR_COMMIT", "ascend_table",
+]
 
 C = Collective
 #: Every dtype HCCL carries (``kScalarTypeToHcclDataType``); bool travels as uint8.
 MOVED_DTYPES: Final = frozenset({
     torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
     torch.float16, torch.float32, torch.float64, torch.bfloat16,
+    torch.uint16, torch.uint32, torch.uint64, torch.float8_e4m3fn, torch.float8_e5m2,
 })
+#: Dtypes CANN moves on Atlas 350 (Ascend 950) only (HcclAllGather / HcclBroadcast pages).
+FLOAT8_DTYPES: Final = frozenset({torch.float8_e4m3fn, torch.float8_e5m2})
+#: Reduced dtypes HCCL's ``prod`` refuses on Atlas A2 and A3 (HcclAllReduce / HcclReduceScatter pages).
+NO_PRODUCT_DTYPES: Final = frozenset({torch.int16, torch.bfloat16})
 #: Dtypes HCCL reduces (``checkSupportedDataType``).
 REDUCED_DTYPES: Final = frozenset({
     torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32, torch.bfloat16,
@@ -55,7 +70,9 @@ _CAST: Final[Mapping[torch.dtype, torch.dtype]] = {torch.bool: torch.int32, torc
 
 _REDUCING_NOTE: Final = (
     "reduces int8/16/32/64, float16/32, bfloat16; bool and uint8 through an int32 cast (bool sum = or); no "
-    "float64; avg (sum then divide) and premul_sum on floats only; band/bor/bxor: 'Cannot use ReduceOp.BAND with HCCL'"
+    "float64; avg (sum then divide) and premul_sum on floats only; no product over int16 or bfloat16 (CANN: 'prod' "
+    "does not support int16, bfp16 on Atlas A2/A3; cast to int32 / float32 first); band/bor/bxor: 'Cannot use "
+    "ReduceOp.BAND with HCCL'"
 )
 
 
@@ -65,18 +82,24 @@ def _reducing(*, native_cast: bool = False, float_ops: frozenset[str] = _FLOAT_O
         Level.NATIVE,
         dtypes=dtypes,
         reduce_ops=_BASE_OPS,
-        dtype_reduce_ops={d: float_ops for d in _FLOATS},
+        dtype_reduce_ops={d: float_ops for d in _FLOATS}
+        | {d: (float_ops if d.is_floating_point else _BASE_OPS) - {"product"} for d in NO_PRODUCT_DTYPES},
         cast_to={} if native_cast else _CAST,
         note=note,
     )
 
 
 _MOVING: Final = Support(Level.NATIVE, dtypes=MOVED_DTYPES)
-_FUSED_NOTE: Final = (
-    "constraints checked per call (float16/bfloat16, 2-D, 256 <= k < 65535, world size per product line, "
-    "reduce_op 'sum', comm_turn 0, no bias, one domain per model on A2); a violation falls back to the portable "
-    "version under the fallback policy"
-)
+
+
+def _fused(op: str) -> Support:
+    """An MC2 kernel: its documented constraints (``_constraints.RULES``) are checked per call."""
+    kernel = cons.KERNELS[op]
+    return Support(
+        Level.NATIVE,
+        note=f"torch_npu.{kernel}; constraints checked per call: {cons.describe(kernel)}; a violation falls back "
+        "to the portable version under the fallback policy",
+    )
 
 
 def _eager() -> dict[Collective, Support]:
@@ -98,7 +121,7 @@ def _eager() -> dict[Collective, Support]:
         C.REDUCE_SCATTER_TENSOR_UNEVEN: _reducing(
             float_ops=_BASE_OPS,
             note="torch_npu.distributed.reduce_scatter_tensor_uneven; sum/product/min/max (avg through xccl's sum "
-            "then divide); same dtypes as reduce_scatter",
+            "then divide); same dtypes as reduce_scatter; no product over int16 or bfloat16 (CANN)",
         ),
         C.ALL_GATHER_INTO_TENSOR_UNEVEN: dataclasses.replace(
             _MOVING, note="torch_npu.distributed.all_gather_into_tensor_uneven"
@@ -114,47 +137,138 @@ def _eager() -> dict[Collective, Support]:
             "implementation on 910B/910_93, so xccl gathers the same way, kept on the root",
         ),
         C.BARRIER: Support(Level.NATIVE),
-        C.MM_REDUCE_SCATTER: Support(Level.NATIVE, note="torch_npu.npu_mm_reduce_scatter_base; " + _FUSED_NOTE),
-        C.ALL_GATHER_MM: Support(Level.NATIVE, note="torch_npu.npu_all_gather_base_mm; " + _FUSED_NOTE),
-        C.MM_ALL_REDUCE: Support(
-            Level.NATIVE,
-            note="torch_npu.npu_mm_all_reduce_base; Atlas A2 only, world size 1/2/4/8, x1 (m, k) or (b, s, k); "
-            + _FUSED_NOTE,
-        ),
+        C.MM_REDUCE_SCATTER: _fused("mm_reduce_scatter"),
+        C.ALL_GATHER_MM: _fused("all_gather_mm"),
+        C.MM_ALL_REDUCE: _fused("mm_all_reduce"),
     }
 
 
-#: Seed 000 (PyTorch >= 2.6) and seed 001 (PyTorch 2.1): op -> oldest torch on which TorchAir puts it in a graph.
-_GRAPH_SINCE: Final[Mapping[Collective, tuple[tuple[int, int], str]]] = {
-    C.ALL_REDUCE: ((2, 1), ""),
-    C.ALL_GATHER: ((2, 1), ""),
-    C.ALL_GATHER_INTO_TENSOR: ((2, 1), ""),
-    C.ALL_TO_ALL: ((2, 1), ""),
-    C.ALL_TO_ALL_SINGLE: ((2, 1), ""),
-    C.ALL_TO_ALL_SINGLE_UNEVEN: ((2, 1), "all_to_all_single with split sizes"),
-    C.BROADCAST: ((2, 1), ""),
-    C.REDUCE_SCATTER_TENSOR: ((2, 6), "not in the PyTorch 2.1 table (seed 001); 2.2-2.5 undocumented"),
-    C.ALL_GATHER_INTO_TENSOR_UNEVEN: ((2, 6), "not in the PyTorch 2.1 table (seed 001); 2.2-2.5 undocumented"),
-    C.REDUCE_SCATTER_TENSOR_UNEVEN: ((2, 6), "not in the PyTorch 2.1 table (seed 001); 2.2-2.5 undocumented"),
-    C.SEND: ((2, 6), "send and recv in pairs; with several in one graph TorchAir needs the StableRDFS order"),
-    C.RECV: ((2, 6), "send and recv in pairs; with several in one graph TorchAir needs the StableRDFS order"),
-    C.MM_REDUCE_SCATTER: ((2, 1), "graph mode documented (seed 004)"),
-    C.ALL_GATHER_MM: ((2, 1), "graph mode documented (manifest A4)"),
-    C.MM_ALL_REDUCE: ((2, 1), "graph mode documented (manifest A4)"),
+# ------------------------------------------------------------------------------------------------ graph column
+# What compiles on TorchAir. Every claim cites the TorchAir source that converts its graph form (at the commit the
+# plugin's vocabulary was derived from, torchair_vocabulary.json) and the seed that documents it; the tests check
+# each cited converter against the vocabulary.
+
+#: The TorchAir commit the graph column was checked against (the vocabulary's).
+TORCHAIR_COMMIT: Final = "fced8842d149f16b587c2c867d427e4b766831ca"
+_TA: Final = f"Ascend/torchair@{TORCHAIR_COMMIT[:12]} python/torchair/"
+_GC: Final = f"{_TA}_ge_concrete_graph/ge_converter/"
+_C10D: Final = f"{_GC}c10d_functional/c10d_functional.py"
+#: TorchAir's ``normalize_reduceop_type``: its GE collectives take SUM, MIN, MAX and PRODUCT; avg and premul_sum
+#: raise "ge unsupported reduce type". The graph column says so instead of copying the eager reduce ops.
+GRAPH_REDUCE_OPS: Final = frozenset({"sum", "min", "max", "product"})
+_REDUCE_SOURCE: Final = f"{_TA}_ge_concrete_graph/utils.py:179-196 (normalize_reduceop_type)"
+_GATE: Final = f"{_C10D}:73 (the _c10d_functional converters exist only if torch.__version__ >= '2.3.1')"
+_SEED_2_6: Final = "seed 000 (PyTorch >= 2.6 table); absent from seed 001 (PyTorch 2.1); 2.2-2.5 undocumented"
+
+
+@dataclasses.dataclass(frozen=True)
+class _GraphClaim:
+    since: tuple[int, int]
+    #: How it reaches GE: xccl's graph form, what TorchAir converts it with.
+    form: str
+    sources: tuple[str, ...]
+
+
+def _standard(since: tuple[int, int], form: str, *sources: str) -> _GraphClaim:
+    return _GraphClaim(since, form, (*sources, _GATE, "seed 000 table 1"))
+
+
+_A2A: Final = (f"{_TA}_utils/__init__.py:463 (default decomposition of _c10d_functional.all_to_all_single)",
+               f"{_GC}experimental/hcom_alltoall.py:69 (npu_define.all_to_all_single_npu -> HcomAllToAll/AllToAllV)")
+_GRAPH_CLAIMS: Final[Mapping[Collective, _GraphClaim]] = {
+    C.ALL_REDUCE: _standard((2, 3), "_c10d_functional.all_reduce -> HcomAllReduce", f"{_C10D}:83", _REDUCE_SOURCE),
+    C.ALL_REDUCE_COALESCED: _standard(
+        (2, 3), "one _c10d_functional.all_reduce per tensor -> HcomAllReduce", f"{_C10D}:83", _REDUCE_SOURCE),
+    C.ALL_GATHER: _standard((2, 3), "_c10d_functional.all_gather_into_tensor, sliced -> HcomAllGather", f"{_C10D}:98"),
+    C.ALL_GATHER_COALESCED: _standard(
+        (2, 3), "one _c10d_functional.all_gather_into_tensor per tensor -> HcomAllGather", f"{_C10D}:98"),
+    C.ALL_GATHER_INTO_TENSOR: _standard((2, 3), "_c10d_functional.all_gather_into_tensor -> HcomAllGather",
+                                        f"{_C10D}:98"),
+    C.REDUCE_SCATTER: _standard(
+        (2, 6), "_c10d_functional.reduce_scatter_tensor over the concatenated list -> HcomReduceScatter",
+        f"{_C10D}:113", _REDUCE_SOURCE, _SEED_2_6),
+    C.REDUCE_SCATTER_TENSOR: _standard((2, 6), "_c10d_functional.reduce_scatter_tensor -> HcomReduceScatter",
+                                       f"{_C10D}:113", _REDUCE_SOURCE, _SEED_2_6),
+    C.ALL_TO_ALL: _standard((2, 3), "_c10d_functional.all_to_all_single over the concatenated list", *_A2A),
+    C.ALL_TO_ALL_SINGLE: _standard((2, 3), "_c10d_functional.all_to_all_single", *_A2A),
+    C.ALL_TO_ALL_SINGLE_UNEVEN: _standard((2, 3), "_c10d_functional.all_to_all_single with split sizes", *_A2A),
+    C.ALL_TO_ALL_V: _standard(
+        (2, 3), "xccl::all_to_all_v lowered to _c10d_functional.all_to_all_single with this rank's counts", *_A2A),
+    C.BROADCAST: _standard((2, 3), "_c10d_functional.broadcast -> HcomBroadcast", f"{_C10D}:130"),
+    C.SEND: _GraphClaim((2, 6), "xccl::send lowered to npu_define._send -> HcomSend", (
+        f"{_GC}experimental/hcom_send_recv.py:51", _SEED_2_6,
+        "seed 000 note: send and recv in pairs; several in one graph need the StableRDFS order (xccl sets it)")),
+    C.RECV: _GraphClaim((2, 6), "xccl::recv lowered to npu_define._recv -> HcomReceive", (
+        f"{_GC}experimental/hcom_send_recv.py:125", _SEED_2_6,
+        "seed 000 note: send and recv in pairs; several in one graph need the StableRDFS order (xccl sets it)")),
+    C.ALL_GATHER_INTO_TENSOR_UNEVEN: _GraphClaim(
+        (2, 6), "xccl::all_gather_into_tensor_uneven lowered to npu_define.allgather_in_tensor_uneven -> HcomAllGatherV",
+        (f"{_GC}experimental/hcom_allgather.py:155", _SEED_2_6)),
+    C.REDUCE_SCATTER_TENSOR_UNEVEN: _GraphClaim(
+        (2, 6), "xccl::reduce_scatter_tensor_uneven lowered to npu_define.reduce_scatter_tensor_uneven -> "
+        "HcomReduceScatterV", (f"{_GC}experimental/hcom_reducescatter.py:81", _REDUCE_SOURCE, _SEED_2_6)),
+    C.MM_REDUCE_SCATTER: _GraphClaim(
+        (2, 1), "xccl::mm_reduce_scatter lowered to npu.npu_mm_reduce_scatter_base -> MatmulReduceScatter",
+        (f"{_GC}custom/matmul_reduce_scatter.py:4", "seed 004 (graph mode documented)")),
+    C.ALL_GATHER_MM: _GraphClaim(
+        (2, 1), "xccl::all_gather_mm lowered to npu.npu_all_gather_base_mm -> AllGatherMatmul",
+        (f"{_GC}custom/all_gather_matmul.py:4", "manifest A4 (graph mode documented)")),
+    C.MM_ALL_REDUCE: _GraphClaim(
+        (2, 1), "xccl::mm_all_reduce lowered to npu.npu_mm_all_reduce_base -> MatmulAllReduce",
+        (f"{_GC}custom/matmul_all_reduce.py:21", "manifest A4 (graph mode documented)")),
 }
-_GRAPH_NOTE: Final = "TorchAir converter; verified in simulation only where xccl's graph path covers it"
+#: Why the rest is unsupported in graph mode (each with its source).
+_GRAPH_UNSUPPORTED: Final[Mapping[Collective, tuple[str, str]]] = {
+    op: ("TorchAir has no graph op for it: no converter in its vocabulary for xccl's graph form "
+         f"(torch.ops.xccl.{op.value}) nor an HCCL graph op to lower it to; TorchAir's collective list does not "
+         "have it", f"seed 000 table 1; {_TA} (torchair_vocabulary.json)")
+    for op in (C.REDUCE, C.GATHER, C.SCATTER, C.BARRIER)
+} | {
+    C.RECV_ANY_SOURCE: ("a graph needs the peer (and HCCL has no receive from any source)",
+                        f"{_GC}experimental/hcom_send_recv.py:125 (HcomReceive takes src_rank)"),
+}
+#: Where each graph-column claim comes from: op -> sources (repository@commit path:line, or a seed).
+GRAPH_SOURCES: Final[Mapping[Collective, tuple[str, ...]]] = {
+    **{op: claim.sources for op, claim in _GRAPH_CLAIMS.items()},
+    **{op: (source,) for op, (_, source) in _GRAPH_UNSUPPORTED.items()},
+}
 
 
 def _graph(eager: Mapping[Collective, Support]) -> dict[Collective, Support]:
+    """The graph column: what TorchAir converts, with GE's reduce ops and no eager-only casts.
+
+    Reductions take :data:`GRAPH_REDUCE_OPS` (avg then runs as sum and a divide, the table's rule, which the
+    plugin's graph converters apply) over the dtypes HCCL reduces: the bool/uint8 -> int32 casts of eager mode are
+    done by torch_npu's and xccl's eager code, which a GE graph does not run. Other ops keep the eager dtypes
+    (TorchAir's bundled IR prototypes list fewer, e.g. no bfloat16 for HcomAllGather: unconfirmed against current
+    CANN, see docs/vendors/ascend.md).
+    """
     out: dict[Collective, Support] = {}
     for op in C:
-        since = _GRAPH_SINCE.get(op)
-        if since is None:
-            out[op] = Support(Level.UNSUPPORTED, note="not among TorchAir's graph collectives (seeds 000/001)")
+        claim = _GRAPH_CLAIMS.get(op)
+        if claim is None:
+            why, source = _GRAPH_UNSUPPORTED.get(op, ("not among TorchAir's graph collectives", "seed 000 table 1"))
+            out[op] = Support(Level.UNSUPPORTED, note=f"{why} [{source}]")
             continue
-        version, remark = since
-        note = f"{_GRAPH_NOTE}; {remark}" if remark else _GRAPH_NOTE
-        out[op] = dataclasses.replace(eager[op], min_torch=version, note=note)
+        note = f"graph: {claim.form} [{claim.sources[0]}]"
+        e = eager[op]
+        if op in (C.MM_REDUCE_SCATTER, C.ALL_GATHER_MM, C.MM_ALL_REDUCE):
+            out[op] = dataclasses.replace(
+                e, min_torch=claim.since,
+                note=f"{note}; the MC2 constraints are checked at compile time: where they fail the graph gets the "
+                "unfused matmul and collective (a GE graph cannot fall back at run time), under the fallback policy",
+            )
+        elif op.reduces:
+            out[op] = Support(
+                Level.NATIVE, dtypes=REDUCED_DTYPES, reduce_ops=GRAPH_REDUCE_OPS,
+                dtype_reduce_ops={d: GRAPH_REDUCE_OPS - {"product"} for d in NO_PRODUCT_DTYPES},
+                world_sizes=e.world_sizes, min_torch=claim.since,
+                note=f"{note}; GE reduces sum/min/max/product ({_REDUCE_SOURCE}), avg as sum then a divide; no "
+                "bool/uint8 (their int32 cast is eager-only); no product over int16/bfloat16 (CANN)",
+            )
+        else:
+            out[op] = Support(Level.NATIVE, dtypes=e.dtypes if e.level is Level.NATIVE else MOVED_DTYPES,
+                              world_sizes=e.world_sizes, min_torch=claim.since, note=note)
     return out
 
 

@@ -3,29 +3,16 @@
 The real and the simulated runtime run exactly these checks, so a script that passes them in simulation passes
 them on the hardware. Each violated constraint raises :class:`~xccl.ConstraintViolation` naming it; xccl's fused
 API then falls back to its portable version (with a warning naming the constraint) or re-raises, per the fallback
-policy. Sources: manifest A4 (torch_npu 2.13.0's ``_op_plugin_docs.py``) and seed 004.
+policy.
 
-======================  =========================================  =========================================
-constraint              npu_mm_reduce_scatter_base /               npu_mm_all_reduce_base
-                        npu_all_gather_base_mm
-======================  =========================================  =========================================
-product line            Atlas A2 (Ascend910B*), A3 (Ascend910_93*)  Atlas A2 only
-world size              A2: 2, 4, 8; A3: 2, 4, 8, 16                1, 2, 4, 8
-dtype                   float16 or bfloat16, x2 the same            float16 or bfloat16, x2 the same
-shapes                  2-D (m, k) @ (k, n)                         (m, k) or (b, s, k) @ 2-D (k, n)
-k range                 256 <= k < 65535                            1 <= m, k, n <= 2**31 - 1
-m divisible             mm_reduce_scatter: m % world size == 0      -
-reduce_op               'sum'                                       'sum'
-comm_turn, gather_index 0                                           comm_turn 0
-bias                    None or all zeros                           1-D of size n, dtype of x1
-x1                      contiguous (not a transposed view)          contiguous, not empty
-topology                A2: HCCS all-mesh, i.e. one server          one server
-domain                  A2: one communication domain per model      A2: one communication domain per model
-CANN                    >= 8.0.RC2 (where its version is known)     >= 8.0.RC2
-======================  =========================================  =========================================
-
-Seed 004 lists world size 32 on A3 for mm_reduce_scatter; the wheel's own documentation (manifest A4) does not,
-so xccl keeps to the smaller set.
+:data:`RULES` lists every constraint as data, with the documents it rests on: the capability table's notes,
+``xccl caps`` and ``docs/fidelity.md`` render it, and a test keeps it and the checks below in step. The sources
+are seed 004 (``torch_npu.npu_mm_reduce_scatter_base``) and op-plugin's documentation and kernels
+(Ascend/op-plugin master @ 517f2e7): both give Atlas A3 world sizes 2, 4, 8, 16 and 32 for
+``npu_mm_reduce_scatter_base`` and ``npu_all_gather_base_mm``, and the kernels check
+``world_size in [2, 4, 8, 16, 32]`` whatever the chip (``MatmulReduceScatterBaseKernelNpuOpApi.cpp:33-37``,
+``AllGatherBaseMatmulKernelNpuOpApi.cpp:53-58``). The docstring in op-plugin's ``_op_plugin_docs.py`` (which the
+wheel's help text comes from) still says "2, 4, 8, 16" for A3; it predates 32 and is not followed.
 """
 
 from __future__ import annotations
@@ -43,9 +30,11 @@ from xccl.plugin import ConstraintViolation, InvalidArgument
 
 __all__ = [
     "MIN_CANN",
+    "RULES",
     "DomainTracker",
     "FusedCall",
     "ProductLine",
+    "Rule",
     "check_all_gather_mm",
     "check_mm_all_reduce",
     "check_mm_reduce_scatter",
@@ -83,10 +72,86 @@ def product_line(device_name: str) -> ProductLine:
 
 
 _WORLD_SIZES: Final[Mapping[str, Mapping[ProductLine, frozenset[int]]]] = {
-    "npu_mm_reduce_scatter_base": {ProductLine.A2: frozenset({2, 4, 8}), ProductLine.A3: frozenset({2, 4, 8, 16})},
-    "npu_all_gather_base_mm": {ProductLine.A2: frozenset({2, 4, 8}), ProductLine.A3: frozenset({2, 4, 8, 16})},
+    "npu_mm_reduce_scatter_base": {ProductLine.A2: frozenset({2, 4, 8}), ProductLine.A3: frozenset({2, 4, 8, 16, 32})},
+    "npu_all_gather_base_mm": {ProductLine.A2: frozenset({2, 4, 8}), ProductLine.A3: frozenset({2, 4, 8, 16, 32})},
     "npu_mm_all_reduce_base": {ProductLine.A2: frozenset({1, 2, 4, 8})},
 }
+
+
+#: The kernels, by xccl's op name.
+KERNELS: Final = {
+    "mm_reduce_scatter": "npu_mm_reduce_scatter_base",
+    "all_gather_mm": "npu_all_gather_base_mm",
+    "mm_all_reduce": "npu_mm_all_reduce_base",
+}
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One documented constraint of the MC2 kernels, as data."""
+
+    #: The constraint's name, as a :class:`~xccl.ConstraintViolation` carries it.
+    name: str
+    #: The rule for each kernel it applies to (kernel name -> what the kernel takes).
+    rule: Mapping[str, str]
+    #: Where it is written: ``seed 004:<line>`` or ``Ascend/op-plugin@<commit> <path>:<lines>``.
+    sources: tuple[str, ...]
+
+
+_RS, _AG, _AR = KERNELS["mm_reduce_scatter"], KERNELS["all_gather_mm"], KERNELS["mm_all_reduce"]
+_OP: Final = "Ascend/op-plugin@517f2e7 "
+_DOC: Final = _OP + "docs/zh/custom_APIs/torch_npu/torch_npu-"
+_SEED: Final = "seed 004 (npu_mm_reduce_scatter_base)"
+
+#: Every constraint the checks below enforce, in the order they are checked.
+RULES: Final[tuple[Rule, ...]] = (
+    Rule("product line", {_RS: "Atlas A2 (Ascend910B*) or A3 (Ascend910_93*)", _AG: "Atlas A2 or A3",
+                          _AR: "Atlas A2 only"},
+         (f"{_SEED}:44-46", f"{_DOC}npu_all_gather_base_mm.md:5-8", f"{_DOC}npu_mm_all_reduce_base.md:5-7")),
+    Rule("world size", {_RS: "A2: 2, 4, 8; A3: 2, 4, 8, 16, 32", _AG: "A2: 2, 4, 8; A3: 2, 4, 8, 16, 32",
+                        _AR: "1, 2, 4, 8"},
+         (f"{_SEED}:22-23", f"{_DOC}npu_mm_reduce_scatter_base.md:54-55", f"{_DOC}npu_all_gather_base_mm.md:49-50",
+          f"{_OP}op_plugin/ops/opapi/MatmulReduceScatterBaseKernelNpuOpApi.cpp:33-37",
+          f"{_OP}op_plugin/ops/opapi/AllGatherBaseMatmulKernelNpuOpApi.cpp:53-58",
+          f"{_DOC}npu_mm_all_reduce_base.md:74")),
+    Rule("CANN >= 8.0.RC2", dict.fromkeys((_RS, _AG, _AR), "CANN 8.0.RC2 or newer, where its version is known"),
+         (f"{_SEED}:8", f"{_DOC}npu_mm_reduce_scatter_base.md:40", f"{_DOC}npu_all_gather_base_mm.md:35")),
+    Rule("topology", {_RS: "A2: one server (HCCS all-mesh)", _AG: "A2: one server (HCCS all-mesh)",
+                      _AR: "one server (HCCS all-mesh)"},
+         (f"{_SEED}:22", f"{_DOC}npu_mm_reduce_scatter_base.md:54", f"{_DOC}npu_mm_all_reduce_base.md:74")),
+    Rule("comm_turn", dict.fromkeys((_RS, _AG, _AR), "0"),
+         (f"{_SEED}:28", f"{_DOC}npu_all_gather_base_mm.md:56", f"{_DOC}npu_mm_all_reduce_base.md:54")),
+    Rule("dtype", dict.fromkeys((_RS, _AG, _AR), "x1 float16 or bfloat16, x2 the same (int8 needs quantisation scales)"),
+         (f"{_SEED}:18-19", f"{_DOC}npu_mm_reduce_scatter_base.md:50-51", f"{_DOC}npu_all_gather_base_mm.md:45-46",
+          f"{_DOC}npu_mm_all_reduce_base.md:86-89")),
+    Rule("2-D inputs", {_RS: "x1 (m, k), x2 (k, n)", _AG: "x1 (m, k), x2 (k, n)",
+                        _AR: "x1 (m, k) or (b, s, k), x2 (k, n)"},
+         (f"{_SEED}:18-19", f"{_DOC}npu_all_gather_base_mm.md:45-46", f"{_DOC}npu_mm_all_reduce_base.md:68")),
+    Rule("non-empty", {_AR: "x1 and x2 not empty", _RS: "x1 and x2 not empty (xccl's own rule: nothing to fuse)",
+                       _AG: "x1 and x2 not empty (xccl's own rule: nothing to fuse)"},
+         (f"{_DOC}npu_mm_all_reduce_base.md:73",)),
+    Rule("x1 not transposed", dict.fromkeys((_RS, _AG, _AR), "x1 contiguous (xccl makes a transposed view contiguous)"),
+         (f"{_SEED}:39", f"{_DOC}npu_all_gather_base_mm.md:69", f"{_DOC}npu_mm_all_reduce_base.md:69")),
+    Rule("k range", {_RS: "256 <= k < 65535", _AG: "256 <= k < 65535"},
+         (f"{_SEED}:19", f"{_DOC}npu_all_gather_base_mm.md:45")),
+    Rule("m divisible by world size", {_RS: "m % world size == 0"},
+         (f"{_SEED}:19", f"{_DOC}npu_mm_reduce_scatter_base.md:77",
+          f"{_OP}op_plugin/ops/opapi/MatmulReduceScatterBaseKernelNpuOpApi.cpp:52-54")),
+    Rule("reduce_op", {_RS: "'sum'", _AR: "'sum'"}, (f"{_SEED}:26", f"{_DOC}npu_mm_all_reduce_base.md:33")),
+    Rule("gather_index", {_AG: "0 (gather x1)"}, (f"{_DOC}npu_all_gather_base_mm.md:54",)),
+    Rule("bias", {_RS: "None or zeros (a non-zero bias is not supported)", _AG: "None or zeros",
+                  _AR: "1-D of size n, dtype of x1"},
+         (f"{_SEED}:27", f"{_DOC}npu_all_gather_base_mm.md:51", f"{_DOC}npu_mm_all_reduce_base.md:34")),
+    Rule("size limits", {_AR: "1 <= m, k, n <= 2**31 - 1"}, (f"{_DOC}npu_mm_all_reduce_base.md:75",)),
+    Rule("one communication domain per model", dict.fromkeys((_RS, _AG, _AR), "A2: one group for all MC2 kernels"),
+         (f"{_SEED}:40", f"{_DOC}npu_all_gather_base_mm.md:73", f"{_DOC}npu_mm_all_reduce_base.md:80")),
+)
+
+
+def describe(kernel: str) -> str:
+    """The constraints of ``kernel`` as one line, for the capability table's notes."""
+    return "; ".join(f"{r.name}: {r.rule[kernel]}" for r in RULES if kernel in r.rule)
 
 
 @final

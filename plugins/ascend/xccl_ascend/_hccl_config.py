@@ -2,14 +2,23 @@
 
 torch_npu reads ``hccl_config`` in ``createHcclCommConfigWithOptions`` when it creates a communicator (lazily, at
 the first collective), and a value of the wrong type fails a ``TORCH_CHECK`` there ("Value type of group_name
-should be string"): far from the ``init_process_group`` call that passed it. Unknown keys are ignored silently,
+should be string."): far from the ``init_process_group`` call that passed it. Unknown keys are ignored silently,
 so a typo loses the setting. xccl checks the whole dict when it is configured, before any process group exists
 (:func:`validate_hccl_config`), and the simulation raises HCCL's own messages at group creation
 (:func:`torch_check`).
 
-Values bind to ``std::variant<uint32, uint64, int32, string>``; a small Python int binds as ``uint32``, so
-``hccl_job_id`` (read as ``uint64`` only) may fail HCCL's type check for values below 2**32 (manifest gotcha 11,
-not verified on hardware): xccl accepts them and says so in the docs.
+Values bind to ``std::variant<uint32_t, uint64_t, int32_t, std::string>`` (``ProcessGroupHCCL.hpp:475``), and
+pybind11 tries the alternatives in that order: an int in ``[0, 2**32)`` binds as uint32, ``[2**32, 2**64)`` as
+uint64, a negative one as int32 (:func:`binds_as`). Each key accepts some alternatives only, so both checks ask
+what the value *binds as*, not what Python type it has: ``hccl_job_id`` is read as uint64 only
+(``ProcessGroupHCCL.cpp:3881-3887`` at tag compatibility_release-pytorch2.13.0), so a job id below 2**32 fails
+torch_npu's "Value type of hccl_job_id should be int." and xccl refuses it up front.
+
+``group_name`` is HCCL's ``hcclUdi`` (user-defined information, ``:3826-3839``), not the communicator's name: the
+communicator is named ``"group_name_" + <torch's group name>`` (``:1132``, ``:3803-3811``), which is what
+``xccl.comm_name`` returns. Strings longer than their field are truncated by torch_npu with a warning
+(``group_name``, ``hccl_retry_params``, ``hccl_buffer_name``: 127 characters; ``hccl_retry_enable``: 49;
+``hccl_algo``: 1599); xccl warns the same way when the config is set.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, final
@@ -27,6 +37,7 @@ __all__ = [
     "ENV_VAR",
     "HCCL_CONFIG_KEYS",
     "ConfigKey",
+    "binds_as",
     "config_for",
     "set_hccl_config",
     "torch_check",
@@ -37,13 +48,13 @@ __all__ = [
 ENV_VAR: Final = "XCCL_HCCL_CONFIG"
 
 Kind = Literal["uint32", "uint64", "int32", "string"]
+#: The variant's alternatives in pybind11's order, with the ints each takes.
 _RANGES: Final[Mapping[str, tuple[int, int]]] = {
     "uint32": (0, 2**32 - 1),
-    "uint64": (0, 2**64 - 1),
-    "int32": (-(2**31), 2**31 - 1),
+    "uint64": (2**32, 2**64 - 1),
+    "int32": (-(2**31), -1),
 }
-#: HCCL's communicator name is a ``char[128]``: at most 127 characters and the terminating NUL.
-MAX_GROUP_NAME: Final = 127
+_INT32_MAX: Final = 2**31 - 1
 
 
 @final
@@ -52,10 +63,12 @@ class ConfigKey:
     """One ``hccl_config`` key as torch_npu reads it."""
 
     name: str
-    #: The C++ type the value must bind to.
+    #: The C++ type torch_npu reads (``hccl_exec_timeout`` also takes a uint32 up to INT32_MAX).
     kind: Kind
     #: What it sets, for error messages and docs.
     doc: str
+    #: For strings: the size of the C field; longer values are truncated to ``max_len - 1`` with a warning.
+    max_len: int | None = None
 
 
 HCCL_CONFIG_KEYS: Final[Mapping[str, ConfigKey]] = {
@@ -69,17 +82,38 @@ HCCL_CONFIG_KEYS: Final[Mapping[str, ConfigKey]] = {
         ConfigKey("hccl_world_rank_id", "uint32", "world rank id (NSLB-DP)"),
         ConfigKey("hccl_job_id", "uint64", "job id (NSLB-DP)"),
         ConfigKey("hccl_exec_timeout", "int32", "execution timeout in seconds (overrides HCCL_EXEC_TIMEOUT)"),
-        ConfigKey("group_name", "string", "the communicator's name, as get_hccl_comm_name then returns it"),
-        ConfigKey("hccl_algo", "string", "algorithm selection (as HCCL_ALGO)"),
-        ConfigKey("hccl_retry_enable", "string", "retry switch"),
-        ConfigKey("hccl_retry_params", "string", "retry parameters"),
-        ConfigKey("hccl_buffer_name", "string", "name of a shared buffer"),
+        ConfigKey("group_name", "string", "HCCL's hcclUdi, user-defined information; not the communicator's name",
+                  128),
+        ConfigKey("hccl_algo", "string", "algorithm selection (as HCCL_ALGO)", 1600),
+        ConfigKey("hccl_retry_enable", "string", "retry switch", 50),
+        ConfigKey("hccl_retry_params", "string", "retry parameters", 128),
+        ConfigKey("hccl_buffer_name", "string", "name of a shared buffer", 128),
     )
 }
 
 
+def binds_as(value: object) -> Kind | None:
+    """The alternative of ``hccl_config``'s variant a Python value binds to, or None when none can hold it.
+
+    pybind11 tries uint32, uint64, int32 and string in turn; a bool is an int to it (``True`` binds as uint32).
+    """
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, int):
+        return next((k for k, (lo, hi) in _RANGES.items() if lo <= value <= hi), None)  # type: ignore[return-value]
+    return None
+
+
+def _accepts(spec: ConfigKey, value: object) -> bool:
+    """Whether torch_npu's ``createHcclCommConfigWithOptions`` takes ``value`` for ``spec`` (type only)."""
+    kind = binds_as(value)
+    if spec.kind == "int32":  # hccl_exec_timeout: int32, or a uint32 it then bounds by INT32_MAX
+        return kind in ("int32", "uint32")
+    return kind == spec.kind
+
+
 def validate_hccl_config(config: object) -> dict[str, int | str]:
-    """Check an ``hccl_config`` dict against the documented keys, types and ranges.
+    """Check an ``hccl_config`` dict against the documented keys, and each value as torch_npu will see it.
 
     Args:
         config: what the user passed.
@@ -88,7 +122,11 @@ def validate_hccl_config(config: object) -> dict[str, int | str]:
         A copy, safe to hand to ``ProcessGroupHCCL.Options.hccl_config``.
 
     Raises:
-        InvalidArgument: not a dict of str keys, an unknown key, a value of the wrong type or out of range.
+        InvalidArgument: not a dict of str keys, an unknown key, or a value torch_npu would refuse (wrong type, or
+            an int that binds to an alternative the key does not read, e.g. ``hccl_job_id`` below 2**32).
+
+    Warns:
+        UserWarning: a string torch_npu will truncate.
     """
     op = "hccl_config"
     if not isinstance(config, Mapping):
@@ -110,39 +148,68 @@ def _unknown(key: object) -> str:
 
 
 def _checked(spec: ConfigKey, value: object) -> int | str:
-    op = "hccl_config"
+    op, name = "hccl_config", spec.name
     if spec.kind == "string":
         if not isinstance(value, str):
-            raise InvalidArgument(op, f"{spec.name} ({spec.doc}) must be a str, got {type(value).__name__} {value!r}")
-        if spec.name == "group_name" and not 0 < len(value) <= MAX_GROUP_NAME:
-            raise InvalidArgument(op, f"group_name must have 1..{MAX_GROUP_NAME} characters, got {len(value)}")
+            raise InvalidArgument(op, f"{name} ({spec.doc}) must be a str, got {type(value).__name__} {value!r}")
+        if spec.max_len is not None and len(value) >= spec.max_len:
+            warnings.warn(
+                f"hccl_config {name} has {len(value)} characters; torch_npu truncates it to {spec.max_len - 1} "
+                f"(its C field holds {spec.max_len} bytes)", UserWarning, stacklevel=4,
+            )
         return value
-    # bool is an int to Python but binds to no HCCL integer; refuse it rather than send 0/1 by accident.
+    # bool is an int to Python and to pybind (True binds as uint32), but a flag where a number is meant is a slip.
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidArgument(op, f"{spec.name} ({spec.doc}) must be an int, got {type(value).__name__} {value!r}")
-    lo, hi = _RANGES[spec.kind]
-    if not lo <= value <= hi:
-        raise InvalidArgument(op, f"{spec.name}={value} is outside the {spec.kind} range [{lo}, {hi}]")
+        raise InvalidArgument(op, f"{name} ({spec.doc}) must be an int, got {type(value).__name__} {value!r}")
+    kind = binds_as(value)
+    if spec.kind == "uint64" and kind == "uint32":
+        raise InvalidArgument(
+            op,
+            f"{name}={value}: torch_npu reads {name} as a uint64 only, and an int below 2**32 reaches it as a uint32 "
+            "(pybind binds hccl_config's std::variant<uint32_t, uint64_t, int32_t, string> to the first alternative "
+            f"that fits), so HCCL would fail 'Value type of {name} should be int.' at the first collective. Pass a "
+            "value >= 2**32 (torch_npu's own NSLB job ids are (port << 32) + ip)",
+        )
+    if spec.kind == "int32":
+        if kind not in ("int32", "uint32") or value > _INT32_MAX:
+            raise InvalidArgument(op, f"{name}={value} is outside the int32 range [{-(2**31)}, {_INT32_MAX}]")
+        return value
+    if kind != spec.kind:
+        lo, hi = (0, 2**32 - 1) if spec.kind == "uint32" else _RANGES[spec.kind]
+        raise InvalidArgument(
+            op, f"{name}={value} is outside the {spec.kind} range [{lo}, {hi}] (it would reach torch_npu as "
+            f"{kind or 'no C++ integer'}, which it does not read for {name})",
+        )
     return value
 
 
 def torch_check(config: Mapping[str, object]) -> None:
-    """The type checks HCCL itself makes on ``hccl_config``, with its messages (for the simulation).
+    """What torch_npu's ``createHcclCommConfigWithOptions`` does with ``hccl_config`` (for the simulation).
 
-    Unknown keys pass, as in HCCL; values of the wrong kind raise ``RuntimeError("Value type of <key> should be
-    int.")`` / ``("... should be string")`` like its ``TORCH_CHECK``.
+    Unknown keys pass, as in torch_npu; a value that binds to an alternative the key does not read raises its
+    ``TORCH_CHECK`` message, ``"Value type of <key> should be int."`` / ``"... should be string."``; a string
+    longer than its field warns with torch_npu's message (it is truncated there).
 
     Raises:
-        RuntimeError: a documented key holds a value of the wrong kind.
+        RuntimeError: a documented key holds a value torch_npu refuses.
+        TypeError: a value pybind cannot bind at all (``Options.hccl_config`` assignment fails on the hardware).
     """
     for key, value in config.items():
         spec = HCCL_CONFIG_KEYS.get(key) if isinstance(key, str) else None
         if spec is None:
             continue
-        if spec.kind == "string" and not isinstance(value, str):
-            raise RuntimeError(f"Value type of {key} should be string")
-        if spec.kind != "string" and (not isinstance(value, int) or isinstance(value, bool)):
-            raise RuntimeError(f"Value type of {key} should be int.")
+        if binds_as(value) is None:
+            raise TypeError(f"hccl_config[{key!r}] = {value!r}: incompatible function arguments (pybind: no "
+                            "alternative of std::variant<uint32_t, uint64_t, int32_t, std::string> holds it)")
+        if not _accepts(spec, value):
+            raise RuntimeError(f"Value type of {key} should be {'string' if spec.kind == 'string' else 'int'}.")
+        if key == "hccl_exec_timeout" and binds_as(value) == "uint32" and int(value) > _INT32_MAX:  # type: ignore[call-overload]
+            raise RuntimeError("Value type of hccl_exec_timeout exceeds INT32_MAX(2147483647).")
+        if key == "hccl_exec_timeout" and binds_as(value) == "int32":
+            warnings.warn("Value type of hccl_exec_timeout less than 0.", UserWarning, stacklevel=2)
+        if spec.max_len is not None and len(str(value)) >= spec.max_len:
+            warnings.warn(f"The length of {key} has exceeded its limit ({spec.max_len}) and is truncated to "
+                          f"{spec.max_len - 1} characters (torch_npu)", UserWarning, stacklevel=2)
 
 
 # --------------------------------------------------------------------------------------------- configured values
@@ -165,12 +232,12 @@ def set_hccl_config(
             over exactly those ranks. A group-specific config replaces the one for every group.
 
     Raises:
-        InvalidArgument: a bad key or value, or a ``group_name`` (which names one communicator) set for every group.
+        InvalidArgument: a bad key or value (see :func:`validate_hccl_config`).
 
     Example::
 
         xccl_ascend.set_hccl_config({"hccl_buffer_size": 400})
-        xccl_ascend.set_hccl_config({"group_name": "tp0", "hccl_buffer_size": 200}, ranks=[0, 1])
+        xccl_ascend.set_hccl_config({"group_name": "tp0", "hccl_buffer_size": 200}, ranks=[0, 1])  # tp0: the UDI
         xccl.init(vendor="ascend")
         tp = xccl.new_group([0, 1])
     """
@@ -178,14 +245,7 @@ def set_hccl_config(
     if config is None:
         _CONFIGS.pop(key, None)
         return
-    checked = validate_hccl_config(config)
-    if key is None and "group_name" in checked:
-        raise InvalidArgument(
-            "hccl_config",
-            "group_name names one communicator, so it cannot apply to every group; pass ranks='world' or the "
-            "group's ranks",
-        )
-    _CONFIGS[key] = checked
+    _CONFIGS[key] = validate_hccl_config(config)
 
 
 def _key(ranks: Sequence[int] | str | None) -> object:
@@ -217,7 +277,4 @@ def config_for(ranks: Sequence[int] | None, env: Mapping[str, str] | None = None
         parsed = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise InvalidArgument("hccl_config", f"{ENV_VAR} is not JSON ({exc}): {raw!r}") from None
-    checked = validate_hccl_config(parsed)
-    if "group_name" in checked:
-        raise InvalidArgument("hccl_config", f"{ENV_VAR} applies to every group, so it cannot set group_name")
-    return checked
+    return validate_hccl_config(parsed)

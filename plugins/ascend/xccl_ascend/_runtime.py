@@ -13,7 +13,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -24,6 +24,7 @@ from . import _constraints as cons
 from ._hccl_config import config_for
 from ._probe import find_cann
 from ._ranktable import load_hccl
+from ._torchair_lower import graph_converters, lowering
 
 if TYPE_CHECKING:
     from ._sdk import HcclSdk
@@ -94,9 +95,14 @@ class AscendRuntime(Runtime):
         """
         return self.sdk.comm_name(group, dist.get_rank())
 
+    def graph_converters(self) -> Mapping[Any, Callable[..., Any]]:
+        """avg as sum then a divide in the standard collectives (TorchAir's GE ops have no avg)."""
+        return graph_converters()
+
     def compile_backend(self) -> Callable[..., Any] | None:
-        """TorchAir's NPU backend on the hardware; None (Inductor) in simulation."""
-        return self.sdk.compile_backend()
+        """TorchAir's NPU backend on the hardware, the simulated TorchAir in simulation: both trace with the
+        lowering of xccl's graph ops to the vendor's (``_torchair_lower``)."""
+        return self.sdk.compile_backend(lowering(self, self.sdk.graph_ops(), MC2_DOMAIN))
 
     # ------------------------------------------------------------------------------------------------ kernels
 
@@ -149,13 +155,6 @@ class AscendRuntime(Runtime):
         )
 
 
-_KERNEL_NAMES: Final = {
-    "mm_reduce_scatter": "npu_mm_reduce_scatter_base",
-    "all_gather_mm": "npu_all_gather_base_mm",
-    "mm_all_reduce": "npu_mm_all_reduce_base",
-}
-
-
 class FusedKernel:
     """One MC2 kernel behind xccl's fused API: the documented checks, the domain rule, then the SDK call.
 
@@ -166,7 +165,7 @@ class FusedKernel:
     def __init__(self, runtime: AscendRuntime, op: str) -> None:
         self.runtime = runtime
         self.op = op
-        self.kernel = _KERNEL_NAMES[op]
+        self.kernel = cons.KERNELS[op]
 
     def check(self, a: torch.Tensor, b: torch.Tensor, world_size: int, **options: Any) -> None:
         """Raise :class:`~xccl.ConstraintViolation` if the kernel cannot take these shapes and options.

@@ -5,19 +5,30 @@ The runtime (``_runtime``) is the same code on hardware and in simulation; only 
 plugin module); ``_sdk_sim.SimSdk`` computes the same results on CPU over the simulated ``hccl`` group. Every
 torch_npu and TorchAir attribute used is in this module, and ``tests/test_manifest_symbols.py`` checks each one
 against section A of the vendor API manifest.
+
+Graph mode: :meth:`HcclSdk.graph_ops` gives the vendor ops xccl's graph ops are lowered to
+(``_torchair_lower``), and :meth:`HcclSdk.compile_backend` the compile backend that takes the lowering: TorchAir
+with the settings xccl's graphs need on the hardware, the simulated TorchAir in simulation (``_torchair_sim``).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, Protocol
 
 import torch
 
 from xccl.plugin import BackendUnavailable, KernelContext
 
-__all__ = ["HcclSdk", "NpuSdk"]
+from ._torchair_lower import GraphOps
+
+__all__ = ["TOPOLOGY_SORTING", "HcclSdk", "NpuSdk"]
+
+#: TorchAir's topological sort for xccl's graphs: StableRDFS keeps the program order of the communication, which
+#: every rank must issue alike (TorchAir forces it itself for more than one send/recv in a max-autotune graph;
+#: seed 000; Ascend/torchair configs/experimental_config.py, npu_fx_compiler.py ``_process_send_recv``).
+TOPOLOGY_SORTING: Final = "StableRDFS"
 
 
 class HcclSdk(Protocol):
@@ -80,8 +91,12 @@ class HcclSdk(Protocol):
         """``all_reduce(a @ b + bias)``, fused (the bias is added on every rank before the sum)."""
         ...
 
-    def compile_backend(self) -> Callable[..., Any] | None:
-        """The vendor's ``torch.compile`` backend, or None."""
+    def graph_ops(self) -> GraphOps:
+        """The vendor ops xccl's graph ops lower to (TorchAir's ``npu_define`` ops, torch_npu's MC2 ops)."""
+        ...
+
+    def compile_backend(self, decompositions: Mapping[Any, Callable[..., Any]]) -> Callable[..., Any] | None:
+        """The ``torch.compile`` backend graphs go to, tracing with ``decompositions`` (the lowering)."""
         ...
 
 
@@ -199,9 +214,28 @@ class NpuSdk:
         out: torch.Tensor = torch_npu.npu_mm_all_reduce_base(a, b, hcom, reduce_op="sum", bias=bias, comm_turn=0)
         return out
 
-    def compile_backend(self) -> Callable[..., Any] | None:
+    def graph_ops(self) -> GraphOps:
+        import torch_npu  # noqa: F401, TID251 - registers torch.ops.npu.* and installs the lazy ``torchair`` module
+        import torchair  # noqa: F401, TID251 - its import defines torch.ops.npu_define.* (torch >= 2.3.1, manifest A5)
+
+        define, npu = torch.ops.npu_define, torch.ops.npu
+        return GraphOps(
+            send=define._send.default,
+            recv=define._recv.default,
+            allgather_uneven=define.allgather_in_tensor_uneven.default,
+            reduce_scatter_uneven=define.reduce_scatter_tensor_uneven.default,
+            mm_reduce_scatter=npu.npu_mm_reduce_scatter_base.default,
+            all_gather_mm=npu.npu_all_gather_base_mm.default,
+            mm_all_reduce=npu.npu_mm_all_reduce_base.default,
+        )
+
+    def compile_backend(self, decompositions: Mapping[Any, Callable[..., Any]]) -> Callable[..., Any] | None:
         import torch_npu  # noqa: F401, TID251 - installs the lazy ``torchair`` module (manifest A5)
         import torchair  # noqa: TID251
 
-        backend: Callable[..., Any] = torchair.get_npu_backend(compiler_config=torchair.CompilerConfig())
+        config = torchair.CompilerConfig()  # mode "max-autotune": the GE graph
+        config.experimental_config.topology_sorting_strategy = TOPOLOGY_SORTING
+        backend: Callable[..., Any] = torchair.get_npu_backend(
+            compiler_config=config, custom_decompositions=dict(decompositions)
+        )
         return backend

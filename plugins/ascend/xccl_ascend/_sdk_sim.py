@@ -6,19 +6,23 @@ What is simulated, and how faithfully:
   parsing rules, so a launch that would find no device on the hardware fails here too;
 * the chip: ``XCCL_SIM_ASCEND_SOC`` is ``A2`` (default, ``Ascend910B1``), ``A3`` (``Ascend910_9391``) or any chip
   name (``Ascend910ProA`` simulates a chip without MC2 kernels);
-* ``get_hccl_comm_name``: rank 0 of the group makes a unique name (or takes ``hccl_config["group_name"]``) and
-  broadcasts it over the group, so, as on the hardware, the call is collective: a rank that skips it leaves the
-  others waiting until the timeout. The name is cached per group, as HCCL keeps its communicator;
+* ``get_hccl_comm_name``: ``"group_name_" + <torch's group name>``, as torch_npu names the communicator
+  (``ProcessGroupHCCL`` sets ``pg_name_`` to it and copies it into ``hcclCommName``; ``hccl_config["group_name"]``
+  goes to ``hcclUdi`` instead). Rank 0 of the group broadcasts it, so, as on the hardware (which creates the
+  communicator there), the call is collective: a rank that skips it leaves the others waiting until the timeout.
+  The name is cached per group, as HCCL keeps its communicator;
 * uneven collectives: the same semantics through padding (all_gather, reduce_scatter) and ``all_to_all_single``
   with split sizes (HCCL's ``alltoall_base`` honours them, and so does the simulated group);
 * fused kernels: the matmul in float32 on CPU, the collective over the group, the result cast back to the input
-  dtype; the kernel finds its group from ``hcom`` as HCCL does, and an unknown name fails.
+  dtype; the kernel finds its group from ``hcom`` as HCCL does, and an unknown name fails;
+* graph mode: TorchAir, up to its conversion to GE (``_torchair_sim``): graphs are traced as TorchAir traces them,
+  lowered to stand-ins for the vendor's graph ops, checked node by node against TorchAir's converters and run on
+  CPU.
 """
 
 from __future__ import annotations
 
 import os
-import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -29,6 +33,8 @@ import torch.distributed as dist
 from xccl.plugin import Collective, InitError, KernelContext, c10d_kernel, finish
 
 from ._probe import parse_visible_devices
+from ._torchair_lower import GraphOps
+from ._torchair_sim import sim_graph_ops, simulated_torchair
 
 __all__ = ["SIM_DEVICES_ENV", "SIM_SOC_ENV", "SimSdk", "sim_device_name"]
 
@@ -90,9 +96,8 @@ class SimSdk:
             return name
         buf = torch.zeros(_NAME_BYTES, dtype=torch.uint8)
         if group.rank() == 0:
-            config = getattr(getattr(group, "pg_options", None), "hccl_config", None) or {}
-            made = config.get("group_name") or f"sim_hccl_{group.group_name}_{os.getpid()}_{uuid.uuid4().hex[:12]}"
-            raw = str(made).encode()[: _NAME_BYTES - 1]
+            # torch_npu (ProcessGroupHCCL.cpp, tag compatibility_release-pytorch2.13.0 :1132 and :3803-3811).
+            raw = f"group_name_{group.group_name}".encode()[: _NAME_BYTES - 1]
             buf[: len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
         dist.broadcast(buf, group=group, group_src=0)
         name = bytes(buf.tolist()).rstrip(b"\0").decode()
@@ -159,6 +164,7 @@ class SimSdk:
     # ----------------------------------------------------------------------------------------------- fused
 
     def mm_reduce_scatter_base(self, a: torch.Tensor, b: torch.Tensor, hcom: str, world_size: int) -> torch.Tensor:
+        _check_mc2_world_size(world_size)
         group = self._group_of(hcom, world_size)
         local = a.float() @ b.float()
         out = torch.empty((a.shape[0] // world_size, b.shape[1]), dtype=torch.float32)
@@ -168,6 +174,7 @@ class SimSdk:
     def all_gather_base_mm(
         self, a: torch.Tensor, b: torch.Tensor, hcom: str, world_size: int, gather_output: bool
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        _check_mc2_world_size(world_size)
         group = self._group_of(hcom, world_size)
         gathered = a.new_empty((a.shape[0] * world_size, a.shape[1]))
         _all_gather_single(gathered, a, group=group)
@@ -184,5 +191,14 @@ class SimSdk:
         dist.all_reduce(local, group=group)
         return local.to(a.dtype)
 
-    def compile_backend(self) -> Callable[..., Any] | None:
-        return None
+    def graph_ops(self) -> GraphOps:
+        return sim_graph_ops(self)
+
+    def compile_backend(self, decompositions: Mapping[Any, Callable[..., Any]]) -> Callable[..., Any] | None:
+        return simulated_torchair(decompositions, self.graph_ops().names)
+
+
+def _check_mc2_world_size(world_size: int) -> None:
+    """op-plugin's own check in both kernels, whatever the chip (MatmulReduceScatterBaseKernelNpuOpApi.cpp:33-37)."""
+    if world_size not in (2, 4, 8, 16, 32):
+        raise RuntimeError(f"world_size should be in [2, 4, 8, 16, 32], but the actual value is {world_size}.")

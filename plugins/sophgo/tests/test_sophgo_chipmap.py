@@ -1,4 +1,5 @@
-"""The chip map: from the rank table (RANK_TABLE_FILE), CHIP_MAP or the identity; and every way a table is wrong.
+"""The chip map: from the rank table (RANK_TABLE_FILE) or CHIP_MAP, checked against the C2C ring (the ring when none
+is given); and every way a table is wrong.
 
 ``resolve_placement`` is what ``setup_device`` runs on hardware and in simulation; it is called here with an
 explicit environment. Every malformed table must raise RankTableError naming the file, the JSON path of the field
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 from xccl_sophgo import plugin
+from xccl_sophgo._c2c import SG2260, board, vendor_chip_map
 from xccl_sophgo._chipmap import resolve_placement
 from xccl_sophgo._ranktable import generate_sophgo
 from xccl_sophgo._runtime import SophgoRuntime
@@ -82,12 +84,61 @@ def test_chip_map_variable() -> None:
     assert (p.source, p.node_chips, p.chip, p.chip_map([0, 1])) == ("CHIP_MAP", (3, 1), 1, (3, 1))
 
 
-def test_identity_over_the_local_ranks() -> None:
+def test_default_is_the_c2c_ring() -> None:
+    """No map given: set_chip_map's [0, 1] for 1 or 2 ranks, else the board's ring (not the identity)."""
     p = resolve_placement(1, DEVICES, env(RANK=5, WORLD_SIZE=8, LOCAL_WORLD_SIZE=4))
-    assert (p.source, p.node_chips, p.chip) == ("identity", (0, 1, 2, 3), 1)
+    assert (p.source, p.node_chips, p.chip, p.replaced) == ("C2C ring", (0, 1, 3, 2), 1, None)
     assert p.chip_map([4, 5]) == (0, 1) and p.node_of(5) == 1
-    # Without torchrun's variables: a single process on chip 0.
-    assert resolve_placement(0, DEVICES, {}).node_chips == (0,)
+    p8 = resolve_placement(2, DEVICES, env(RANK=2, WORLD_SIZE=8, LOCAL_WORLD_SIZE=8))
+    assert (p8.node_chips, p8.chip) == ((0, 2, 6, 7, 3, 1, 5, 4), 6)  # Sophgo's recommended eight-chip map
+    assert resolve_placement(1, DEVICES, env(RANK=1, WORLD_SIZE=2, LOCAL_WORLD_SIZE=2)).node_chips == (0, 1)
+    # Without torchrun's variables: a single process on chip 0 (set_chip_map's [0, 1]).
+    assert resolve_placement(0, DEVICES, {}).chip == 0
+
+
+@pytest.mark.parametrize(("chip_map", "used"), [
+    ("7,6,2,3", (7, 6, 2, 3)), ("1,0,2,3", (1, 0, 2, 3)), ("1,0,4,5", (1, 0, 4, 5)),  # the tutorial's examples
+    ("2,3,7,6", (2, 3, 7, 6)),  # a rotation of a ring is one
+    ("0,1,2,3", (0, 1, 3, 2)),  # 1-2 and 3-0 are not linked: replaced by the ring
+    ("0,2,4,6", (0, 1, 3, 2)),
+])
+def test_given_map_is_checked_against_the_ring(chip_map: str, used: tuple[int, ...]) -> None:
+    p = resolve_placement(0, DEVICES, env(CHIP_MAP=chip_map, RANK=0, WORLD_SIZE=4, LOCAL_WORLD_SIZE=4))
+    given = tuple(int(c) for c in chip_map.split(","))
+    assert (p.source, p.node_chips, p.replaced) == ("CHIP_MAP", used, None if used == given else given)
+
+
+def test_two_and_one_ranks() -> None:
+    two = env(RANK=0, WORLD_SIZE=2, LOCAL_WORLD_SIZE=2)
+    assert resolve_placement(0, DEVICES, {**two, "CHIP_MAP": "6,2"}).node_chips == (6, 2)  # linked
+    bad = resolve_placement(0, DEVICES, {**two, "CHIP_MAP": "0,3"})  # not linked: checked for 2 ranks too
+    assert (bad.node_chips, bad.replaced) == ((0, 1), (0, 3))
+    one = resolve_placement(0, DEVICES, env(CHIP_MAP="5", RANK=0, WORLD_SIZE=1, LOCAL_WORLD_SIZE=1))
+    assert one.node_chips == (5,)  # one rank: taken as given
+
+
+def test_no_ring_of_odd_size() -> None:
+    with pytest.raises(xccl.InitError, match="no C2C ring of 3 chips"):
+        resolve_placement(0, DEVICES, env(RANK=0, WORLD_SIZE=3, LOCAL_WORLD_SIZE=3))
+
+
+def test_sg2260_board_as_documented() -> None:
+    """Sophgo's topology figure: the ring 0-2-6-7-3-1-5-4 and the links 0-1, 2-3; the tutorial's maps are rings."""
+    for ring in ([0, 2, 6, 7, 3, 1, 5, 4], [7, 6, 2, 3], [1, 0, 2, 3], [1, 0, 4, 5]):
+        assert SG2260.is_ring(ring)
+    assert SG2260.ring(8) == (0, 2, 6, 7, 3, 1, 5, 4)
+    assert [SG2260.ring(n) for n in (3, 5, 7)] == [None, None, None]
+    assert not SG2260.is_ring([0, 1, 2, 3]) and not SG2260.is_ring([0, 0]) and not SG2260.is_ring([0, 8])
+    assert board(4).ring(4) == (0, 1, 3, 2) and board(2).ring(2) == (0, 1)
+    assert vendor_chip_map(None, 2, SG2260) == (0, 1) and vendor_chip_map([3], 1, SG2260) == (3,)
+
+
+def test_rank_table_map_replaced_on_its_node(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    dump(generate_sophgo([[7, 3, 5, 1]]), path)  # 3-5 and 1-7 are not linked
+    p = resolve_placement(2, DEVICES, env(RANK_TABLE_FILE=path, RANK=2, WORLD_SIZE=4, LOCAL_WORLD_SIZE=4))
+    assert (p.node_chips, p.replaced, p.chip) == ((0, 1, 3, 2), (7, 3, 5, 1), 3)
+    assert p.chip_map(range(4)) == (0, 1, 3, 2)
 
 
 @pytest.mark.parametrize(("values", "text"), [
@@ -221,19 +272,32 @@ def test_table_disagreeing_with_local_world_size(tmp_path: Path) -> None:
 
 def test_runtime_sets_chip_map_and_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "t.json"
-    dump(generate_sophgo([[7, 3, 5, 1]]), path)
+    dump(generate_sophgo([[7, 6, 2, 3]]), path)
     for k, v in env(RANK_TABLE_FILE=path, RANK=2, WORLD_SIZE=4, LOCAL_WORLD_SIZE=4, CHIP_MAP="0,1,2,3").items():
         monkeypatch.setenv(k, v)
     runtime = SophgoRuntime(plugin, simulate=True)
     assert runtime.setup_device(2) == torch.device("cpu")
-    assert current_simulated_chip() == 5
+    assert current_simulated_chip() == 2
     import os
 
-    assert os.environ["CHIP_MAP"] == "7,3,5,1"  # the rank table wins, published in Sophgo's format
+    assert os.environ["CHIP_MAP"] == "7,6,2,3"  # the rank table wins, published in Sophgo's format
     world = runtime.process_group_options(None)
     sub = runtime.process_group_options([3, 0])
-    assert isinstance(world, SimulatedSCCLOptions) and world.chip_map == [7, 3, 5, 1]
-    assert isinstance(sub, SimulatedSCCLOptions) and sub.chip_map == [7, 1]
+    assert isinstance(world, SimulatedSCCLOptions) and world.chip_map == [7, 6, 2, 3]
+    assert isinstance(sub, SimulatedSCCLOptions) and sub.chip_map == [7, 3]
+
+
+def test_runtime_replaces_a_map_that_is_no_ring(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    for k, v in env(RANK=0, WORLD_SIZE=4, LOCAL_WORLD_SIZE=4, CHIP_MAP="0,1,2,3").items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("RANK_TABLE_FILE", raising=False)
+    runtime = SophgoRuntime(plugin, simulate=True)
+    with caplog.at_level("WARNING", logger="xccl.sophgo"):
+        runtime.setup_device(0)
+    import os
+
+    assert os.environ["CHIP_MAP"] == "0,1,3,2"
+    assert "chip map 0,1,2,3 from the CHIP_MAP is not a C2C ring" in caplog.text
 
 
 def test_simulated_chip_must_exist(monkeypatch: pytest.MonkeyPatch) -> None:

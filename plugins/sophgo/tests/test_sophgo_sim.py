@@ -287,9 +287,11 @@ def test_world_runs_the_plugin_path(rank_pools: Any) -> None:
     for rank, f in enumerate(facts):
         assert (f["plugin"], f["simulate"], f["backend"], f["profile"]) == ("sophgo", True, "sccl", "ProcessGroupSCCL")
         assert f["pg"] == "xccl_sccl"  # the world's group is xccl's, over the simulated SCCL group
-        assert (f["device"], f["chip"], f["CHIP_MAP"], f["chip_map"]) == ("cpu", rank, "0,1,2,3", [0, 1, 2, 3])
+        # No map given: the board's C2C ring of 4 chips (Sophgo's [1,0,2,3] walked from chip 0), not the identity.
+        ring = [0, 1, 3, 2]
+        assert (f["device"], f["chip"], f["CHIP_MAP"], f["chip_map"]) == ("cpu", ring[rank], "0,1,3,2", ring)
     assert len({f["comm_name"] for f in facts}) == 1
-    assert facts[0]["comm_name"].startswith("sccl:") and facts[0]["comm_name"].endswith(":0,1,2,3")
+    assert facts[0]["comm_name"].startswith("sccl:") and facts[0]["comm_name"].endswith(":0,1,3,2")
 
 
 def sub_group(ranks: list[int]) -> dict[str, Any] | None:
@@ -312,8 +314,8 @@ def test_sub_groups_get_their_members_chips(rank_pools: Any) -> None:
     # Given out of order: torch orders a group's ranks ascending, and so must the chip map.
     facts = pool.run_ok(sub_group, [3, 1])
     assert facts[0] is None and facts[2] is None
-    assert facts[1]["chip_map"] == facts[3]["chip_map"] == [1, 3]
-    assert facts[1]["comm_name"] == facts[3]["comm_name"] and facts[1]["comm_name"].endswith(":1,3")
+    assert facts[1]["chip_map"] == facts[3]["chip_map"] == [1, 2]  # ranks 1 and 3 drive chips 1 and 2 of the ring
+    assert facts[1]["comm_name"] == facts[3]["comm_name"] and facts[1]["comm_name"].endswith(":1,2")
     other = pool.run_ok(sub_group, [0, 1])
     assert other[0]["comm_name"] != facts[1]["comm_name"]
 

@@ -1,4 +1,4 @@
-"""Which chip each rank drives: the chip map, from the rank table, ``CHIP_MAP`` or the identity.
+"""Which chip each rank drives: the chip map, from the rank table, ``CHIP_MAP`` or the board's C2C ring.
 
 SCCL needs two views of one mapping:
 
@@ -7,23 +7,31 @@ SCCL needs two views of one mapping:
 * ``ProcessGroupSCCLOptions.chip_map`` gives, for each rank *of the group*, its physical chip.
 
 Sources, in Sophgo's own priority order (``set_chip_map``): the rank table named by ``RANK_TABLE_FILE`` (parsed
-by xccl: Sophgo's reader is broken in its current source), then ``CHIP_MAP``, then the identity over the local
-ranks. The job's shape (``RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``) is read from the environment, as
-torch_tpu reads it, because the plugin contract hands ``setup_device`` only the local rank.
+by xccl: Sophgo's reader is broken in its current source), then ``CHIP_MAP``. Then, as ``set_chip_map`` does, the
+node's map is checked against the board's C2C ring and a missing or invalid one replaced by the ring
+(:mod:`xccl_sophgo._c2c`; on the hardware torch_tpu decides, in simulation the documented SG2260 board): with 1 or
+2 ranks and no map, chips 0 and 1. xccl logs the replacement as a warning where Sophgo logs it as information.
+The job's shape (``RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``) is read from the environment, as torch_tpu reads
+it, because the plugin contract hands ``setup_device`` only the local rank.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Final, final
 
 from xccl.plugin import InitError, RankTableError
 
+from ._c2c import board, vendor_chip_map
 from ._ranktable import SophgoRankTable, load_sophgo
 
-__all__ = ["Job", "Placement", "job_from_env", "parse_chip_map", "resolve_placement"]
+__all__ = ["ChipMapRule", "Job", "Placement", "job_from_env", "parse_chip_map", "resolve_placement"]
+
+#: ``(the node's chip map or None, ranks on the node) -> the map Sophgo's set_chip_map settles on``: the SDK's
+#: :meth:`~xccl_sophgo._sdk.TpuSdk.chip_map`.
+ChipMapRule = Callable[[Sequence[int] | None, int], tuple[int, ...]]
 
 #: Environment variables that name the job's shape, first match wins (torchrun's, then Open MPI's).
 _RANK_VARS: Final = ("RANK", "OMPI_COMM_WORLD_RANK")
@@ -83,7 +91,7 @@ def _int_var(env: Mapping[str, str], names: Iterable[str]) -> int | None:
 class Placement:
     """This process's chip and every rank's chip, as far as this process can know them."""
 
-    #: Where the mapping came from: ``"rank table <path>"``, ``"CHIP_MAP"`` or ``"identity"``.
+    #: Where the mapping came from: ``"rank table <path>"``, ``"CHIP_MAP"`` or ``"C2C ring"`` (none given).
     source: str
     job: Job
     #: This node's chip map, indexed by local rank: what ``CHIP_MAP`` holds and ``set_device`` reads.
@@ -93,6 +101,8 @@ class Placement:
     rank_chips: tuple[int, ...] | None = None
     #: The node of every global rank when a rank table lists them.
     rank_nodes: tuple[int, ...] | None = None
+    #: The map ``source`` gave when it was no C2C ring and the ring replaced it, else None.
+    replaced: tuple[int, ...] | None = None
 
     @property
     def chip(self) -> int:
@@ -120,32 +130,62 @@ class Placement:
         return tuple(self.chip_of(r) for r in sorted(ranks))
 
 
-def resolve_placement(local_rank: int, device_count: int, env: Mapping[str, str] | None = None) -> Placement:
-    """Decide this node's chip map from the rank table, ``CHIP_MAP`` or the identity.
+def resolve_placement(
+    local_rank: int, device_count: int, env: Mapping[str, str] | None = None, *, rule: ChipMapRule | None = None
+) -> Placement:
+    """Decide this node's chip map from the rank table or ``CHIP_MAP``, checked against the C2C ring.
 
     Args:
         local_rank: this process's rank on its node.
         device_count: TPUs on this node; every chip id must be below it.
         env: the environment (default ``os.environ``).
+        rule: what Sophgo's ``set_chip_map`` makes of a map (the runtime passes its SDK's); default: the
+            simulated node of ``device_count`` chips of the SG2260 board.
 
     Raises:
         RankTableError: ``RANK_TABLE_FILE`` is unreadable, malformed, or does not describe this job.
-        InitError: ``CHIP_MAP`` is malformed, or the node has too few TPUs for its ranks.
+        InitError: ``CHIP_MAP`` is malformed, the node has too few TPUs for its ranks, or no C2C ring of that
+            many chips exists.
     """
     env = os.environ if env is None else env
+    rule = rule or (lambda given, size: vendor_chip_map(given, size, board(device_count)))
     job = job_from_env(local_rank, env)
     path = env.get("RANK_TABLE_FILE", "").strip()
     if path:
-        return _from_rank_table(path, job, device_count)
-    raw = env.get("CHIP_MAP", "").strip()
-    if raw:
-        return Placement("CHIP_MAP", job, parse_chip_map(raw, device_count, job.local_world_size))
-    if job.local_world_size > device_count:
+        placement = _from_rank_table(path, job, device_count)
+    elif raw := env.get("CHIP_MAP", "").strip():
+        placement = Placement("CHIP_MAP", job, parse_chip_map(raw, device_count, job.local_world_size))
+    elif job.local_world_size > device_count:
         raise InitError(
             f"{job.local_world_size} ranks on this node but only {device_count} TPUs: start at most {device_count} "
             "ranks per node (torchrun --nproc-per-node), or give a rank table / CHIP_MAP"
         )
-    return Placement("identity", job, tuple(range(job.local_world_size)))
+    else:
+        return Placement("C2C ring", job, _settled(rule, None, job, device_count))
+    chips = _settled(rule, placement.node_chips, job, device_count)
+    return placement if chips == placement.node_chips else _replaced(placement, chips)
+
+
+def _settled(rule: ChipMapRule, given: tuple[int, ...] | None, job: Job, device_count: int) -> tuple[int, ...]:
+    """The map ``rule`` settles on, checked to give every local rank an existing chip."""
+    chips = tuple(rule(given, job.local_world_size))
+    if len(chips) < job.local_world_size or not all(0 <= c < device_count for c in chips[: job.local_world_size]):
+        raise InitError(f"the C2C ring {list(chips)} does not give {job.local_world_size} local ranks a chip each "
+                        f"among this node's {device_count} TPUs")
+    return chips
+
+
+def _replaced(placement: Placement, chips: tuple[int, ...]) -> Placement:
+    """``placement`` with this node's map replaced by ``chips`` (the ring), the given map kept as ``replaced``."""
+    rank_chips = placement.rank_chips
+    if rank_chips is not None and placement.rank_nodes is not None:
+        node = placement.rank_nodes[placement.job.rank]
+        mine = [r for r in range(len(rank_chips)) if placement.rank_nodes[r] == node]  # ascending = local order
+        updated = list(rank_chips)
+        for local, rank in enumerate(mine):
+            updated[rank] = chips[local]
+        rank_chips = tuple(updated)
+    return replace(placement, node_chips=chips, rank_chips=rank_chips, replaced=placement.node_chips)
 
 
 def parse_chip_map(raw: str, device_count: int, local_world_size: int) -> tuple[int, ...]:
@@ -160,12 +200,12 @@ def parse_chip_map(raw: str, device_count: int, local_world_size: int) -> tuple[
         # Sophgo's set_chip_map(use_rank_table=True) assigns a Python list to CHIP_MAP (manifest gotcha 7).
         raise InitError(
             f"{where} looks like a Python list; torch_tpu reads CHIP_MAP as comma-separated chip ids, e.g. "
-            "CHIP_MAP=0,2,6,7"
+            "CHIP_MAP=7,6,2,3"
         )
     chips: list[int] = []
     for i, part in enumerate(p.strip() for p in text.split(",")):
         if not part.isdigit():
-            raise InitError(f"{where}: entry {i} ({part!r}) is not a chip id; expected e.g. CHIP_MAP=0,1,2,3")
+            raise InitError(f"{where}: entry {i} ({part!r}) is not a chip id; expected e.g. CHIP_MAP=1,0,2,3")
         chip = int(part)
         if chip >= device_count:
             raise InitError(f"{where}: chip {chip} does not exist; this node has {device_count} TPUs "

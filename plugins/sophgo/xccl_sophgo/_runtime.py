@@ -2,8 +2,8 @@
 
 One code path for hardware and simulation; only the SDK object differs (:mod:`xccl_sophgo._sdk`). On hardware::
 
-    placement = chip map from RANK_TABLE_FILE / CHIP_MAP / identity     (xccl_sophgo._chipmap)
-    os.environ["CHIP_MAP"] = "0,2,6,7"                                  (what set_device reads, comma-separated)
+    placement = chip map from RANK_TABLE_FILE / CHIP_MAP, checked against the C2C ring (xccl_sophgo._chipmap)
+    os.environ["CHIP_MAP"] = "7,6,2,3"                                  (what set_device reads, comma-separated)
     torch_tpu.tpu.set_device(local_rank)                                -> chip CHIP_MAP[local_rank]
     init_process_group("sccl", pg_options=ProcessGroupSCCLOptions(chip_map=<chips of the world's ranks>))
     new_group(ranks, "sccl", pg_options=ProcessGroupSCCLOptions(chip_map=<chips of those ranks>))
@@ -89,9 +89,17 @@ class SophgoRuntime(Runtime):
 
         Raises:
             RankTableError: ``RANK_TABLE_FILE`` is malformed or does not describe this job.
-            InitError: ``CHIP_MAP`` is malformed, or the node lacks TPUs for its ranks.
+            InitError: ``CHIP_MAP`` is malformed, the node lacks TPUs for its ranks, or it has no C2C ring of
+                that many chips.
         """
-        placement = resolve_placement(local_rank, self.sdk.device_count())
+        placement = resolve_placement(local_rank, self.sdk.device_count(), rule=self.sdk.chip_map)
+        if placement.replaced is not None and local_rank == 0:
+            # Sophgo's set_chip_map replaces it too, and says so at INFO on local rank 0 only.
+            LOG.warning(
+                "the chip map %s from the %s is not a C2C ring of this node's chips (SCCL runs a ring over directly "
+                "linked chips); using the recommended ring %s, as torch_tpu.tpu.set_chip_map does",
+                ",".join(map(str, placement.replaced)), placement.source, ",".join(map(str, placement.node_chips)),
+            )
         previous = os.environ.get("CHIP_MAP")
         chip_map = ",".join(map(str, placement.node_chips))
         if previous and previous.strip() != chip_map and placement.source != "CHIP_MAP":
@@ -112,7 +120,7 @@ class SophgoRuntime(Runtime):
     def adopt_device(self, local_rank: int) -> torch.device:
         """A world created outside xccl: know the chip map (for the options of new groups and the communicator
         names) without selecting a chip, which whoever created the world did."""
-        placement = resolve_placement(local_rank, self.sdk.device_count())
+        placement = resolve_placement(local_rank, self.sdk.device_count(), rule=self.sdk.chip_map)
         self._placement = placement
         return self.sdk.device(placement.chip)
 

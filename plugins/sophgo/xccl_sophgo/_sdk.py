@@ -4,7 +4,8 @@ The runtime (:mod:`xccl_sophgo._runtime`) does everything else itself, identical
 differ:
 
 * :class:`SimulatedTpu` - a node of simulated chips: ``set_device`` maps the local rank through ``CHIP_MAP``
-  exactly as ``torch_tpu.tpu.set_device`` does and checks the chip exists; options are
+  exactly as ``torch_tpu.tpu.set_device`` does and checks the chip exists; the chip map is checked against the
+  C2C ring of Sophgo's documented SG2260 board (:mod:`xccl_sophgo._c2c`); options are
   :class:`SimulatedSCCLOptions`.
 * ``TorchTpu`` in :mod:`xccl_sophgo._torch_tpu` - Sophgo's torch_tpu, imported only when that module is.
 """
@@ -19,6 +20,8 @@ from typing import Final, Protocol
 import torch
 
 from xccl.plugin import InitError
+
+from ._c2c import board, vendor_chip_map
 
 __all__ = ["SIM_DEVICES_ENV", "SimulatedSCCLOptions", "SimulatedTpu", "TpuSdk", "current_simulated_chip"]
 
@@ -47,6 +50,11 @@ class TpuSdk(Protocol):
 
     def options(self, chip_map: Sequence[int]) -> object:
         """A ``ProcessGroupSCCLOptions`` carrying ``chip_map``."""
+        ...
+
+    def chip_map(self, given: Sequence[int] | None, local_world_size: int) -> tuple[int, ...]:
+        """The node's chip map as ``torch_tpu.tpu.set_chip_map`` settles it: ``given`` if it is a C2C ring of the
+        board (or needs no check), else the driver's ring (:func:`xccl_sophgo._c2c.vendor_chip_map`)."""
         ...
 
 
@@ -124,3 +132,7 @@ class SimulatedTpu:
         options = SimulatedSCCLOptions()
         options.chip_map = list(chip_map)
         return options
+
+    def chip_map(self, given: Sequence[int] | None, local_world_size: int) -> tuple[int, ...]:
+        """``set_chip_map``'s decision on the simulated node: SG2260's links among its chips."""
+        return vendor_chip_map(given, local_world_size, board(self._count))

@@ -5,6 +5,10 @@ ProcessGroupSCCL implements (the others raise what the vendor raises), its eight
 its creator's checks on ``pg_options``. Where the hardware would compute garbage instead of raising (split sizes
 ignored by all_to_all_single, an empty chip map, a chip map that disagrees with the device the rank selected) the
 simulation raises, so that a script that runs in simulation does not silently go wrong on the TPUs.
+
+The simulated node is Sophgo's documented SG2260 board (:data:`BOARD`, :mod:`xccl_sophgo._c2c`): a node's chip map
+is checked against its C2C ring before the process group exists, and a map that is no ring is replaced by the ring,
+as ``torch_tpu.tpu.set_chip_map`` does on the hardware with the driver's topology.
 """
 
 from __future__ import annotations
@@ -13,10 +17,14 @@ from typing import Final
 
 from xccl.plugin import SimProfile
 
+from ._c2c import SG2260
 from ._sdk import SimulatedSCCLOptions, current_simulated_chip
 from ._table import NATIVE_REDUCE_OPS, SCCL_DTYPES
 
-__all__ = ["NATIVE_OPS", "check_sccl_options", "sccl_profile"]
+__all__ = ["BOARD", "NATIVE_OPS", "check_sccl_options", "sccl_profile"]
+
+#: The board the simulation runs on (its first ``XCCL_SOPHGO_SIM_DEVICES`` chips).
+BOARD: Final = SG2260
 
 #: c10d ``Backend`` method -> None where ProcessGroupSCCL implements it, else the message it raises. Methods left
 #: out (``_reduce_scatter_base``, ``alltoall``, the coalesced ones) raise the c10d base class's

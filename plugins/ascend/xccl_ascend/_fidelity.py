@@ -1,0 +1,179 @@
+"""Where each of the plugin's claims about Ascend comes from, and whether the simulation enforces it.
+
+``scripts/gen_fidelity.py`` renders this into ``docs/fidelity.md``, with a row for every capability-table entry
+(sources from :data:`ENTRY_SOURCES` and from citations in the entry's note) and one for every claim of
+:data:`CLAIMS` (the MC2 constraints come from :data:`xccl_ascend._constraints.RULES`). Upstream files are cited at
+the commit they were read at: torch_npu at tag ``compatibility_release-pytorch2.13.0`` (462f4e1, the release line of
+the wheel the manifest describes), op-plugin master @ 517f2e7; CANN pages by URL; "manifest" is
+``shared/vendor-api/MANIFEST.md`` section A (read in the torch_npu 2.13.0 wheel), "seed NNN" the files under
+``shared/seeds/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, final
+
+from xccl.plugin import Collective, Level, Mode, Support
+
+from ._capabilities import GRAPH_SOURCES
+from ._constraints import RULES
+
+__all__ = ["CLAIMS", "ENTRY_SOURCES", "SUMMARY", "Claim", "entry_simulation"]
+
+#: What the sources are, for the ledger's section.
+SUMMARY: Final = (
+    "torch_npu is cited at tag compatibility_release-pytorch2.13.0 (462f4e1, the release line of the 2.13.0 wheel "
+    "the manifest describes), op-plugin at master 517f2e7, CANN by page; seed 004 is npu_mm_reduce_scatter_base's "
+    "documentation, seeds 000/001 TorchAir's graph collectives."
+)
+
+C = Collective
+_PT: Final = "Ascend/pytorch@462f4e1 "
+PGH: Final = _PT + "torch_npu/csrc/distributed/ProcessGroupHCCL.cpp"
+HPP: Final = _PT + "torch_npu/csrc/distributed/ProcessGroupHCCL.hpp"
+UTILS: Final = _PT + "torch_npu/csrc/distributed/HCCLUtils.cpp:52-68 (kScalarTypeToHcclDataType)"
+C10D: Final = _PT + "torch_npu/distributed/distributed_c10d.py"
+TYPES: Final = _PT + "third_party/hccl/inc/hccl/hccl_types.h"
+_CANN: Final = "https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/"
+CANN_ALLREDUCE: Final = f"CANN HcclAllReduce {_CANN}850/API/hcclapiref/hcclcpp_07_0020.html"
+CANN_REDUCESCATTER: Final = f"CANN HcclReduceScatter {_CANN}900beta1/API/hcclapiref/hcclcpp_07_0024.html"
+CANN_ALLGATHER: Final = f"CANN HcclAllGather {_CANN}900beta2/API/hcclapiref/hcclcpp_07_0023.html"
+TNPU_PROD: Final = "Ascend/pytorch@9e73e70 docs/zh/api/native_api/pytorch_2-12-0/torch-distributed.md:571"
+REDUCE_CHECK: Final = f"{PGH}:173-187 (checkSupportedDataType)"
+REDUCE_OPS: Final = f"{PGH}:84-170 (hcclOp, getHcclReduceOp)"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One claim about the vendor that xccl relies on."""
+
+    #: What it is about, e.g. ``"hccl_config: hccl_job_id"``.
+    topic: str
+    #: What xccl holds to be true.
+    claim: str
+    #: Where it is written (repository@commit path:lines, seed, manifest section, URL).
+    sources: tuple[str, ...]
+    #: How xccl enforces it: "checked" (by xccl before the call, the same code on the hardware and in
+    #: simulation), "simulated" (the simulated vendor refuses or behaves the same), "not simulated", with detail.
+    simulation: str
+
+
+def _sources(rule: str, *about: str) -> tuple[str, ...]:
+    """The sources of the MC2 rule named ``rule`` that mention any of ``about``."""
+    found = next(r for r in RULES if r.name == rule).sources
+    return tuple(s for s in found if any(a in s for a in about))
+
+
+def _pgh(method: str, line: int) -> str:
+    return f"{PGH}:{line} (ProcessGroupHCCL::{method})"
+
+
+#: Sources of every entry: the eager column's here, the graph column's from the table's own ``GRAPH_SOURCES``
+#: (the generator adds what the entries' notes cite).
+ENTRY_SOURCES: Final[Mapping[tuple[Collective, Mode], tuple[str, ...]]] = {
+    **{(op, Mode.GRAPH): tuple(srcs) for op, srcs in GRAPH_SOURCES.items()},
+    **{(op, Mode.EAGER): srcs for op, srcs in {
+        C.ALL_REDUCE: (_pgh("allreduce", 4691), f"{PGH}:4734-4737 (bool/uint8 cast to int32)", REDUCE_CHECK, REDUCE_OPS,
+                       UTILS, CANN_ALLREDUCE, TNPU_PROD),
+        C.ALL_REDUCE_COALESCED: (_pgh("allreduce_coalesced", 4959), REDUCE_CHECK, REDUCE_OPS, CANN_ALLREDUCE),
+        C.ALL_GATHER: (_pgh("allgather", 5463), UTILS, CANN_ALLGATHER),
+        C.ALL_GATHER_COALESCED: (f"{HPP}:590-795 (the overrides: no allgather_coalesced)",),
+        C.ALL_GATHER_INTO_TENSOR: (_pgh("_allgather_base", 5786), UTILS, CANN_ALLGATHER),
+        C.REDUCE_SCATTER: (_pgh("reduce_scatter", 5843), REDUCE_CHECK, CANN_REDUCESCATTER, TNPU_PROD),
+        C.REDUCE_SCATTER_TENSOR: (_pgh("_reduce_scatter_base", 6081), REDUCE_CHECK, CANN_REDUCESCATTER, TNPU_PROD),
+        C.ALL_TO_ALL: (_pgh("alltoall", 7089), UTILS),
+        C.ALL_TO_ALL_SINGLE: (_pgh("alltoall_base", 6874), UTILS),
+        C.ALL_TO_ALL_SINGLE_UNEVEN: (f"{_pgh('alltoall_base', 6874)}: split sizes passed to HCCL's AlltoAllV",),
+        C.BROADCAST: (_pgh("broadcast", 4905), UTILS),
+        C.REDUCE: (_pgh("reduce", 5033), REDUCE_CHECK, CANN_ALLREDUCE),
+        C.GATHER: (f"{C10D}:167-279 (_gather: all_gather unless the compatible implementation on 910B/910_93)",
+                   "manifest gotcha 12"),
+        C.SCATTER: (_pgh("scatter", 6540), UTILS),
+        C.BARRIER: (_pgh("barrier", 6227),),
+        C.SEND: (_pgh("send", 6771), UTILS),
+        C.RECV: (_pgh("recv", 6807), UTILS),
+        C.RECV_ANY_SOURCE: (f"{PGH}:6869-6872 (recvAnysource raises)",),
+        C.ALL_GATHER_INTO_TENSOR_UNEVEN: (f"{C10D}:439 (_all_gather_into_tensor_uneven)",
+                                          _pgh("_allgather_base_uneven", 5437), "manifest A2 (:421)"),
+        C.REDUCE_SCATTER_TENSOR_UNEVEN: (f"{C10D}:406 (_reduce_scatter_tensor_uneven)",
+                                         _pgh("_reduce_scatter_base_uneven", 5327), "manifest A2 (:388)",
+                                         CANN_REDUCESCATTER),
+        C.ALL_TO_ALL_V: ("manifest A2 (the 2.13.0 wheel's distributed_c10d.py:447 all_to_all_vc; binding alltoallvc)",
+                         "Ascend/pytorch@da74682 (branch v2.9.0) torch_npu/distributed/distributed_c10d.py:456-522"),
+        C.MM_REDUCE_SCATTER: (*_sources("world size", "seed 004", "reduce_scatter"), "manifest A4"),
+        C.ALL_GATHER_MM: (*_sources("world size", "all_gather"), "manifest A4"),
+        C.MM_ALL_REDUCE: (*_sources("product line", "all_reduce"), "manifest A4"),
+    }.items()},
+}
+
+_CHECKED: Final = "checked: by xccl before any call, the same code on the hardware and in simulation"
+_FUSED: Final = frozenset({C.MM_REDUCE_SCATTER, C.ALL_GATHER_MM, C.MM_ALL_REDUCE})
+_UNEVEN: Final = frozenset({C.ALL_GATHER_INTO_TENSOR_UNEVEN, C.REDUCE_SCATTER_TENSOR_UNEVEN, C.ALL_TO_ALL_V})
+
+
+def entry_simulation(op: Collective, mode: Mode, support: Support) -> str | None:
+    """How the simulation covers the graph column and the eager torch_npu extras (the rest: the generator's default)."""
+    if support.level is not Level.NATIVE:
+        return None
+    if mode is Mode.GRAPH:
+        return ("simulated: compiled as TorchAir would be, every node checked against TorchAir's converter "
+                "vocabulary (xccl_ascend._torchair_sim), then run on CPU; GE itself is not simulated")
+    if op in _FUSED:
+        return ("checked: the MC2 constraints (below), by xccl before the call; simulated: SimSdk computes the matmul "
+                "and the collective on CPU and finds the group by its hcom name, as the kernel does")
+    if op in _UNEVEN:
+        return "simulated: SimSdk gives torch_npu's semantics through padding or split sizes on the simulated group"
+    return None
+_BOTH: Final = "checked and simulated: xccl refuses it first; the simulated group refuses it too"
+
+#: Claims beyond the table's entries.
+CLAIMS: Final[tuple[Claim, ...]] = (
+    Claim("dtypes moved", "HCCL moves bool, uint8, int8, int16, uint16, int32, uint32, int64, uint64, float16, "
+          "bfloat16, float32, float64 and float8_e4m3fn/e5m2 (torch_npu's map)", (UTILS, CANN_ALLGATHER),
+          "simulated: the simulated group takes them (gloo carries those it lacks as same-width views, bit for bit)"),
+    Claim("dtypes moved: float8", "float8 moves on Atlas 350 (Ascend 950) only: CANN's HCCL data types list it for no "
+          "other product", (CANN_ALLGATHER, "Ascend/pytorch@da74682 commit ae014f4 '[950] Add 950 support' adds the "
+          "float8 map entries"),
+          "simulated: refused unless XCCL_SIM_ASCEND_SOC names an Ascend950 chip; not in the table, which has no "
+          "product line (xccl passes float8 on, the hardware refuses it)"),
+    Claim("dtypes reduced", "reductions take int8/16/32/64, float16/32 and bfloat16 only; allreduce and reduce cast "
+          "bool/uint8 to int32 first", (REDUCE_CHECK, f"{PGH}:4734-4737", CANN_ALLREDUCE), _BOTH),
+    Claim("prod over int16 / bfloat16", "'prod' does not support int16 or bfloat16 on Atlas A2 and A3 (HCCL fails "
+          "inside when the op runs; torch_npu does not check it)", (CANN_ALLREDUCE, CANN_REDUCESCATTER, TNPU_PROD),
+          _BOTH),
+    Claim("reduce ops", "sum, product, min, max; avg as sum then divide (floats); premul_sum on floats; band/bor/bxor "
+          "raise 'Cannot use ReduceOp.BAND with HCCL'; sum over bool runs as max", (REDUCE_OPS,), _BOTH),
+    Claim("hccl_config: binding", "values bind to std::variant<uint32_t, uint64_t, int32_t, std::string>, first "
+          "alternative that fits: an int below 2**32 is a uint32", (f"{HPP}:475",
+          "pybind11 3.0.4 (torch 2.13 include) pybind11/stl.h:626-635 variant_caster::load"),
+          "checked (validate_hccl_config) and simulated (torch_check at group creation)"),
+    Claim("hccl_config: hccl_job_id", "read as uint64 only: a job id below 2**32 fails 'Value type of hccl_job_id "
+          "should be int.' at the first collective", (f"{PGH}:3881-3887",),
+          "checked (InvalidArgument: pass a value >= 2**32) and simulated (torch_check)"),
+    Claim("hccl_config: uint32 keys", "hccl_buffer_size, qos_*, hccl_sdma_qos, hccl_op_expansion_mode, "
+          "hccl_world_rank_id read as uint32 only", (f"{PGH}:3818-3880",), "checked and simulated"),
+    Claim("hccl_config: hccl_exec_timeout", "int32, or a uint32 up to INT32_MAX ('exceeds INT32_MAX(2147483647)'); "
+          "negative values warn", (f"{PGH}:3889-3904",), "checked and simulated"),
+    Claim("hccl_config: group_name", "copied into hcclUdi (user-defined information), truncated to 127 characters "
+          "with a warning; not the communicator's name", (f"{PGH}:3826-3839", f"{TYPES}:107 (UDI_MAX_LENGTH)"),
+          "checked (a warning) and simulated (torch_npu's warning)"),
+    Claim("hccl_config: string limits", "hccl_algo 1599, hccl_retry_enable 49, hccl_retry_params and "
+          "hccl_buffer_name 127 characters; longer ones truncated with a warning",
+          (f"{PGH}:3906-3962", f"{TYPES}:105-110"), "checked (a warning) and simulated (a warning)"),
+    Claim("communicator name", "get_hccl_comm_name returns 'group_name_' + torch's group name where CANN supports "
+          "HCCL_COMM_CONFIG_COMM_NAME", (f"{PGH}:1132", f"{PGH}:3803-3811"),
+          "simulated: SimSdk.comm_name, collective like HCCL's communicator creation"),
+    Claim("product line", "get_device_name(): Ascend910B* is Atlas A2, Ascend910_93* is A3, Ascend950* the 950",
+          (f"{_PT}torch_npu/csrc/core/npu/NpuVariables.cpp:13-58",),
+          "simulated: XCCL_SIM_ASCEND_SOC (A2, A3 or a chip name)"),
+    Claim("visible devices", "ASCEND_RT_VISIBLE_DEVICES: ascending comma-separated ids renumbered 0..n-1; parsing "
+          "stops at the first other character; empty means none", ("manifest A1 (npu/__init__.py:418)",),
+          "simulated: XCCL_SIM_ASCEND_DEVICES filtered by the same parser"),
+    *(Claim(f"MC2 constraint: {r.name}", "; ".join(f"{k}: {v}" for k, v in r.rule.items()), r.sources,
+            _CHECKED + ("; the simulated kernels also make op-plugin's own world-size check" if r.name == "world size"
+                        else ""))
+      for r in RULES),
+)

@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""Generate ``docs/fidelity.md``, the fidelity ledger: for every claim a vendor plugin makes, its source and
+whether the simulation enforces it.
+
+A plugin of this repository takes part when its package has a ``_fidelity`` module (``xccl_ascend._fidelity``,
+``xccl_sophgo._fidelity``) defining:
+
+* ``ENTRY_SOURCES``: ``{(Collective, Mode): (source, ...)}`` for its capability-table entries. A citation in an
+  entry's note counts too (a ``repository@commit path:line``, ``Ascend/torchair ...``, ``seed NNN``,
+  ``manifest ...`` or an ``https://`` page), so a source can sit next to the claim it supports;
+* ``CLAIMS``: the other claims (constraints, options, topology), each with ``topic``, ``claim``, ``sources`` and
+  ``simulation``;
+* optionally ``SUMMARY`` (a sentence on the sources, shown under the plugin's heading) and
+  ``entry_simulation(op, mode, support) -> str | None`` to describe how the simulation covers an entry (the
+  default says it by level and mode).
+
+Every entry of the plugin's capability table and every claim becomes a row. A row without a source is listed under
+"Claims without a source", and ``--check`` (and ``tests/test_fidelity.py``) fails on it, as on a stale file.
+
+Usage::
+
+    python scripts/gen_fidelity.py            # rewrite docs/fidelity.md
+    python scripts/gen_fidelity.py --check    # change nothing; exit 1 if stale or a claim has no source
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Final, final
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from gen_docs import documented, repo_distributions  # noqa: E402 - the sibling script, found through sys.path
+
+from xccl.plugin import Collective, Level, Mode, Support  # noqa: E402
+from xccl.plugin._registry import PluginInfo, plugins  # noqa: E402
+from xccl.tools import _render  # noqa: E402
+
+DOC: Final = Path("docs/fidelity.md")
+COMMAND: Final = "python scripts/gen_fidelity.py"
+#: What counts as a source inside a note.
+CITATION: Final = re.compile(
+    r"(?:Ascend/(?:pytorch|op-plugin|torchair)|sophgo/torch-tpu)(?:@[0-9a-f]{7,40})?(?: [^;,()\[\]]*[^;,()\[\] ])?"
+    r"|torch-tpu [0-9a-f]{7,40}(?: \w+)?"
+    r"|seeds? \d{3}(?:/\d{3})*"
+    r"|manifest (?:gotcha \d+|[AB]\d?)"
+    r"|https://[^\s;,()\[\]]+"
+)
+
+_INTRO: Final = """\
+# Fidelity ledger
+
+Every claim the vendor plugins make about their stacks, where it comes from, and whether xccl's simulation
+enforces it: what a reviewer with the hardware should try first is a claim whose source is weak (an inference, a
+document older than the release) or that the simulation does not enforce.
+
+Sources: `repository@commit path:lines` (public upstream repositories, at the commit read), `seed NNN`
+(`shared/seeds/`), `manifest ...` (`shared/vendor-api/MANIFEST.md`: section A is torch_npu 2.13.0, section B
+Sophgo's torch-tpu), or a vendor documentation page. `[inferred]` marks a reading of code or documents that was
+not run on hardware.
+
+Simulation: **checked**: xccl checks it before any call, with the same code on the hardware and in simulation;
+**simulated**: the simulated vendor (process group, SDK) refuses or behaves as the vendor does; **not simulated**:
+documented only. The capability tables themselves are in [capabilities.md](capabilities.md).
+"""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of the ledger."""
+
+    subject: str
+    claim: str
+    sources: tuple[str, ...]
+    simulation: str
+
+
+def fidelity_module(info: PluginInfo) -> ModuleType | None:
+    """The plugin's ``_fidelity`` module, or None when its package has none."""
+    package = type(info.plugin).__module__.rpartition(".")[0]
+    try:
+        return importlib.import_module(f"{package}._fidelity")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{package}._fidelity":
+            raise
+        return None
+
+
+def citations(text: str) -> tuple[str, ...]:
+    """The sources cited in ``text`` (an entry's note)."""
+    return tuple(dict.fromkeys(m.group(0).strip() for m in CITATION.finditer(text)))
+
+
+def default_simulation(op: Collective, mode: Mode, sup: Support) -> str:
+    """How the simulation covers a table entry, by level and mode."""
+    if sup.level is Level.UNSUPPORTED:
+        return "checked: refused by the table before any call" + (" (at compile time)" if mode is Mode.GRAPH else "")
+    if mode is Mode.GRAPH:
+        return "simulated: compiled through xccl's graph path on the simulated backend"
+    if sup.level is Level.EMULATED:
+        return f"checked: xccl composes it ({sup.via}), the same code in simulation"
+    return "simulated: the simulated vendor group runs it with the vendor's method, dtype and per-call checks"
+
+
+def _claim(op: Collective, sup: Support) -> str:
+    parts = [_render.cell(sup)]
+    if sup.level is not Level.UNSUPPORTED:
+        fused = _render._open_fused(op, sup)
+        parts.append(f"dtypes: {_render._PER_CALL if fused and sup.dtypes is None else _render._dtypes(sup.dtypes)}")
+        if op.reduces:
+            ops = _render._PER_CALL if fused and sup.reduce_ops is None else _render._reduce_ops(op, sup)
+            parts.append(f"reduce ops: {ops}")
+        if sup.cast_to:
+            parts.append(f"casts: {_render._casts(sup)}")
+    if sup.min_torch is not None:
+        parts.append(f"torch >= {'.'.join(map(str, sup.min_torch))}")
+    if sup.world_sizes is not None:
+        parts.append(f"world sizes {', '.join(map(str, sorted(sup.world_sizes)))}")
+    return "; ".join(parts)
+
+
+def rows(info: PluginInfo, module: ModuleType) -> tuple[list[Row], list[Row]]:
+    """The plugin's table rows and claim rows."""
+    table = info.plugin.capabilities()  # type: ignore[union-attr]
+    sources: dict[Any, tuple[str, ...]] = dict(getattr(module, "ENTRY_SOURCES", {}))
+    describe: Callable[..., str | None] = getattr(module, "entry_simulation", lambda *_: None)
+    entries = []
+    for (op, mode), sup in table.items():
+        found = tuple(dict.fromkeys((*sources.get((op, mode), ()), *citations(sup.note))))
+        sim = describe(op, mode, sup) or default_simulation(op, mode, sup)
+        entries.append(Row(f"`{op.value}` {mode.value}", _claim(op, sup), found, sim))
+    claims = [Row(c.topic, c.claim, tuple(c.sources), c.simulation) for c in getattr(module, "CLAIMS", ())]
+    return entries, claims
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(head: Sequence[str], body: Iterable[Row]) -> list[str]:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in body:
+        src = "<br>".join(_md(s) for s in r.sources) or "**none**"
+        lines.append(f"| {_md(r.subject)} | {_md(r.claim)} | {src} | {_md(r.simulation)} |")
+    return lines
+
+
+def section(info: PluginInfo, module: ModuleType) -> str:
+    """One plugin's part of the ledger, markers included."""
+    entries, claims = rows(info, module)
+    lines = [f"<!-- fidelity:begin {info.name} -->", f"## {info.name}", ""]
+    summary = getattr(module, "SUMMARY", "")
+    if summary:
+        lines += [summary, ""]
+    lines += ["### Capability table", "", *_table(("entry", "claim", "source", "simulation"), entries), ""]
+    lines += ["### Other claims", "", *_table(("topic", "claim", "source", "simulation"), claims), ""]
+    lines.append(f"<!-- fidelity:end {info.name} -->")
+    return "\n".join(lines) + "\n"
+
+
+def participants(infos: Iterable[PluginInfo]) -> list[tuple[PluginInfo, ModuleType]]:
+    """The plugins with a ``_fidelity`` module, by name."""
+    found = [(i, m) for i in infos if (m := fidelity_module(i)) is not None]
+    return sorted(found, key=lambda p: p[0].name)
+
+
+def unsourced(parts: Sequence[tuple[PluginInfo, ModuleType]]) -> list[str]:
+    """``"plugin: subject"`` for every row without a source."""
+    out = []
+    for info, module in parts:
+        entries, claims = rows(info, module)
+        out += [f"{info.name}: {r.subject}" for r in (*entries, *claims) if not r.sources]
+    return out
+
+
+def render_document(parts: Sequence[tuple[PluginInfo, ModuleType]]) -> str:
+    """The whole of ``docs/fidelity.md``."""
+    names = " ".join(i.name for i, _ in parts)
+    missing = unsourced(parts)
+    tail = ["## Claims without a source", ""]
+    tail += [f"- {_md(m)}" for m in missing] if missing else ["None."]
+    return "\n".join([
+        f"<!-- Generated by `{COMMAND}` from the plugins' data; do not edit by hand.\n     Plugins: {names} -->\n",
+        _INTRO,
+        *(section(i, m) for i, m in parts),
+        *tail,
+        "",
+    ])
+
+
+def stale(text: str, parts: Sequence[tuple[PluginInfo, ModuleType]]) -> list[str]:
+    """What in ``text`` disagrees with a fresh rendering (empty: up to date).
+
+    When the file covers plugins that are not installed here, each installed plugin's section is compared alone.
+    """
+    match = re.search(r"^\s*Plugins: (.*?) -->$", text, re.M)
+    if not text.startswith("<!-- Generated by") or match is None:
+        return ["it lacks the generated header"]
+    recorded, present = match.group(1).split(), [i.name for i, _ in parts]
+    problems = [f"plugin {p!r} is installed but not in it" for p in present if p not in recorded]
+    if problems or recorded == present:
+        return problems + ([] if text == render_document(parts) else ["it differs from a fresh rendering"])
+    for info, module in parts:
+        found = re.search(rf"<!-- fidelity:begin {re.escape(info.name)} -->\n.*?<!-- fidelity:end "
+                          rf"{re.escape(info.name)} -->\n", text, re.S)
+        if found is None or found.group(0) != section(info, module):
+            problems.append(f"section {info.name!r} differs from the plugin's data")
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Regenerate, or with ``--check`` report what is stale or unsourced (exit 1)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if stale or unsourced")
+    args = parser.parse_args(argv)
+    parts = participants(documented(plugins(), repo_distributions()))
+    doc = ROOT / DOC
+    problems = [f"{DOC}: {p}" for p in stale(doc.read_text() if doc.is_file() else "", parts)] if args.check else []
+    if not args.check:
+        doc.write_text(render_document(parts))
+        print(f"wrote {DOC} ({', '.join(i.name for i, _ in parts)})")
+    problems += [f"no source: {m}" for m in unsourced(parts)]
+    for p in problems:
+        print(f"{p}; run `{COMMAND}`" if p.startswith(str(DOC)) else p, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
