@@ -8,7 +8,8 @@ features, batch ``--batch``, MSE loss, SGD) is trained four ways in one run:
 * FSDP2 (``fully_shard`` on every layer and the root) on ``init_device_mesh("cpu", (2,))`` (xccl's group) and on
   ``DeviceMesh.from_group(raw, "cpu")``.
 
-The variants alternate in rounds (``--rounds`` of ``--steps`` steps each, the first of each pair alternating) so
+A third variant, the same as raw on a second plain gloo group, is the A/A control: what two communicators differ
+by without xccl. The variants alternate in rounds (``--rounds`` of ``--steps`` steps each, the first of each pair alternating) so
 that both see the same machine noise; we report the median step time of each and their ratio (goal: xccl/raw
 <= 1.02). Then the per-call cost of a c10d ``torch.distributed.all_reduce`` (1 element, 1 MiB) on xccl's group
 against the same call on the raw group, interleaved the same way (``--calls`` calls per round). A round's time
@@ -20,6 +21,7 @@ Usage: ``python benchmarks/stacks.py [--rounds 20] [--steps 10] [--calls 200] [-
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -57,6 +59,9 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
 
     xccl.init("cpu", fallback="emulate")
     raw = vendor_group()
+    # The A/A control: a second plain gloo group. Two communicators differ by several percent on a loaded machine
+    # by scheduling alone (docs/performance.md, "xccl against raw"); raw2 vs raw shows how much.
+    raw2 = vendor_group()
     assert isinstance(dist.group.WORLD, xccl.XcclProcessGroup)
     assert not isinstance(raw, xccl.XcclProcessGroup)
 
@@ -85,10 +90,12 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
         "ddp": {
             "xccl": trainer(DistributedDataParallel(_mlp(args))),
             "raw": trainer(DistributedDataParallel(_mlp(args), process_group=raw)),
+            "aa": trainer(DistributedDataParallel(_mlp(args), process_group=raw2)),
         },
         "fsdp2": {
             "xccl": trainer(fsdp(init_device_mesh("cpu", (world,)))),
             "raw": trainer(fsdp(DeviceMesh.from_group(raw, "cpu"))),
+            "aa": trainer(fsdp(DeviceMesh.from_group(raw2, "cpu"))),
         },
     }
     small, big = torch.ones(1), torch.ones((1 << 20) // 4)
@@ -99,8 +106,10 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
 
         return call
 
-    variants["all_reduce_1"] = {"xccl": all_reduce(small, None), "raw": all_reduce(small, raw)}
-    variants["all_reduce_1MiB"] = {"xccl": all_reduce(big, None), "raw": all_reduce(big, raw)}
+    variants["all_reduce_1"] = {"xccl": all_reduce(small, None), "raw": all_reduce(small, raw),
+                                "aa": all_reduce(small, raw2)}
+    variants["all_reduce_1MiB"] = {"xccl": all_reduce(big, None), "raw": all_reduce(big, raw),
+                                   "aa": all_reduce(big, raw2)}
     repeats = {"ddp": args.steps, "fsdp2": args.steps, "all_reduce_1": args.calls, "all_reduce_1MiB": max(1, args.calls // 10)}
 
     def timed(fn: Callable[[], None], n: int) -> float:
@@ -110,21 +119,18 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
             fn()
         return (time.perf_counter() - t0) / n
 
+    orders = list(itertools.permutations(("xccl", "raw", "aa")))
     out: dict[str, dict[str, list[float]]] = {}
-    for name, pair in variants.items():
+    for name, trio in variants.items():
         for _ in range(args.warmup):
-            pair["xccl"]()
-            pair["raw"]()
-        xs, rs = [], []
+            for fn in trio.values():
+                fn()
+        times: dict[str, list[float]] = {k: [] for k in trio}
         for i in range(args.rounds):
-            # Alternate which goes first so neither always follows the barrier.
-            if i % 2:
-                xs.append(timed(pair["xccl"], repeats[name]))
-                rs.append(timed(pair["raw"], repeats[name]))
-            else:
-                rs.append(timed(pair["raw"], repeats[name]))
-                xs.append(timed(pair["xccl"], repeats[name]))
-        out[name] = {"xccl_s": xs, "raw_s": rs}
+            # Cycle through every order so that none always follows the barrier or another variant.
+            for k in orders[i % len(orders)]:
+                times[k].append(timed(trio[k], repeats[name]))
+        out[name] = {"xccl_s": times["xccl"], "raw_s": times["raw"], "aa_s": times["aa"]}
     dist.barrier(group=raw)
     if rank == 0:
         queue.put(out)
@@ -159,13 +165,19 @@ def main() -> int:
             if proc.is_alive():
                 proc.kill()
     rows = {}
-    print(f"{'variant':<18}{'raw gloo group':>16}{'xccl group':>16}{'xccl/raw':>10}{'paired':>10}")
+    print(f"{'variant':<18}{'raw gloo group':>16}{'xccl group':>16}{'xccl/raw':>10}{'paired':>10}"
+          f"{'A/A raw2/raw':>14}{'paired':>10}")
     for name, r in res.items():
-        mx, mr = statistics.median(r["xccl_s"]), statistics.median(r["raw_s"])
+        mx, mr, ma = (statistics.median(r[k]) for k in ("xccl_s", "raw_s", "aa_s"))
         paired = statistics.median(x / d for x, d in zip(r["xccl_s"], r["raw_s"], strict=True))
+        paired_aa = statistics.median(a / d for a, d in zip(r["aa_s"], r["raw_s"], strict=True))
         unit, scale = ("ms", 1e3) if name in ("ddp", "fsdp2") else ("us", 1e6)
-        print(f"{name:<18}{mr * scale:>13.2f} {unit}{mx * scale:>13.2f} {unit}{mx / mr:>10.3f}{paired:>10.3f}")
+        print(f"{name:<18}{mr * scale:>13.2f} {unit}{mx * scale:>13.2f} {unit}{mx / mr:>10.3f}{paired:>10.3f}"
+              f"{ma / mr:>14.3f}{paired_aa:>10.3f}")
         rows[name] = {
+            "aa_ratio_of_medians": ma / mr,
+            "aa_median_of_paired_ratios": paired_aa,
+            "aa_s": r["aa_s"],
             "raw_median_s": mr,
             "xccl_median_s": mx,
             "ratio_of_medians": mx / mr,
