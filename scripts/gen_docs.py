@@ -44,8 +44,10 @@ _INTRO = """\
 # Capabilities
 
 What each plugin runs, per collective and per mode: **native** (the backend's own kernel), **emul(via)** (composed
-of other collectives by `xccl.collectives._emulate`; `via` names the composition, and xccl warns once per op with its cost) or
-**—** (unsupported: xccl raises `UnsupportedCollective` on every rank before any communication).
+of other collectives by `xccl.collectives._emulate`; `via` names the composition, and xccl warns once per op with its cost),
+**prefer(via)** (native, but run as the composition `via` on the call shapes where it measured faster; see
+[Preferred compositions](#preferred-compositions)) or **—** (unsupported: xccl raises `UnsupportedCollective` on
+every rank before any communication).
 
 The same data is available at run time and on the command line:
 
@@ -66,6 +68,45 @@ xccl caps cpu --mode eager     # the matrix as text; --json adds dtypes and redu
 
 Dtypes and reduce ops outside an entry's lists may still run: `dtype casts` name the dtype an unsupported one is
 carried as, and a missing `avg` runs as `sum` then a divide where `sum` is native.
+
+## Preferred compositions
+
+"Native" says where a kernel comes from, not how fast it is. gloo's `reduce_scatter_tensor` is slower than an
+`all_to_all_single` plus a local reduction of the same bytes, and its list `all_to_all` slower than one
+`all_to_all_single` with split sizes (`python benchmarks/emulation.py`; figures in
+[performance.md](performance.md)). A table entry may therefore carry `Prefer` records: a composition xccl has for
+the op, the call shapes where it measured faster, and why:
+
+```python
+from xccl.plugin import Level, Prefer, Support
+
+Support(Level.NATIVE, prefer=(
+    Prefer("all_to_all", min_bytes=1 << 20, world_sizes=(2, 4),
+           why="benchmarks/emulation.py: 2.5-3x gloo's reduce_scatter_tensor at 64 MiB"),
+))
+```
+
+- **Sizes are the op's agreed size**: a size in bytes that every rank of a call passes alike by the op's contract
+  (`xccl.plugin.AGREED_SIZE`: the whole input of `reduce_scatter_tensor`, the output of `all_gather_into_tensor`,
+  the sum of the split sizes of the uneven ops, ...), so every rank makes the same choice. Ops whose tensors may
+  differ between ranks (list `all_to_all`, `all_to_all_single` with split sizes) take only preferences without a
+  size range; the table refuses anything else when it is built. `min_bytes <= size < max_bytes`.
+- **Dispatch** resolves each call shape once (op, dtype, reduce op, world size) and, where preferences are bounded
+  by size, keeps one kernel per size range and picks by the call's agreed size (a few comparisons per call).
+  The first preference that applies and whose building blocks can run the call shape wins; otherwise the native
+  kernel runs (for example premul_sum over integers, which the local reduction lacks).
+- **Not emulation**: the op is native, so a preferred composition never warns and runs under `fallback="error"`.
+- **Graph mode** asks the same table. On xccl's process group a compiled collective calls the group's c10d method,
+  which runs dispatch and so makes the same choice as the eager call; on a group created outside xccl the standard
+  functional collective calls the backend's kernel directly (the same result; only the speed differs).
+- `xccl caps` shows `prefer(via)` in the matrix, and each preference with its sizes and reason in the notes;
+  `--json` lists them under `prefer`.
+
+The compositions take their temporaries from a per-group pool of host buffers (by dtype and size class, at most
+256 MiB idle per group, freed by `xccl.shutdown()` and when the group is destroyed; a buffer returns to the pool
+only when the collective that used it has completed). The uneven `all_gather_into_tensor_uneven` and
+`reduce_scatter_tensor_uneven` run over `all_to_all_single` with split sizes where the backend honours them (gloo):
+they move the bytes of the splits, where padding moves world size x the largest split.
 """
 
 

@@ -3,6 +3,9 @@
 Every entry of the table was established by running it (``scripts/probe_backend.py --backend gloo``, torch 2.13,
 2 ranks, results checked against a local reference), and ``tests/test_capabilities_truth.py`` re-checks each
 claim on every CI run.
+
+Where a composition of gloo's own ops measured faster than its native op, the entry prefers it (``Prefer``), with
+the figure from ``benchmarks/emulation.py`` (variants interleaved in one run, 2 and 4 ranks) that shows it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from ..plugin import (
     Collective,
     Level,
     Plugin,
+    Prefer,
     ProbeResult,
     Support,
     graph_entries,
@@ -33,7 +37,28 @@ _INT_OPS: Final = frozenset({"sum", "product", "min", "max", "band", "bor", "bxo
 _FLOAT_DTYPES: Final = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
-def gloo_reducing() -> Support:
+#: gloo's reduce_scatter_tensor against all_to_all_single + a local reduction of the same bytes, from 1 MiB of
+#: input (``python benchmarks/emulation.py --sweep``, 2 runs, busbw ratio min-max, 2 shared vCPUs).
+RS_VIA_ALL_TO_ALL: Final = Prefer(
+    "all_to_all", min_bytes=1 << 20,
+    why="benchmarks/emulation.py --sweep: 1.5-3.9x gloo's reduce_scatter_tensor from 1 MiB to 64 MiB at 2 ranks, "
+    "1.3-2.7x at 4",
+)
+#: ... and below 1 MiB at 4 ranks (at 2 ranks the two are within noise there: 0.56-4.1x from 1 KiB to 256 KiB).
+RS_VIA_ALL_TO_ALL_SMALL: Final = Prefer(
+    "all_to_all", max_bytes=1 << 20, world_sizes=(4,),
+    why="benchmarks/emulation.py --sweep: 1.5-3.7x gloo's reduce_scatter_tensor from 1 KiB to 256 KiB at 4 ranks "
+    "(at 2 ranks within noise: 0.56-4.1x)",
+)
+#: gloo's list all_to_all against one all_to_all_single with split sizes (benchmarks/emulation.py).
+A2A_VIA_SINGLE: Final = Prefer(
+    "all_to_all_single",
+    why="benchmarks/emulation.py: 2.8-3.7x gloo's list all_to_all at 64 MiB, 2 and 4 ranks (scratch reused; 1.0-1.7x "
+    "with fresh buffers); and gloo's requires equal tensor sizes, failing on one rank only where they differ",
+)
+
+
+def gloo_reducing(*prefer: Prefer) -> Support:
     """gloo's reductions: AVG only for floats, bitwise ops only for integers and bool, never PREMUL_SUM."""
     return Support(
         Level.NATIVE,
@@ -42,6 +67,7 @@ def gloo_reducing() -> Support:
         dtype_reduce_ops={d: _FLOAT_OPS for d in _FLOAT_DTYPES},
         note="avg: floats only natively (integers: sum then a truncating divide); band/bor/bxor: integers and "
         "bool only; premul_sum: unsupported ('Cannot use ReduceOp.PREMUL_SUM with Gloo')",
+        prefer=prefer,
     )
 
 
@@ -73,17 +99,22 @@ class CpuPlugin(Plugin):
             C.ALL_REDUCE_COALESCED: gloo_reducing(),
             C.REDUCE: gloo_reducing(),
             C.REDUCE_SCATTER: gloo_reducing(),
-            C.REDUCE_SCATTER_TENSOR: gloo_reducing(),
+            C.REDUCE_SCATTER_TENSOR: gloo_reducing(RS_VIA_ALL_TO_ALL, RS_VIA_ALL_TO_ALL_SMALL),
             C.BARRIER: Support(Level.NATIVE),
             C.ALL_TO_ALL_SINGLE_UNEVEN: Support(Level.NATIVE, dtypes=frozenset(REAL_DTYPES), note="split sizes honoured"),
             # gloo's list all_to_all needs every tensor of a call to have one size, and a rank that violates it
-            # raises alone while its peers wait for the timeout; no rank can see its peers' sizes, so always go
-            # through all_to_all_single with explicit sizes (one concatenation and one copy more).
-            C.ALL_TO_ALL: Support(
-                Level.EMULATED, via="all_to_all_single",
-                note="gloo's native list all_to_all requires equal tensor sizes and fails on one rank only",
-            ),
+            # raises alone while its peers wait for the timeout; no rank can see its peers' sizes, so the
+            # composition is preferred at every size (it is faster too), never only above some size.
+            C.ALL_TO_ALL: Support(Level.NATIVE, dtypes=frozenset(REAL_DTYPES), prefer=(A2A_VIA_SINGLE,)),
             **PORTABLE,
+            # gloo's all_to_all_single honours split sizes: the uneven collectives move their splits, unpadded.
+            C.ALL_GATHER_INTO_TENSOR_UNEVEN: Support(
+                Level.EMULATED, via="all_to_all_single", note="all_to_all_single with split sizes, no padding",
+            ),
+            C.REDUCE_SCATTER_TENSOR_UNEVEN: Support(
+                Level.EMULATED, via="all_to_all_single",
+                note="all_to_all_single with split sizes + local reduction, no padding",
+            ),
         }
         # Graph mode: every op compiles to a _c10d_functional op or an xccl graph op that ends in the same
         # process-group call as eager mode (tests/test_graph_claims.py checks each entry).

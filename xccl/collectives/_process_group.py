@@ -41,7 +41,7 @@ from ..plugin._contract import Runtime
 from ..plugin._work import Work
 from . import _specs as S
 from ._dispatch import all_reduce, dispatch
-from ._state import STATE
+from ._state import STATE, forget
 
 __all__ = ["PREFIX", "XcclProcessGroup", "backend_name", "register_backend"]
 
@@ -137,6 +137,12 @@ class XcclProcessGroup(dist.ProcessGroup):
 
     def __repr__(self) -> str:
         return f"<XcclProcessGroup {self._backend_name} rank={self.rank()} size={self.size()}>"
+
+    def shutdown(self) -> None:
+        """What ``torch.distributed.destroy_process_group(group)`` calls: xccl's state of the group (its scratch
+        buffers) goes first, then the backends."""
+        forget(self)
+        super().shutdown()
 
     # ---------------------------------------------------------------------------------------- the c10d methods
     # Each decodes the c10d call (options structs, group ranks) into the public arguments and dispatches with

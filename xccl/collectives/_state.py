@@ -23,9 +23,12 @@ from ..errors import InitError, InvalidArgument, UnsupportedCollective
 from ..plugin._capabilities import CapabilityTable
 from ..plugin._contract import Runtime
 from ..plugin._kernels import KernelContext
+from ._scratch import Scratch
 from ._validate import group_problem
 
-__all__ = ["DEFAULT_TIMEOUT", "STATE", "Fallback", "GroupState", "ProcessState", "World", "register", "state_of"]
+__all__ = [
+    "DEFAULT_TIMEOUT", "STATE", "Fallback", "GroupState", "ProcessState", "World", "forget", "register", "state_of",
+]
 
 Fallback = Literal["emulate", "warn", "error"]
 
@@ -72,7 +75,7 @@ class GroupState:
 
     __slots__ = (
         "backend", "check", "comm_name", "device_type", "fallback", "group", "kernel_context", "name", "native",
-        "plans", "rank", "ranks", "runtime", "seq", "side", "size", "table",
+        "plans", "rank", "ranks", "runtime", "scratch", "seq", "side", "size", "table",
     )
 
     def __init__(self, group: Any, native: Any, side: Any, runtime: Runtime, fallback: Fallback, check: bool) -> None:
@@ -99,6 +102,8 @@ class GroupState:
         self.plans: Final[dict[tuple[Any, ...], Callable[..., Any]]] = {}
         #: Sequence number of collectives issued on this group (the mismatch detector's clock).
         self.seq = 0
+        #: The emulations' reusable host buffers (``_scratch``), dropped with the group's state.
+        self.scratch: Final = Scratch()
         #: The plugin's communicator name, once asked for (:meth:`communicator_name`).
         self.comm_name: str | None = None
         #: What a plugin's kernels see of the group.
@@ -151,6 +156,8 @@ class ProcessState:
     pending: dict[str, list[Any]] = field(default_factory=dict)
     #: The mismatch detector's store channel, once opened.
     channel: Any = None
+    #: This rank's liveness port and store address, to name the lost ranks at a fault (``_liveness.Liveness``).
+    liveness: Any = None
     #: Post-grad passes of the ``xccl`` compile backend: name -> (pass, uuid) (``xccl.graph``).
     passes: dict[str, tuple[Callable[..., None], str]] = field(default_factory=dict)
 
@@ -193,6 +200,13 @@ def register(group: Any, runtime: Runtime, fallback: Fallback | None = None, che
         STATE.check if check is None else check,
     )
     return st
+
+
+def forget(group: Any) -> None:
+    """Drop what xccl keeps for ``group`` once torch destroys it: its state and its scratch buffers."""
+    st = STATE.groups.pop(group, None) if STATE.default is None or STATE.default.group is not group else STATE.default
+    if st is not None:
+        st.scratch.clear(close=True)
 
 
 def _adopt(group: Any) -> GroupState:

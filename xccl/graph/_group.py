@@ -170,7 +170,10 @@ def resolve(name: str, op: Collective, dtype: torch.dtype | None, reduce_op: str
     Returns:
         True when the op's standard graph form carries it: it runs natively, or the group is xccl's process group
         (whose c10d methods run the emulation); False when it must be xccl's graph op (which runs the eager
-        emulation). A plain bool: Dynamo guards on the attributes of returned objects.
+        emulation). A plain bool: Dynamo guards on the attributes of returned objects. A native op the table
+        prefers to compose at some sizes (``Prefer``) keeps the standard form: on xccl's process group its c10d
+        method runs dispatch, which makes the eager call's choice per call size; on a group created outside xccl
+        the backend's kernel runs (the same result), and nothing here depends on a size Dynamo may make symbolic.
 
     Raises:
         UnsupportedCollective: the table says unsupported, or emulated under the ``"error"`` fallback policy.

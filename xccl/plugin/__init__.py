@@ -14,7 +14,8 @@ What is here, by concern:
   runs), :func:`c10d_kernel` (the plain c10d call, for kernels that only add a check), :class:`Work` and
   :func:`finish` (a handle for kernels that compose several steps);
 * the capability model: :class:`CapabilityTable` built with :func:`table_from` from :class:`Support` entries
-  (:class:`Level`, :class:`Mode`, :class:`Collective`), :data:`PORTABLE` (the emulations any backend gets),
+  (:class:`Level`, :class:`Mode`, :class:`Collective`; :class:`Prefer` marks a native op that runs faster as a
+  composition, by size and world size), :data:`PORTABLE` (the emulations any backend gets),
   :func:`graph_entries` (a graph column for plugins without converters), reduce-op names;
 * discovery: :class:`Registry`, :class:`PluginInfo`, :class:`Status`, :func:`plugins`;
 * the CPU simulation: :class:`SimProfile` and the simulated process group;
@@ -34,6 +35,7 @@ from ..errors import (
 )
 from ._c10d import c10d_kernel
 from ._capabilities import (
+    AGREED_SIZE,
     ALL_DTYPES,
     ALL_REDUCE_OPS,
     COMPLEX_DTYPES,
@@ -45,6 +47,7 @@ from ._capabilities import (
     Collective,
     Level,
     Mode,
+    Prefer,
     Resolution,
     Support,
     reduce_op_name,
@@ -100,6 +103,7 @@ from ._sim import (
 from ._work import Work, finish
 
 __all__ = [
+    "AGREED_SIZE",
     "ALL_DTYPES",
     "ALL_REDUCE_OPS",
     "INTEGER",
@@ -130,6 +134,7 @@ __all__ = [
     "Mode",
     "Plugin",
     "PluginInfo",
+    "Prefer",
     "ProbeResult",
     "RankTableError",
     "RankTableFormat",

@@ -10,7 +10,6 @@ below normalise ``torch.distributed.ReduceOp`` values.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, final
@@ -18,8 +17,22 @@ from typing import Final, final
 import torch
 
 from ..errors import UnsupportedCollective
+from ._prefer import AGREED_SIZE, Prefer, edges, problems
+from ._vocab import (
+    ALL_DTYPES,
+    ALL_REDUCE_OPS,
+    COMPLEX_DTYPES,
+    COMPLEX_REDUCE_OPS,
+    REAL_DTYPES,
+    Collective,
+    Level,
+    Mode,
+    reduce_op_name,
+    reduce_op_of,
+)
 
 __all__ = [
+    "AGREED_SIZE",
     "ALL_DTYPES",
     "ALL_REDUCE_OPS",
     "BOOL_REDUCE_AS",
@@ -33,151 +46,12 @@ __all__ = [
     "Collective",
     "Level",
     "Mode",
+    "Prefer",
     "Resolution",
     "Support",
     "reduce_op_name",
     "reduce_op_of",
 ]
-
-
-class Collective(str, enum.Enum):
-    """Every operation xccl dispatches; the value is the public function's name."""
-
-    ALL_REDUCE = "all_reduce"
-    #: all_reduce of several tensors in one call (``torch.distributed.all_reduce_coalesced``).
-    ALL_REDUCE_COALESCED = "all_reduce_coalesced"
-    ALL_GATHER = "all_gather"
-    #: all_gather of several tensors in one call (``torch.distributed.all_gather_coalesced``).
-    ALL_GATHER_COALESCED = "all_gather_coalesced"
-    ALL_GATHER_INTO_TENSOR = "all_gather_into_tensor"
-    REDUCE_SCATTER = "reduce_scatter"
-    REDUCE_SCATTER_TENSOR = "reduce_scatter_tensor"
-    ALL_TO_ALL = "all_to_all"
-    ALL_TO_ALL_SINGLE = "all_to_all_single"
-    #: all_to_all_single with split sizes that differ between peers (SCCL silently ignores them).
-    ALL_TO_ALL_SINGLE_UNEVEN = "all_to_all_single_uneven"
-    BROADCAST = "broadcast"
-    REDUCE = "reduce"
-    GATHER = "gather"
-    SCATTER = "scatter"
-    BARRIER = "barrier"
-    SEND = "send"
-    RECV = "recv"
-    #: recv without a source: from whichever peer sends first (``recv(t)``, which returns the sender).
-    RECV_ANY_SOURCE = "recv_any_source"
-    ALL_GATHER_INTO_TENSOR_UNEVEN = "all_gather_into_tensor_uneven"
-    REDUCE_SCATTER_TENSOR_UNEVEN = "reduce_scatter_tensor_uneven"
-    ALL_TO_ALL_V = "all_to_all_v"
-    MM_REDUCE_SCATTER = "mm_reduce_scatter"
-    ALL_GATHER_MM = "all_gather_mm"
-    MM_ALL_REDUCE = "mm_all_reduce"
-
-    @property
-    def reduces(self) -> bool:
-        """Whether the op takes a reduce op."""
-        return self in _REDUCING
-
-    def __str__(self) -> str:
-        return self.value
-
-
-_REDUCING: Final = frozenset(
-    {
-        Collective.ALL_REDUCE,
-        Collective.ALL_REDUCE_COALESCED,
-        Collective.REDUCE_SCATTER,
-        Collective.REDUCE_SCATTER_TENSOR,
-        Collective.REDUCE,
-        Collective.REDUCE_SCATTER_TENSOR_UNEVEN,
-        Collective.MM_REDUCE_SCATTER,
-        Collective.MM_ALL_REDUCE,
-    }
-)
-
-
-class Mode(str, enum.Enum):
-    """Eager calls, or calls traced into a ``torch.compile`` graph."""
-
-    EAGER = "eager"
-    GRAPH = "graph"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class Level(str, enum.Enum):
-    """How a backend runs an op: its own kernel, a composition of other ops, or not at all."""
-
-    NATIVE = "native"
-    EMULATED = "emulated"
-    UNSUPPORTED = "unsupported"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-ALL_REDUCE_OPS: Final = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor", "premul_sum")
-#: The real dtypes every built-in table and the tests reason about.
-REAL_DTYPES: Final = (
-    torch.float32,
-    torch.float64,
-    torch.float16,
-    torch.bfloat16,
-    torch.int8,
-    torch.uint8,
-    torch.int32,
-    torch.int64,
-    torch.bool,
-)
-#: Complex dtypes: carried as a view of their real parts (``torch.view_as_real``), as torch.distributed does.
-COMPLEX_DTYPES: Final = (torch.complex64, torch.complex128)
-ALL_DTYPES: Final = REAL_DTYPES + COMPLEX_DTYPES
-#: Reduce ops that mean something for complex numbers: torch.distributed's ``supports_complex``.
-COMPLEX_REDUCE_OPS: Final = frozenset({"sum", "avg", "premul_sum"})
-
-_R: Final = torch.distributed.ReduceOp
-_REDOP_NAMES: Final = {getattr(_R, n.upper()): n for n in ALL_REDUCE_OPS}
-_BY_NAME: Final = {n: getattr(_R, n.upper()) for n in ALL_REDUCE_OPS} | {"prod": _R.PRODUCT, "mean": _R.AVG}
-
-
-def reduce_op_name(op: object) -> str:
-    """The lower-case name of a reduce op: the one conversion xccl has, used by dispatch, the graph path, the fused
-    ops, the simulation and the mismatch detector alike.
-
-    Takes a ``ReduceOp.RedOpType`` (``ReduceOp.SUM``), a ``ReduceOp`` instance (``premul_sum`` carries a factor),
-    a name (``"sum"``), DeepSpeed's ``ReduceOp`` enum (its member names are torch's), or a c10d options struct
-    carrying one (``AllreduceOptions``: its ``reduceOp``).
-    """
-    name = _REDOP_NAMES.get(op)  # type: ignore[call-overload]
-    if name is not None:
-        return name
-    if isinstance(op, str):
-        return op.lower()
-    inner = getattr(op, "reduceOp", None)  # a c10d options struct
-    if inner is not None:
-        return reduce_op_name(inner)
-    inner = getattr(op, "op", None)  # a ReduceOp instance wrapping a RedOpType (premul_sum and friends)
-    if inner is not None:
-        return _REDOP_NAMES.get(inner, str(inner).rsplit(".", 1)[-1].lower())
-    named = getattr(op, "name", None)  # an enum of another library (DeepSpeed's ReduceOp)
-    if isinstance(named, str):
-        return named.lower()
-    return str(op).rsplit(".", 1)[-1].lower()
-
-
-def reduce_op_of(op: object) -> object:
-    """``op`` as a ``torch.distributed.ReduceOp``: torch's own values as given, names and other enums converted.
-
-    Raises:
-        ValueError: not a reduce op xccl knows.
-    """
-    if isinstance(op, (_R, _R.RedOpType)):
-        return op
-    value = _BY_NAME.get(reduce_op_name(op))
-    if value is None:
-        raise ValueError(f"op={op!r} is not a reduce op; use torch.distributed.ReduceOp "
-                         f"({', '.join(n.upper() for n in ALL_REDUCE_OPS)})")
-    return value
 
 
 @final
@@ -208,6 +82,9 @@ class Support:
     cast_to: Mapping[torch.dtype, torch.dtype] = field(default_factory=dict)
     #: Per-dtype override of ``reduce_ops`` (gloo: AVG only for floats, bitwise ops only for integers).
     dtype_reduce_ops: Mapping[torch.dtype, frozenset[str]] = field(default_factory=dict)
+    #: Compositions that measured faster than the native kernel, by call shape (native entries only; the first
+    #: that applies is used): see :class:`~xccl.plugin.Prefer`.
+    prefer: tuple[Prefer, ...] = ()
 
     def reduce_ops_for(self, dtype: torch.dtype | None) -> frozenset[str] | None:
         """The reduce ops the native kernel accepts for ``dtype``."""
@@ -232,13 +109,17 @@ EMULATION_BLOCKS: Final[Mapping[tuple[Collective, str], tuple[tuple[Collective, 
     (C.ALL_TO_ALL_SINGLE_UNEVEN, "padding"): ((C.ALL_REDUCE, torch.int64, "max"), (C.ALL_TO_ALL_SINGLE, None, None)),
     (C.ALL_GATHER_INTO_TENSOR_UNEVEN, "padding"): ((C.ALL_GATHER_INTO_TENSOR, None, None),),
     (C.REDUCE_SCATTER_TENSOR_UNEVEN, "padding"): ((C.REDUCE_SCATTER_TENSOR, None, "="),),
+    (C.ALL_GATHER_INTO_TENSOR_UNEVEN, "all_to_all_single"): ((C.ALL_TO_ALL_SINGLE_UNEVEN, None, None),),
+    (C.REDUCE_SCATTER_TENSOR_UNEVEN, "all_to_all_single"): ((C.ALL_TO_ALL_SINGLE_UNEVEN, None, None),),
     (C.ALL_TO_ALL_V, "all_to_all_single"): ((C.ALL_TO_ALL_SINGLE, None, None), (C.ALL_TO_ALL_SINGLE_UNEVEN, None, None)),
     (C.ALL_REDUCE_COALESCED, "all_reduce"): ((C.ALL_REDUCE, None, "="),),
     (C.ALL_GATHER_COALESCED, "all_gather"): ((C.ALL_GATHER, None, None),),
     (C.GATHER, "all_gather"): ((C.ALL_GATHER_INTO_TENSOR, None, None),),
 }
 #: Emulations that reduce on the host (``local_reduce``), and the reduce ops a host reduction has.
-LOCAL_REDUCTIONS: Final = frozenset({(C.REDUCE_SCATTER_TENSOR, "all_to_all")})
+LOCAL_REDUCTIONS: Final = frozenset(
+    {(C.REDUCE_SCATTER_TENSOR, "all_to_all"), (C.REDUCE_SCATTER_TENSOR_UNEVEN, "all_to_all_single")}
+)
 LOCAL_REDUCE_OPS: Final = frozenset({"sum", "avg", "premul_sum", "product", "min", "max", "band", "bor", "bxor"})
 _BITWISE: Final = frozenset({"band", "bor", "bxor"})
 
@@ -274,6 +155,8 @@ class Resolution:
     avg_via_sum: bool = False
     #: True when complex tensors run as views of their real parts (free; the level is the real dtype's).
     complex_view: bool = False
+    #: The preference that made a native op run as the composition ``via`` (the level stays the native one's).
+    prefer: Prefer | None = None
 
 
 @final
@@ -298,6 +181,10 @@ class CapabilityTable:
         missing = [(op.value, m.value) for op in Collective for m in Mode if (op, m) not in entries]
         if missing:
             raise ValueError(f"capability table of {backend!r} lacks entries for {missing}")
+        wrong = [p for (op, _), sup in entries.items() if sup.prefer
+                 for p in problems(op, sup.level.value, sup.prefer, (v for o, v in EMULATION_BLOCKS if o is op))]
+        if wrong:
+            raise ValueError(f"capability table of {backend!r}: {'; '.join(wrong)}")
         self.backend: Final = backend
         self._entries: Final = dict(entries)
         self.notes: Final = tuple(notes)
@@ -318,15 +205,17 @@ class CapabilityTable:
         dtype: torch.dtype | None = None,
         reduce_op: str | None = None,
         world_size: int | None = None,
+        nbytes: int | None = None,
     ) -> Resolution:
         """Decide how ``op`` runs for this call shape, without raising.
 
         Complex dtypes resolve as their real dtype (the tensors are viewed as real ones, as torch.distributed
-        does), for the reduce ops defined on complex numbers only.
+        does), for the reduce ops defined on complex numbers only. ``nbytes`` is the call's agreed size
+        (:data:`AGREED_SIZE`); preferences bounded by size apply only when it is given.
         """
         op = Collective(op)
         if dtype is not None and dtype.is_complex:
-            return self._resolve_complex(op, Mode(mode), dtype, reduce_op, world_size)
+            return self._resolve_complex(op, Mode(mode), dtype, reduce_op, world_size, nbytes)
         sup = self._entries[(op, Mode(mode))]
         if sup.level is Level.UNSUPPORTED:
             return Resolution(Level.UNSUPPORTED, reason=sup.note or "the backend has no such operation")
@@ -359,7 +248,20 @@ class CapabilityTable:
             blocked = self._blocked(op, via, cast or dtype, "sum" if avg else redop, world_size)
             if blocked is not None:
                 return Resolution(Level.UNSUPPORTED, reason=blocked)
-        return Resolution(level, via=via, reason="; ".join(reasons) or sup.note, cast=cast, avg_via_sum=avg)
+        res = Resolution(level, via=via, reason="; ".join(reasons) or sup.note, cast=cast, avg_via_sum=avg)
+        redop = BOOL_REDUCE_AS.get(reduce_op, reduce_op) if cast is not None and dtype == torch.bool else reduce_op
+        for p in sup.prefer:  # the first that applies and whose building blocks can run this call shape
+            if p.applies(nbytes, world_size) and not self._blocked(op, p.via, cast or dtype, "sum" if avg else redop,
+                                                                   world_size):
+                why = f"{res.reason}; {p.describe()}" if level is Level.EMULATED else p.describe()
+                return replace(res, via=p.via, prefer=p, reason=why)
+        return res
+
+    def size_bounds(self, op: Collective | str, *, mode: Mode | str = Mode.EAGER,
+                    world_size: int | None = None) -> tuple[int, ...]:
+        """The agreed sizes at which the choice for ``op`` on ``world_size`` ranks changes (the edges of its
+        preferences' size ranges, in bytes, sorted); empty when it is the same at every size."""
+        return edges(self.entry(op, mode).prefer, world_size)
 
     def _blocked(
         self, op: Collective, via: str, dtype: torch.dtype | None, redop: str | None, world_size: int | None
@@ -381,12 +283,14 @@ class CapabilityTable:
         return None
 
     def _resolve_complex(
-        self, op: Collective, mode: Mode, dtype: torch.dtype, reduce_op: str | None, world_size: int | None
+        self, op: Collective, mode: Mode, dtype: torch.dtype, reduce_op: str | None, world_size: int | None,
+        nbytes: int | None,
     ) -> Resolution:
         if op.reduces and reduce_op is not None and reduce_op not in COMPLEX_REDUCE_OPS:
             return Resolution(Level.UNSUPPORTED, reason=f"reduce op {reduce_op!r} is not defined for complex numbers "
                               f"(they have {', '.join(sorted(COMPLEX_REDUCE_OPS))})")
-        res = self.resolve(op, mode=mode, dtype=dtype.to_real(), reduce_op=reduce_op, world_size=world_size)
+        res = self.resolve(op, mode=mode, dtype=dtype.to_real(), reduce_op=reduce_op, world_size=world_size,
+                           nbytes=nbytes)
         if res.level is Level.UNSUPPORTED:
             return res
         why = f"{_dtype_name(dtype)} viewed as {_dtype_name(dtype.to_real())}"
@@ -406,7 +310,7 @@ class CapabilityTable:
         Args:
             op: the collective.
             allow_emulated: when False, an emulated op is refused too (the ``fallback="error"`` policy).
-            **shape: ``mode``, ``dtype``, ``reduce_op``, ``world_size`` as in :meth:`resolve`.
+            **shape: ``mode``, ``dtype``, ``reduce_op``, ``world_size``, ``nbytes`` as in :meth:`resolve`.
 
         Raises:
             UnsupportedCollective: the op is unsupported, or emulated and ``allow_emulated`` is False.
@@ -437,6 +341,7 @@ class CapabilityTable:
                 "cast_to": {_dtype_name(k): _dtype_name(v) for k, v in sup.cast_to.items()},
                 "dtype_reduce_ops": {_dtype_name(k): sorted(v) for k, v in sup.dtype_reduce_ops.items()},
                 "note": sup.note,
+                "prefer": [p.to_dict() for p in sup.prefer],
             }
         return out
 

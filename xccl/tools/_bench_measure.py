@@ -223,13 +223,25 @@ def run_op(
     """Run the sweep of one op on this rank; rank 0 prints rows as they complete (in the last pass)."""
     dtype = DTYPES[cfg.dtype]
     coll = COLLECTIVE[op]
-    res = context(None).table.resolve(
-        coll, dtype=dtype if op != "barrier" else None, reduce_op="sum" if coll.reduces else None, world_size=n
-    )
+    table = context(None).table
+    shape: dict[str, Any] = {"dtype": dtype if op != "barrier" else None,
+                             "reduce_op": "sum" if coll.reduces else None, "world_size": n}
+    res = table.resolve(coll, **shape)
+    via = res.via
+    bounds = table.size_bounds(coll, world_size=n)
+    if bounds:
+        # A composition preferred at some sizes only (cpu: reduce_scatter via all_to_all from 1 MiB): say which.
+        parts = []
+        for lo, hi in zip((0, *bounds), (*bounds, None), strict=True):
+            how = table.resolve(coll, nbytes=lo, **shape).via
+            if how:
+                span = f"from {_human(lo)}" if hi is None else f"{_human(lo)} to {_human(hi)}"
+                parts.append(f"{how} {span}" if lo or hi is not None else how)
+        via = ", ".join(parts) + (" (the native kernel elsewhere)" if parts else "")
     result: dict[str, Any] = {
         "op": op,
         "level": res.level.value,
-        "via": res.via,
+        "via": via,
         "busbw_factor": busbw_factor(op, n),
         "raw": None,
         "raw_unavailable": None,
@@ -320,3 +332,11 @@ def _checked(
             # The A/A control is the very same raw call a second time.
             variants += [case.raw] * (2 if cfg.control else 1)
         yield _Sampler(k, case, variants, cfg)
+
+
+def _human(nbytes: int) -> str:
+    """``1048576`` -> ``"1 MiB"`` (for the header's size ranges)."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"

@@ -5,8 +5,9 @@ all render :class:`~xccl.CapabilityTable` objects through this module, so what t
 say and what dispatch does come from one set of objects.
 
 A cell is ``native`` (the backend's own kernel), ``emul(<via>)`` (a composition of other collectives, see
-``xccl.collectives._emulate``) or ``—`` (unsupported). Footnotes carry each entry's note and its gates (oldest torch, world
-sizes). Dtypes and reduce ops per op are in the JSON and in the Markdown detail tables.
+``xccl.collectives._emulate``), ``prefer(<via>)`` (native, but composed where the composition measured faster:
+``Prefer``) or ``—`` (unsupported). Footnotes carry each entry's note, its gates (oldest torch, world sizes) and its
+preferences with their reasons. Dtypes and reduce ops per op are in the JSON and in the Markdown detail tables.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ DASH: Final = "—"
 ASCII_DASH: Final = "-"
 
 _LEGEND: Final = "native: the backend's own kernel; emul(via): composed of other collectives; {dash}: unsupported"
+_LEGEND_PREFER: Final = ("prefer(via): native, but composed via `via` on the call shapes where that measured faster "
+                         "(sizes and reasons in the notes)")
 
 
 @final
@@ -73,7 +76,7 @@ def modes_from(name: str) -> tuple[Mode, ...]:
 def cell(sup: Support, dash: str = DASH) -> str:
     """The matrix cell for one entry: ``native``, ``emul(via)`` or the dash."""
     if sup.level is Level.NATIVE:
-        return "native"
+        return f"prefer({', '.join(dict.fromkeys(p.via for p in sup.prefer))})" if sup.prefer else "native"
     if sup.level is Level.EMULATED:
         return f"emul({sup.via})" if sup.via else "emul"
     return dash
@@ -97,6 +100,7 @@ def footnote(op: Collective, sup: Support) -> str:
         parts.append(f"world sizes {', '.join(map(str, sorted(sup.world_sizes)))} only")
     if sup.note:
         parts.append(sup.note)
+    parts += [p.describe() for p in sup.prefer]
     cost = _cost(op, sup)
     if cost and not sup.note:
         parts.append(f"cost: {cost}")
@@ -176,6 +180,8 @@ def render_text(
         out.append(_join(["-" * w for w in widths], widths))
         out.extend(_join(r, widths) for r in rows[2:])
     out += ["", _LEGEND.format(dash=dash)]
+    if any(sup.prefer for _, t in pairs for m in modes for op in Collective for sup in (t.entry(op, m),)):
+        out.append(_LEGEND_PREFER)
     if notes.texts:
         out += ["", "Notes:", *(f"  {line}" for line in notes.lines())]
     for name, t in pairs:
@@ -228,9 +234,23 @@ def _names(items: Iterable[str]) -> str:
 
 
 def _dtypes(dtypes: frozenset[torch.dtype] | None) -> str:
-    if dtypes is None or dtypes >= frozenset(REAL_DTYPES):
+    if dtypes is None:
         return "all"
+    if dtypes >= frozenset(REAL_DTYPES):
+        extra = dtypes - frozenset(REAL_DTYPES)  # what a vendor moves beyond gloo's dtypes (HCCL's uint16, float8)
+        return "all" + (f" + {_names(_dtype_name(d) for d in extra)}" if extra else "")
     return _names(_dtype_name(d) for d in dtypes)
+
+
+#: Fused collectives: a native kernel takes only what its documented constraints allow (the plugin checks each call
+#: and falls back to the portable version otherwise), so an entry that leaves dtypes or reduce ops open does not
+#: mean "all": the constraints are in its note.
+_FUSED: Final = frozenset({Collective.MM_REDUCE_SCATTER, Collective.ALL_GATHER_MM, Collective.MM_ALL_REDUCE})
+_PER_CALL: Final = "per call (notes)"
+
+
+def _open_fused(op: Collective, sup: Support) -> bool:
+    return op in _FUSED and sup.level is Level.NATIVE
 
 
 def _reduce_ops(op: Collective, sup: Support) -> str:
@@ -302,8 +322,9 @@ def _markdown_detail(
                 f"`{op.value}`",
                 m.value,
                 cell(sup),
-                "" if unsupported else _dtypes(sup.dtypes),
-                "" if unsupported else _reduce_ops(op, sup),
+                "" if unsupported else _PER_CALL if _open_fused(op, sup) and sup.dtypes is None else _dtypes(sup.dtypes),
+                "" if unsupported else _PER_CALL if _open_fused(op, sup) and sup.reduce_ops is None and op.reduces
+                else _reduce_ops(op, sup),
                 "" if unsupported else _casts(sup),
                 footnote(op, sup),
             ]
