@@ -258,7 +258,7 @@ LOCAL: dict[str, tuple[str, dict[str, str], Callable[[], Any]]] = {
 }
 
 WORLD = {
-    "init-world-size-mismatch": "RendezvousTimeout",
+    "init-world-size-mismatch": "InitError",
     "init-duplicate-rank": "InitError",
 }
 

@@ -27,6 +27,7 @@ from typing import Any, Final, final
 import torch.distributed as dist
 
 from ..errors import CollectiveTimeout, PeerFailure, XcclError
+from ._liveness import lost_peers
 from ._state import STATE
 
 __all__ = ["TypedWork", "classify", "translate"]
@@ -108,10 +109,12 @@ def translate(exc: BaseException, ctx: Any, op: str, started: float | None = Non
             "CollectiveMismatch naming what each rank called",
             **where,
         )
+    # Which peer: gloo's text names a connection, not a rank (and not always the lost one's); look (_liveness).
+    lost = lost_peers(members)
     return PeerFailure(
-        f"a peer of ranks {members} closed its connection ({_first_line(exc)}). It probably died: its own log "
-        "says why. The group cannot be used any more; restart the job (an elastic launcher such as torchrun "
-        "--max-restarts does this)",
+        f"{lost or f'a peer of ranks {members} closed its connection'} ({_first_line(exc)}). "
+        f"{'' if lost else 'It probably died: its own log says why. '}The group cannot be used any more; "
+        "restart the job (an elastic launcher such as torchrun --max-restarts does this)",
         **where,
     )
 

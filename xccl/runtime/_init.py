@@ -25,6 +25,7 @@ from typing import Any, Final
 
 import torch.distributed as dist
 
+from ..collectives._liveness import close_quietly
 from ..collectives._process_group import PREFIX, backend_name, register_backend
 from ..collectives._state import DEFAULT_TIMEOUT, STATE, Fallback, World, state_of
 from ..errors import BackendUnavailable, InitError, InvalidArgument, XcclError
@@ -33,6 +34,7 @@ from ..plugin._contract import Plugin, Runtime
 from ..plugin._registry import Registry, default_registry
 from ..plugin._sim import register_simulated_backend, simulated_backend_of
 from ._env import env_init_method, env_int, rendezvous_error, resolve_ranks, timeout_of
+from ._rendezvous import rendezvous
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -163,9 +165,10 @@ def init(
         The :class:`World`. Calling ``init`` again with the same arguments returns it unchanged.
 
     Raises:
-        InitError: bad environment values, or a second ``init`` with different arguments.
+        InitError: bad environment values, a second ``init`` with different arguments, or ranks that were not
+            told the same world (``WORLD_SIZE``, plugin, versions...: checked before any process group).
         BackendNotFound, BackendUnavailable: the plugin is missing or cannot run here.
-        RendezvousTimeout: not every rank arrived within the timeout.
+        RendezvousTimeout: not every rank arrived within the timeout (the message names the missing ones).
 
     Example::
 
@@ -202,22 +205,29 @@ def _create_world(
     name = _prepare(runtime, fallback, check)
     device = runtime.setup_device(local)
     kwargs: dict[str, Any] = {"rank": rank_, "world_size": size, "timeout": tmo}
-    if init_method is None and size == 1 and "MASTER_ADDR" not in os.environ:
-        kwargs["store"] = dist.HashStore()  # a world of one needs no rendezvous
-    else:
-        kwargs["init_method"] = init_method or env_init_method()
     options = runtime.process_group_options(None)
     if options is not None:
         kwargs["pg_options"] = options
     started = time.monotonic()
+    live = None
     try:
+        if init_method is None and size == 1 and "MASTER_ADDR" not in os.environ:
+            kwargs["store"] = dist.HashStore()  # a world of one needs no rendezvous
+        else:
+            # xccl makes the store, and checks there that every rank was told the same world (_rendezvous).
+            kwargs["store"], live = rendezvous(
+                init_method or env_init_method(), rank_, size, local, tmo, plugin=plugin.name,
+                backend=runtime.backend, simulate=sim, check=check, fallback=fallback, started=started)
         dist.init_process_group(backend=name, **kwargs)
     except XcclError:
+        close_quietly(live)
         STATE.reset()
         raise
     except Exception as exc:
+        close_quietly(live)
         STATE.reset()
         raise rendezvous_error(exc, rank_, size, time.monotonic() - started) from exc
+    STATE.liveness = live
     # A process group left alive at interpreter exit can abort the process (seen with simulated backends:
     # "terminate called without an active exception"); tear down in order unless the user already did.
     atexit.register(_shutdown_at_exit)
@@ -380,6 +390,7 @@ def shutdown() -> None:
     A world xccl adopted is left to whoever created it.
     """
     runtime, world = STATE.runtime, STATE.world
+    close_quietly(STATE.liveness)
     # Drop our references to the process groups first, so that destroy_process_group releases the last ones
     # and the backends are torn down there, in order, rather than later by whoever drops a reference last.
     STATE.reset()

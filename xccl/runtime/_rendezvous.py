@@ -1,0 +1,336 @@
+"""The world's rendezvous: the store, and a check that every rank was told the same world, before any group.
+
+``torch.distributed`` meets the ranks in its store, then creates the process group; ranks launched with different
+``WORLD_SIZE``s, plugins or versions only find out there, as a timeout that blames nothing in particular (or, for
+the ranks whose rendezvous happened to complete, a fault in their first collective). ``xccl.init`` makes the
+store itself (as torch's ``env://`` and ``tcp://`` handlers would, torchrun's agent store included) and, before
+the process group, every rank publishes its :class:`~xccl.collectives._liveness.Facts` and compares its view of
+the world with the first rank's:
+
+* a rank that differs raises :class:`~xccl.InitError` at once, naming the field and which ranks (on which hosts)
+  hold each value, and flags the world, which wakes every rank waiting, and each raises the same way;
+* ranks that never arrive: every rank raises :class:`~xccl.RendezvousTimeout` at the timeout naming them (rank 0's
+  store no longer waits for its clients, so rank 0 too knows who is missing);
+* a rank started twice (two processes told the same ``RANK``) is an :class:`~xccl.InitError` too.
+
+One round of store operations (set, append, compare-and-set, add, check, one blocking wait) on the success path:
+no polling, nothing proportional to the world size. The keys are listed in ``xccl.collectives._liveness``; each
+rank's Facts (``rank/<rank>``) stay in the store for ``xccl doctor --world`` and for naming lost ranks later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import importlib.metadata
+import json
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import urlparse
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import PrefixStore
+
+from ..collectives._liveness import (
+    WORLD,
+    Facts,
+    Liveness,
+    describe_ranks,
+    look_wait,
+    open_port,
+    parse_lines,
+    route_address,
+)
+from ..errors import InitError, RendezvousTimeout
+from ._env import env_int
+
+__all__ = ["Endpoint", "check_world", "facts_of", "open_store", "rendezvous"]
+
+ROOT: Final = "xccl/world/"
+#: The longest rank 0 keeps its store up, past its own deadline, for ranks that started later to time out too.
+_LINGER: Final = 5.0
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the store runs, when xccl made it."""
+
+    addr: str
+    port: int
+    #: Who runs it: ``"rank 0's process"`` or ``"torchrun's agent"``.
+    hosted_by: str
+
+
+def open_store(url: str, rank: int, size: int, timeout: _dt.timedelta) -> tuple[Any, Endpoint | None]:
+    """The rendezvous store for ``url``, as torch's handler would make it, except that rank 0's server does not
+    wait for its clients (the world check does, and knows whom it waits for). Other URLs (``file://``, queries)
+    go to torch's handler; the Endpoint is then None.
+
+    Raises:
+        RuntimeError: what ``TCPStore`` raises (port in use, server unreachable): ``rendezvous_error`` explains it.
+    """
+    parsed = urlparse(url)
+    if parsed.scheme == "env" and not parsed.query and not parsed.netloc:
+        addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    elif parsed.scheme == "tcp" and not parsed.query and parsed.hostname and parsed.port:
+        addr, port = parsed.hostname, parsed.port
+    else:
+        store, _, _ = next(dist.rendezvous(url, rank, size, timeout=timeout))
+        store.set_timeout(timeout)
+        return store, None
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True):
+        # torchrun's agent on node 0 runs the server; every rank is a client (torch's _create_c10d_store).
+        return dist.TCPStore(addr, port, size, is_master=False, timeout=timeout), Endpoint(addr, port,
+                                                                                            "torchrun's agent")
+    use_libuv = os.environ.get("USE_LIBUV", "1") == "1"
+    store = dist.TCPStore(addr, port, size, is_master=rank == 0, timeout=timeout, wait_for_workers=False,
+                          multi_tenant=True, use_libuv=use_libuv)
+    return store, Endpoint(addr, port, "rank 0's process")
+
+
+def _xccl_version() -> str:
+    try:
+        return importlib.metadata.version("xccl")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def facts_of(
+    rank: int, size: int, local_rank: int, plugin: str, backend: str, simulate: bool, check: bool, fallback: str,
+    endpoint: Endpoint | None, port: int,
+) -> Facts:
+    """This rank's Facts; ``port`` is its liveness port (0: none)."""
+    addr = ""
+    if endpoint is not None:
+        try:
+            addr, _ = route_address(endpoint.addr, endpoint.port)
+        except OSError:
+            addr = ""
+    return Facts(
+        rank=rank, world_size=size, local_rank=local_rank,
+        local_world_size=_or_none(env_int(("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"), "ranks on this node")),
+        node=_or_none(env_int(("GROUP_RANK",), "this node's rank")),
+        plugin=plugin, backend=backend, simulate=simulate, check=check, fallback=fallback, xccl=_xccl_version(),
+        torch=torch.__version__.split("+")[0], host=socket.gethostname(), addr=addr, port=port, pid=os.getpid(),
+    )
+
+
+def _or_none(value: int | None) -> int:
+    return -1 if value is None else value
+
+
+def _on_store_host(facts: Facts, endpoint: Endpoint | None) -> bool:
+    if endpoint is None:
+        return False
+    if endpoint.hosted_by.startswith("rank 0") and facts.rank == 0:
+        return True
+    # Rank 0's host, or torchrun's node 0, is MASTER_ADDR: the ranks whose own address it is run there.
+    try:
+        infos = socket.getaddrinfo(endpoint.addr, endpoint.port, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    return any(str(i[4][0]) == facts.addr for i in infos)
+
+
+def check_world(store: Any, facts: Facts, endpoint: Endpoint | None, started: float, deadline: float
+                ) -> tuple[str, list[Facts]]:
+    """Publish ``facts`` and wait, until ``deadline`` (``time.monotonic()``), for every rank's; compare.
+
+    Args:
+        store: the rendezvous store, before torch's ``default_pg`` prefix.
+        facts: this rank's.
+        endpoint: where the store runs (None: not a TCP store of xccl's making).
+        started: ``time.monotonic()`` when the rendezvous began, for the elapsed time reported.
+        deadline: when to give up on ranks that did not arrive.
+
+    Returns:
+        The store prefix of this world's keys, and the Facts of the ranks on the store's host.
+
+    Raises:
+        InitError: the ranks disagree about the world, or a rank was started twice.
+        RendezvousTimeout: not every rank arrived by the deadline (the message names the missing ones).
+    """
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    # One process per rank: a second process told the same RANK is refused (only it: the world may already run
+    # with the first).
+    me = f"{facts.host}|{facts.pid}"
+    owner = store.compare_set(f"{ROOT}{restart}/owner/{facts.rank}", "", me).decode("utf-8", "replace")
+    if owner != me:
+        host, _, pid = owner.rpartition("|")
+        raise InitError(
+            f"rank {facts.rank} was started twice: here ({facts.where()}, pid {facts.pid}) and on {host} (pid "
+            f"{pid}). Give every process its own RANK (torchrun does; check the launch script or the node ranks)"
+        )
+    # The n-th world of this rank in this store (a shutdown and a second init reuse a multi-tenant store).
+    gen = store.add(f"{ROOT}{restart}/gen/{facts.rank}", 1)
+    prefix = f"{ROOT}{restart}.{gen}"
+    s = PrefixStore(prefix, store)
+    try:
+        _compare(s, facts, endpoint, started, deadline)
+    except (InitError, RendezvousTimeout) as exc:
+        with contextlib.suppress(RuntimeError):
+            s.add("done", 1)
+            if endpoint is not None and endpoint.hosted_by.startswith("rank 0") and facts.rank == 0:
+                _linger(s, deadline, isinstance(exc, RendezvousTimeout))
+        raise
+    return prefix, parse_lines(s.get("storehost")) if s.check(["storehost"]) else []
+
+
+def _compare(s: Any, facts: Facts, endpoint: Endpoint | None, started: float, deadline: float) -> None:
+    mine, view = facts.encode(), facts.view()
+    s.set(f"rank/{facts.rank}", mine)
+    s.append("log", mine + "\n")
+    if _on_store_host(facts, endpoint):
+        s.append("storehost", mine + "\n")
+    s.add("arrived", 1)
+    ref = s.compare_set("ref", "", view)
+    if ref != view.encode():
+        _flag(s, facts, _sizes(ref))
+        raise _disagreement(s, facts, deadline)
+    if s.add("count", 1) == facts.world_size:
+        s.set(f"full/{facts.world_size}", "1")
+    if not s.check(["bad"]):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _missing(s, facts, endpoint, time.monotonic() - started)
+        try:
+            s.wait([f"full/{facts.world_size}"], _dt.timedelta(seconds=left))
+        except dist.DistStoreError as exc:
+            if s.check(["bad"]):
+                raise _disagreement(s, facts, deadline) from None
+            raise _missing(s, facts, endpoint, time.monotonic() - started) from exc
+    if s.check(["bad"]):
+        raise _disagreement(s, facts, deadline)
+
+
+def _linger(s: Any, deadline: float, timed_out: bool) -> None:
+    """Keep rank 0's store up until the other ranks that came have failed too (each reads it to say why): until
+    as many have said so as arrived, at most until the deadline (after a timeout, a little past it: the others'
+    deadlines count from their own start)."""
+    until = max(deadline, time.monotonic() + 1.0) + (_LINGER if timed_out else 0.0)
+    step = 0.01
+    while s.add("done", 0) < s.add("arrived", 0) and time.monotonic() < until:
+        time.sleep(step)
+        step = min(step * 2, 0.2)
+
+
+def _settle(s: Any, deadline: float) -> dict[int, Facts]:
+    """Every rank's Facts, once all ranks of the smallest world any rank was told have arrived (those exist in
+    any launch), or by the deadline: a disagreement is reported with every rank's side of it."""
+    seen, arrived = -1, _arrived(s)
+    step = 0.01
+    while time.monotonic() < deadline:
+        count = s.add("arrived", 0)
+        if count != seen:
+            seen, arrived = count, _arrived(s)
+            want = min(f.world_size for f in arrived.values()) if arrived else 0
+            if all(r in arrived for r in range(want)):
+                break
+        time.sleep(step)
+        step = min(step * 2, 0.1)
+    return arrived
+
+
+def _sizes(view: bytes) -> list[int]:
+    """The WORLD_SIZE of a world view (its first field), to wake the ranks that were told it."""
+    try:
+        size = json.loads(view)[0]
+    except (ValueError, IndexError, TypeError, KeyError):
+        return []
+    return [size] if type(size) is int else []
+
+
+def _flag(s: Any, facts: Facts, sizes: Sequence[int]) -> None:
+    """Mark the world bad and wake every rank waiting for it to fill (each waits on its own size's key)."""
+    s.set("bad", str(facts.rank))
+    for n in {facts.world_size, *sizes}:
+        s.set(f"full/{n}", "1")
+
+
+def _arrived(s: Any) -> dict[int, Facts]:
+    return {f.rank: f for f in parse_lines(s.get("log"))} if s.check(["log"]) else {}
+
+
+def _disagreement(s: Any, facts: Facts, deadline: float) -> InitError:
+    """The InitError saying, for each field the ranks differ on, which ranks hold each value."""
+    arrived = _settle(s, deadline)
+    arrived[facts.rank] = facts
+    differ = [(name, label) for name, label in WORLD if len({getattr(f, name) for f in arrived.values()}) > 1]
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for f in arrived.values():
+        groups.setdefault(tuple(_shown(getattr(f, name)) for name, _ in differ), []).append(f.rank)
+    labels = [label for _, label in differ]
+    fields = " and ".join([", ".join(labels[:-1]), labels[-1]] if len(labels) > 1 else labels)
+    held = "; ".join(f"{describe_ranks(rs, arrived)} {'has' if len(rs) == 1 else 'have'} {', '.join(values)}"
+                     for values, rs in sorted(groups.items(), key=lambda kv: min(kv[1])))
+    what = (f"They differ in {fields}: {held}" if differ else
+            "The ranks that arrived agree, but another rank found a difference")
+    return InitError(
+        f"rank {facts.rank}: the ranks were not told the same world (checked at xccl.init, before any process "
+        f"group; {len(arrived)} ranks compared). {what}. Launch every node with the same WORLD_SIZE "
+        "(--nnodes x --nproc-per-node), the same XCCL_VENDOR / XCCL_SIMULATE / XCCL_CHECK settings, and the same "
+        "torch and xccl versions (xccl doctor --world shows what each rank has)"
+    )
+
+
+def _shown(value: object) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
+
+
+def _missing(s: Any, facts: Facts, endpoint: Endpoint | None, waited: float) -> RendezvousTimeout:
+    arrived = _arrived(s)
+    arrived[facts.rank] = facts
+    missing = [r for r in range(facts.world_size) if r not in arrived]
+    here = describe_ranks(sorted(arrived), arrived)
+    per_node = {f.local_world_size for f in arrived.values()}
+    nodes = ""
+    if len(per_node) == 1 and (n := next(iter(per_node))) > 0 and all(
+            f.node in (-1, f.rank // n) for f in arrived.values()):
+        ids = sorted({r // n for r in missing})
+        nodes = f" (with {n} ranks per node: node{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))})"
+    store = f"{endpoint.addr}:{endpoint.port}" if endpoint is not None else "the store"
+    who = f"rank {missing[0]}{nodes} did" if len(missing) == 1 else f"ranks {missing}{nodes} did"
+    return RendezvousTimeout(
+        f"{who} not arrive; {len(arrived)} of {facts.world_size} did: {here}. The missing ranks were not "
+        f"started, crashed while starting, or cannot reach the rendezvous store at {store} "
+        f"(MASTER_ADDR:MASTER_PORT); also check that WORLD_SIZE ({facts.world_size} here) is right",
+        rank=facts.rank, world_size=facts.world_size, elapsed=waited,
+    )
+
+
+def rendezvous(
+    url: str, rank: int, size: int, local_rank: int, timeout: _dt.timedelta, *, plugin: str, backend: str,
+    simulate: bool, check: bool, fallback: str, started: float,
+) -> tuple[Any, Liveness | None]:
+    """The store for ``init_process_group`` once every rank has arrived and agrees, and this rank's
+    :class:`~xccl.collectives._liveness.Liveness` (None for a world of one, or a store xccl did not make).
+
+    Raises:
+        InitError, RendezvousTimeout: see :func:`check_world`.
+        RuntimeError: the store could not be made (``rendezvous_error`` explains it).
+    """
+    store, endpoint = open_store(url, rank, size, timeout)
+    if endpoint is None or size == 1:
+        return store, None
+    try:
+        _, family = route_address(endpoint.addr, endpoint.port)
+        sock = open_port(family)
+    except OSError:
+        sock = None  # no liveness port: faults will not name the lost ranks, everything else works
+    try:
+        port = sock.getsockname()[1] if sock is not None else 0
+        facts = facts_of(rank, size, local_rank, plugin, backend, simulate, check, fallback, endpoint, port)
+        prefix, peers = check_world(store, facts, endpoint, started, started + timeout.total_seconds())
+    except BaseException:
+        if sock is not None:
+            sock.close()
+        raise
+    if sock is None:
+        return store, None
+    return store, Liveness(sock, rank, (endpoint.addr, endpoint.port), prefix, endpoint.hosted_by, peers,
+                           look_wait(timeout))
