@@ -7,8 +7,11 @@ graph ops at run time), goes through :func:`dispatch`:
 2. validate the public arguments with the op's :class:`~xccl.collectives._specs.Spec` (what every rank can check
    alone), which also turns them into the kernel arguments;
 3. find the kernel for this call shape in the group's plan cache; the first call of a shape consults the
-   capability table, applies the fallback policy and caches the result (:func:`plan`);
-4. with the mismatch detector on, compare this call with the other ranks';
+   capability table, applies the fallback policy and caches the result (:func:`plan`). Where the table prefers a
+   composition to the native kernel for some sizes only, the cached kernel picks per call by the call's agreed
+   size, which every rank passes alike;
+4. with the mismatch detector on, hand the call to it (``_check.checked``: it records the call, and issues and
+   watches the kernel itself);
 5. call the kernel, translating backend faults into typed errors; an asynchronous call's handle is wrapped so that
    ``wait()`` raises them typed too.
 
@@ -32,11 +35,11 @@ import torch.distributed as dist
 
 from ..errors import InvalidArgument, UnsupportedCollective
 from ..plugin._c10d import c10d_kernel
-from ..plugin._capabilities import Collective, Level, reduce_op_name
+from ..plugin._capabilities import Collective, Level, Resolution, reduce_op_name
 from ..plugin._kernels import kernel_problems
 from . import _emulate, _faults
 from . import _specs as S
-from ._check import verify
+from ._check import checked, checked_all_reduce
 from ._state import STATE, GroupState, state_of
 
 __all__ = ["EmulationWarning", "all_reduce", "dispatch", "invalid", "native_kernel", "plan", "run", "warn_once"]
@@ -81,19 +84,31 @@ def plan(st: GroupState, op: Collective, dtype: torch.dtype | None, reduce_op: A
     res = st.table.require(op, dtype=dtype, reduce_op=redop, world_size=st.size,
                            allow_emulated=st.fallback != "error")
     native = native_kernel(st, op)
-    if res.level is Level.NATIVE and not res.complex_view:
+    kernel = _kernel(st, op, res, native, dtype)
+    # A composition preferred at some sizes only: one kernel per size range, chosen per call by the call's agreed
+    # size (the same on every rank, so every rank chooses alike).
+    bounds = st.table.size_bounds(op, world_size=st.size)
+    if bounds:
+        shape = {"dtype": dtype, "reduce_op": redop, "world_size": st.size}
+        kernels = [_kernel(st, op, st.table.resolve(op, nbytes=lo, **shape), native, dtype) for lo in (0, *bounds)]
+        kernel = _emulate.by_size(op, bounds, kernels)
+    st.plans[key] = kernel
+    return kernel
+
+
+def _kernel(st: GroupState, op: Collective, res: Resolution, native: Kernel | None, dtype: torch.dtype | None) -> Kernel:
+    """The kernel for one resolution: the native one as is, else composed (``_emulate.build``), warning once."""
+    if res.level is Level.NATIVE and not res.complex_view and res.prefer is None:
         if native is None:
             raise UnsupportedCollective(str(op), st.backend, "marked native but the plugin has no kernel")
-        kernel = native
-    else:
-        kernel = _emulate.build(st, op, res, native, partial(_block, st))
-        if res.level is Level.EMULATED and st.fallback == "warn":
-            warn_once(
-                (op.value, st.backend),
-                f"xccl: {op.value} is emulated on {st.backend}: {_emulate.describe(op, res, dtype)}. Pass "
-                "fallback='emulate' to xccl.init to silence this, or fallback='error' to forbid emulation.",
-            )
-    st.plans[key] = kernel
+        return native
+    kernel = _emulate.build(st, op, res, native, partial(_block, st))
+    if res.level is Level.EMULATED and st.fallback == "warn":
+        warn_once(
+            (op.value, st.backend),
+            f"xccl: {op.value} is emulated on {st.backend}: {_emulate.describe(op, res, dtype)}. Pass "
+            "fallback='emulate' to xccl.init to silence this, or fallback='error' to forbid emulation.",
+        )
     return kernel
 
 
@@ -153,15 +168,15 @@ def run(st: GroupState, spec: S.Spec, kargs: Sequence[Any], async_op: bool, *, i
         spec: the collective.
         kargs: its kernel arguments (``spec.validate``'s result).
         async_op: return a work handle instead of waiting.
-        inner: a building block of an emulation: no mismatch check (the emulated call was checked) and no typed
-            wrapper (the outer call translates faults).
+        inner: a building block of an emulation: not recorded by the mismatch detector (the emulated call was)
+            and no typed wrapper (the outer call translates faults).
     """
     idx = spec.reduce_op_index
     kernel = plan(st, spec.key_of(kargs), spec.dtype_of(kargs), None if idx is None else kargs[idx])
     if inner:
         return kernel(*kargs, async_op)
     if st.check:
-        verify(st, spec, kargs)
+        return checked(st, spec, kargs, kernel, async_op)
     started = _monotonic()
     try:
         work = kernel(*kargs, async_op)
@@ -173,9 +188,9 @@ def run(st: GroupState, spec: S.Spec, kargs: Sequence[Any], async_op: bool, *, i
     return _TypedWork(work, st, spec.name, started)
 
 
-def _block(st: GroupState, spec: S.Spec, kargs: Sequence[Any]) -> Any:
-    """Run a building block of an emulation on ``st``, synchronously."""
-    return run(st, spec, kargs, False, inner=True)
+def _block(st: GroupState, spec: S.Spec, kargs: Sequence[Any], async_op: bool = False) -> Any:
+    """Run a building block of an emulation on ``st`` (blocking unless ``async_op``: a composition's last block)."""
+    return run(st, spec, kargs, async_op, inner=True)
 
 
 def dispatch(spec: S.Spec, group: Any, async_op: bool, *args: Any) -> Any:
@@ -212,10 +227,11 @@ def all_reduce(tensor: torch.Tensor, op: Any, group: Any, async_op: bool) -> Any
         or type(op) is not _RED_OP_TYPE
         or not (tensor.is_cpu if dev == "cpu" else tensor.is_cuda if dev == "cuda" else tensor.device.type == dev)
         or not tensor.is_contiguous()
-        or st.check
     ):
         return run(st, _SPEC_ALL_REDUCE, _SPEC_ALL_REDUCE.validate(st, invalid, tensor, op), async_op)
     kernel = st.plans.get((_ALL_REDUCE, tensor.dtype, op)) or plan(st, _ALL_REDUCE, tensor.dtype, op)
+    if st.check:  # the mismatch detector records the call and runs the kernel (what run() would do, flat)
+        return checked_all_reduce(st, tensor, op, kernel, async_op)
     try:
         work = kernel(tensor, op, async_op)
     except RuntimeError as exc:

@@ -1,0 +1,472 @@
+"""Check mode's path through dispatch: record the call, check the first call of its kind, watch the wait.
+
+:func:`checked` replaces the kernel call of ``_dispatch.run`` when the detector is on:
+
+1. raise a mismatch already found (on this group, or pending from another);
+2. record the call (:mod:`._record`): a dict lookup, a ring slot, the step counter (nothing else: the rolling
+   hash is computed later, by whoever reads the ring);
+3. the *first* call of its kind on the group (a canonical fingerprint not seen there before) is compared with
+   every member's before it is issued (:func:`_preflight`): so a new shape or op, where most mismatches come
+   from, is caught before any data moves (gloo kills a process that receives more bytes than it expects);
+   every rank with the same history sees the same calls as new, so all of them take this path together;
+4. issue the kernel asynchronously and wait in slices of 50 ms (:func:`watch`; a call that completes within the
+   first slice, the common case, costs one ``wait`` as without the detector): a verdict reached by the background
+   thread is raised from the wait, and a wait longer than the stall threshold is published for comparison;
+5. a backend fault is first held against what the members published (:func:`explain`): a mismatch found
+   within a second wins over the fault it caused.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from collections.abc import Sequence
+from typing import Any, Final, final
+
+import torch.distributed as dist
+
+from ...errors import CollectiveTimeout, PeerFailure, XcclError
+from .. import _specs as S
+from .._faults import TypedWork, classify, translate
+from .._state import DEFAULT_TIMEOUT, STATE
+from . import _fingerprint as F
+from ._analysis import reason_for
+from ._channel import Channel
+from ._detector import Detector
+from ._record import CPMASK, RMASK, Recorder, Stall, Verdict, config
+
+__all__ = ["CheckedWork", "all_reduce", "checked", "watch"]
+
+_monotonic: Final = time.monotonic
+_PLANS: Final = F.PLANS
+_ALL_REDUCE: Final = S.ALL_REDUCE
+#: Seconds past the collective timeout after which a wait the backend never ends is given up.
+_GRACE: Final = 5.0
+
+
+def _start() -> Detector:
+    world = STATE.world
+    timeout = (world.timeout if world is not None else DEFAULT_TIMEOUT).total_seconds()
+    rank = world.rank if world is not None else dist.get_rank()
+    det = STATE.channel = Detector(world, rank, config(timeout))
+    return det
+
+
+def all_reduce(st: Any, tensor: Any, op: Any, kernel: Any, async_op: bool) -> Any:
+    """:func:`checked` for dispatch's flat ``all_reduce`` (a plain tensor and ``ReduceOp``), written flat too: a
+    call the group has made before costs a dict lookup, a list store and a counter."""
+    det = STATE.channel
+    if det is not None and not det.alarm:
+        rec = det.recs.get(st)
+        fp = None if rec is None else rec.fps.get((tensor.dtype, tensor.shape, op))
+        if fp is not None:
+            seq = st.seq
+            rec.ring[seq & RMASK] = fp  # type: ignore[union-attr]
+            st.seq = seq + 1
+            if not seq & CPMASK:
+                det.wake.set()  # let the thread hash long before the ring laps
+            if async_op:
+                return _issue(det, rec, kernel, (tensor, op), seq, fp, "all_reduce", True)  # type: ignore[arg-type]
+            # _issue, inlined for the synchronous call: the path every training step takes.
+            work = None
+            try:
+                work = kernel(tensor, op, True)
+                if work is not None:
+                    work.wait(det.piece)
+            except RuntimeError as exc:
+                _slow(det, rec, work, exc, seq, fp)  # type: ignore[arg-type]
+            except TypeError:  # a handle whose wait() takes no timeout
+                _finish(det, rec, work, seq, "all_reduce", _monotonic())
+            return None
+    return checked(st, _ALL_REDUCE, (tensor, op), kernel, async_op)
+
+
+def _slow(det: Detector, rec: Recorder, work: Any, exc: RuntimeError, seq: int, fp: F.Fp) -> None:
+    """The flat all_reduce's call raised (``work`` None) or its first slice ran out: as :func:`_issue` goes on."""
+    if work is None:
+        typed = explain(det, rec, seq, exc, "all_reduce", _monotonic())
+        if typed is exc:
+            raise exc
+        raise typed from exc
+    watch(det, rec, work, seq, fp, "all_reduce", _monotonic() - det.cfg.slice)
+
+
+def checked(st: Any, spec: S.Spec, kargs: Sequence[Any], kernel: Any, async_op: bool) -> Any:
+    """Run ``kernel`` for a call of ``spec`` on ``st`` with the detector on (``_dispatch.run`` calls this).
+
+    Raises:
+        CollectiveMismatch: this call, or an earlier one on a group of this rank, differs from a peer's.
+        PeerFailure, CollectiveTimeout: as without the detector (a dead or silent peer is never a mismatch).
+    """
+    det = STATE.channel
+    if det is None:  # the first checked call of this world (shutdown resets the channel)
+        if STATE.world is None or st.size == 1:  # nobody to compare with: no thread, no store traffic
+            return _plain(st, spec, kargs, kernel, async_op)
+        try:
+            det = _start()
+        except RuntimeError as exc:  # the store (InitError, for bad settings, is not a RuntimeError)
+            raise _store_fault(exc, st.ranks[st.rank], str(st.name), spec.name, _monotonic()) from exc
+    rec = det.recs.get(st)
+    if rec is None:
+        rec = det.recorder(st)
+    if det.alarm and (rec.verdict is not None or det.pending is not None):
+        raise det.error_for(rec)
+    plan = _PLANS.get(id(spec))
+    if plan is None or plan.spec is not spec:
+        plan = F.plan_of(spec)
+    if plan.p2p or rec.size == 1:
+        return _plain(st, spec, kargs, kernel, async_op)
+    key = plan.key(kargs)
+    fp = rec.fps.get(key)
+    if fp is None:
+        fp, novel = rec.intern(key, F.call_of(plan, rec.name, rec.size, kargs))
+        seq = rec.record(fp)
+        if novel:
+            _preflight(det, rec, seq, fp, spec.name, _monotonic())
+    else:
+        seq = st.seq
+        rec.ring[seq & RMASK] = fp
+        st.seq = seq + 1
+        if not seq & CPMASK:
+            det.wake.set()
+    return _issue(det, rec, kernel, kargs, seq, fp, spec.name, async_op)
+
+
+def _issue(det: Detector, rec: Recorder, kernel: Any, kargs: Sequence[Any], seq: int, fp: F.Fp, op: str,
+           async_op: bool) -> Any:
+    """Issue the recorded call (always asynchronously) and, unless ``async_op``, wait for it, watched."""
+    try:
+        work = kernel(*kargs, True)
+    except RuntimeError as exc:
+        typed = explain(det, rec, seq, exc, op, _monotonic())
+        if typed is exc:
+            raise
+        raise typed from exc
+    if work is None:
+        return None
+    if async_op:
+        return CheckedWork(det, rec, work, seq, fp, op, _monotonic())
+    try:
+        work.wait(det.piece)  # the common case: done within one slice, nothing else to do
+        return None
+    except RuntimeError:
+        pass
+    except TypeError:  # a handle whose wait() takes no timeout
+        _finish(det, rec, work, seq, op, _monotonic())
+        return None
+    watch(det, rec, work, seq, fp, op, _monotonic() - det.cfg.slice)
+    return None
+
+
+def _plain(st: Any, spec: S.Spec, kargs: Sequence[Any], kernel: Any, async_op: bool) -> Any:
+    """A call the detector does not record (point-to-point, a group of one): as dispatch runs it."""
+    started = _monotonic()
+    try:
+        work = kernel(*kargs, async_op)
+    except RuntimeError as exc:
+        typed = translate(exc, st, spec.name, started)
+        if typed is exc:
+            raise
+        raise typed from exc
+    if work is None or type(work) is TypedWork:
+        return work
+    return TypedWork(work, st, spec.name, started)
+
+
+# ------------------------------------------------------------------------------------------------------ waiting
+
+
+def watch(det: Detector, rec: Recorder, work: Any, seq: int, fp: F.Fp, op: str, started: float) -> None:
+    """Wait for ``work`` in slices: raise a verdict as soon as one is reached, publish a stall, translate faults."""
+    stall: Stall | None = None
+    give_up = 0.0
+    hurried = False
+    try:
+        while True:
+            try:
+                work.wait(det.piece)
+                return
+            except TypeError:  # a handle whose wait() takes no timeout: wait for it unwatched
+                _finish(det, rec, work, seq, op, started)
+                return
+            except RuntimeError as exc:
+                if work.is_completed() or classify(str(exc)) is not CollectiveTimeout:
+                    _finish(det, rec, work, seq, op, started)
+                    return
+            # The slice ran out and the collective is still under way.
+            if rec.verdict is not None or det.pending is not None:
+                raise det.error_for(rec)
+            cfg = det.cfg
+            now = _monotonic()
+            give_up = give_up or now + cfg.timeout + _GRACE
+            if not hurried and now - started > cfg.stall / 4:
+                hurried = True  # slow already: compare hashes now and often, before the stall threshold
+                det.hurry(cfg.stall)
+            if stall is None and now - started > cfg.stall:
+                stall = Stall(seq, fp, det.next_sid())
+                det.mark_stall(rec, stall)
+            if now > give_up:
+                raise _silent(rec, seq, op, started, "the backend never gave up on it")
+    finally:
+        if stall is not None:
+            det.clear_stall(rec)
+
+
+def _finish(det: Detector, rec: Recorder, work: Any, seq: int, op: str, started: float) -> None:
+    """The work completed (or failed) as a slice ran out: its own outcome, with faults explained."""
+    try:
+        work.wait()
+    except RuntimeError as exc:
+        typed = explain(det, rec, seq, exc, op, started)
+        if typed is exc:
+            raise
+        raise typed from exc
+
+
+def explain(det: Detector, rec: Recorder, seq: int, exc: RuntimeError, op: str, started: float) -> BaseException:
+    """The error to raise for a backend fault in step ``seq``: a mismatch if one is found in time, else the
+    typed fault (``exc`` itself when it is not one xccl knows)."""
+    if rec.verdict is not None or det.pending is not None:
+        return det.error_for(rec)
+    kind = classify(str(exc))
+    if kind is None:
+        return exc
+    # Let the background thread compare every member at this step now. A peer that called something else has
+    # published it within an interval; a dead one never will, and then the fault stands as it is.
+    rec.urgent = max(rec.urgent, seq)
+    det.wake.set()
+    deadline = _monotonic() + min(1.0, det.cfg.stall)
+    while _monotonic() < deadline and rec.settled < seq and det.broken is None:
+        if rec.verdict is not None or det.pending is not None:
+            return det.error_for(rec)
+        time.sleep(det.cfg.fast / 2)
+    if rec.verdict is not None or det.pending is not None:
+        return det.error_for(rec)
+    rec.settled = max(rec.settled, seq)
+    behind = _behind(rec, seq)
+    if kind is CollectiveTimeout and behind:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return _silent(rec, seq, op, started, first, behind)
+    return translate(exc, rec.st, op, started)
+
+
+def _behind(rec: Recorder, seq: int) -> list[int]:
+    """The members whose last published step is before ``seq`` (those not heard from are not named)."""
+    return [q for q in rec.members if q != rec.me and rec.seen.get(q, seq) < seq]
+
+
+def _silent(rec: Recorder, seq: int, op: str, started: float, detail: str,
+            ranks: list[int] | None = None) -> CollectiveTimeout:
+    ranks = ranks if ranks is not None else _behind(rec, seq) or [q for q in rec.members if q != rec.me]
+    return CollectiveTimeout(
+        f"ranks {ranks} did not reach step #{seq} of this group ({detail}): they are hung, slow, dead, or busy in "
+        "a collective of a group this rank is not in. Look at their logs and stacks (py-spy dump --pid ...)",
+        rank=rec.me, op=op, group=rec.name, elapsed=_monotonic() - started,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- preflight
+
+
+def _hex(value: Any) -> int | None:
+    try:
+        return int(value, 16) if isinstance(value, str) and len(value) <= 16 else None
+    except ValueError:
+        return None
+
+
+def _call(text: Any, seq: int) -> F.Call | None:
+    try:
+        return F.decode(text).at(seq) if isinstance(text, str) and text else None
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _preflight(det: Detector, rec: Recorder, seq: int, fp: F.Fp, op: str, started: float) -> None:
+    """Compare the first call of its kind with every member's step ``seq`` before issuing it.
+
+    Members that also see it as new post theirs (``pre/``); a member that does not (a mismatch, or a history
+    that differs) is read from what its background thread published. Waits are sliced like a collective's.
+
+    Raises:
+        CollectiveMismatch: a member's call at this step differs (published for every member).
+        CollectiveTimeout: a member did not reach this step within the timeout.
+        PeerFailure: a member on this host died, or the store is gone.
+    """
+    chan = det.main_channel()
+    cfg = det.cfg
+    stall: Stall | None = None
+    try:
+        rec.catch_up()
+        mine = rec.hash_at(seq)
+        chan.put(chan.key("pre", rec.name, rec.me),
+                 {"s": seq, "d": f"{fp.digest:x}", "h": None if mine is None else f"{mine:x}", "f": fp.text})
+        calls: dict[int, F.Call] = {rec.me: fp.call.at(seq)}
+        differs: float | None = None
+        waiting = [q for q in rec.members if q != rec.me]
+        pause, next_dead = 0.0005, started + 1.0
+        while True:
+            waiting, found, history = _read_peers(chan, rec, seq, fp, waiting, calls)
+            if history:
+                # The same call here, after different ones earlier: find those (the background thread reports).
+                det.request_dump(chan, rec, min(list(rec.agreed.values()), default=-1) + 1, seq - 1)
+            if found and differs is None:
+                differs = _monotonic()
+            now = _monotonic()
+            if differs is not None and (not waiting or now - differs > min(1.0, cfg.stall)):
+                _mismatch(det, chan, rec, seq, calls)
+            if not waiting:
+                if len(calls) == rec.size:  # every member posted: the rules of the asymmetric ops apply
+                    why = F.disagreement([calls[m] for m in rec.members], rec.alias)
+                    if why is not None:
+                        _mismatch(det, chan, rec, seq, calls, why)
+                return
+            if rec.verdict is not None or det.pending is not None:
+                raise det.error_for(rec)
+            if stall is None and now - started > cfg.stall:
+                stall = Stall(seq, fp, det.next_sid())
+                det.mark_stall(rec, stall)
+            if now > next_dead:
+                next_dead = now + 1.0
+                dead = chan.dead(waiting)
+                if dead:
+                    raise PeerFailure(
+                        f"rank {dead[0]} (on this host) is dead: it exited while this rank waited for it at step "
+                        f"#{seq} of the group. Its own log says why; the group cannot be used any more",
+                        rank=rec.me, op=op, group=rec.name, elapsed=now - started,
+                    )
+            if now - started > cfg.timeout:
+                raise _silent(rec, seq, op, started, "the detector waited for their first call of this kind",
+                              waiting)
+            time.sleep(pause)
+            pause = min(pause * 2, cfg.fast)
+    except XcclError:
+        raise
+    except RuntimeError as exc:
+        raise _store_fault(exc, rec.me, rec.name, op, started) from exc
+    finally:
+        if stall is not None:
+            det.clear_stall(rec)
+
+
+def _read_peers(chan: Channel, rec: Recorder, seq: int, fp: F.Fp, waiting: list[int],
+                calls: dict[int, F.Call]) -> tuple[list[int], bool, bool]:
+    """Read what the members still waited for have posted or published: (still waiting, a call that differs,
+    the same call after a history that differs)."""
+    left: list[int] = []
+    differs = history = False
+    mine = rec.hash_at(seq)
+    unposted: list[int] = []
+    for q, pre in zip(waiting, chan.fetch([chan.key("pre", rec.name, q) for q in waiting]), strict=True):
+        step = pre.get("s") if isinstance(pre, dict) else None
+        if step == seq:
+            call = _call(pre.get("f"), seq)
+            if call is not None:
+                calls[q] = call
+            same = _hex(pre.get("d")) == fp.digest
+            differs |= not same
+            theirs = _hex(pre.get("h"))
+            history |= same and None not in (mine, theirs) and theirs != mine
+        elif isinstance(step, int) and step > seq:
+            pass  # it got past this step, so it compared its call with this rank's and found them equal
+        else:
+            unposted.append(q)
+    for q, status in zip(unposted, chan.fetch([chan.key("st", rec.name, q) for q in unposted]), strict=True):
+        pairs = status.get("r") if isinstance(status, dict) else None
+        theirs = next((_hex(p[1]) for p in pairs or [] if isinstance(p, list) and len(p) == 2 and p[0] == seq), None)
+        if theirs is None:
+            left.append(q)  # not at this step yet
+            continue
+        if mine is None:  # this rank cannot hash its sequence any more (see Recorder.catch_up): take it as equal
+            continue
+        if theirs != mine:
+            differs = True
+            if status.get("s") == seq and (call := _call(status.get("f"), seq)) is not None:
+                calls[q] = call
+    return left, differs, history
+
+
+def _mismatch(det: Detector, chan: Channel, rec: Recorder, seq: int, calls: dict[int, F.Call],
+              why: str | None = None) -> None:
+    described = {m: c.describe() for m, c in calls.items()}
+    for m in rec.members:
+        described.setdefault(m, f"not known (it had not reached step #{seq} when this was found)")
+    reason = why or reason_for(calls, rec.members, rec.alias)
+    det.conclude(chan, Verdict((rec.name,), f"{reason} at step #{seq}", described))
+    raise det.error_for(rec)
+
+
+def _store_fault(exc: RuntimeError, rank: int, group: str, op: str, started: float) -> XcclError:
+    """A store error while checking: the store (hosted by rank 0, or torchrun's agent) is gone, or timed out."""
+    where: dict[str, Any] = {"rank": rank, "op": op, "group": group, "elapsed": _monotonic() - started}
+    if classify(str(exc)) is CollectiveTimeout:
+        return CollectiveTimeout(f"the mismatch detector's store did not answer ({exc})", **where)
+    first = str(exc).splitlines()[0] if str(exc) else repr(exc)
+    return PeerFailure(
+        f"the mismatch detector lost the rendezvous store ({first}); it is hosted by rank 0 (MASTER_ADDR) or the "
+        "launcher's agent, which probably died: look at its log",
+        **where,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- async handles
+
+
+@final
+class CheckedWork(dist.Work):
+    """An asynchronous call's handle in check mode: ``wait()`` is watched like a synchronous call's wait (a
+    verdict is raised from it, a stall is published) and raises typed faults."""
+
+    __slots__ = ("_det", "_fp", "_op", "_rec", "_seq", "_started", "work")
+
+    def __init__(self, det: Detector, rec: Recorder, work: Any, seq: int, fp: F.Fp, op: str, started: float) -> None:
+        super().__init__()
+        #: The backend's own handle.
+        self.work: Final = work
+        self._det, self._rec, self._seq, self._fp, self._op, self._started = det, rec, seq, fp, op, started
+
+    def wait(self, timeout: _dt.timedelta | None = None) -> bool:
+        """Wait for completion; raises :class:`~xccl.CollectiveMismatch`, :class:`~xccl.PeerFailure` or
+        :class:`~xccl.CollectiveTimeout`."""
+        if timeout is None or timeout == _dt.timedelta(0):
+            watch(self._det, self._rec, self.work, self._seq, self._fp, self._op, self._started)
+            return True
+        try:
+            return bool(self.work.wait(timeout))
+        except RuntimeError as exc:
+            typed = explain(self._det, self._rec, self._seq, exc, self._op, self._started)
+            if typed is exc:
+                raise
+            raise typed from exc
+
+    def synchronize(self) -> None:
+        """``Work.synchronize``, watched."""
+        self.wait()
+
+    def is_completed(self) -> bool:
+        """Whether the collective finished (successfully or not)."""
+        return bool(self.work.is_completed())
+
+    def is_success(self) -> bool:
+        """Whether it finished without error."""
+        return bool(self.work.is_success())
+
+    def exception(self) -> Any:
+        """The backend's exception, if it failed (untranslated)."""
+        return self.work.exception()
+
+    def result(self) -> Any:
+        """The output tensors."""
+        return self.work.result()
+
+    def get_future(self) -> Any:
+        """The backend's future (its errors are the backend's own: ``wait()`` is the checked path)."""
+        return self.work.get_future()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "work":  # not yet set (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.work, name)
+
+    def __repr__(self) -> str:
+        return f"<xccl CheckedWork {self._op} #{self._seq} on group {self._rec.name!r}: {self.work!r}>"
