@@ -44,7 +44,8 @@ VARIANTS_A = ("torch", "xccl", "xccl_check", "xccl_again")
 TIMEOUT = 60.0
 KINDS_A = ("new call, other op", "new call, other shape", "repeated call, other op (stalls)",
            "repeated call, other reduce op (no stall)", "call order across groups (deadlock)")
-KINDS_B = ("new call, other op", "new call, other shape", "repeated call, other op (stalls)")
+KINDS_B = ("new call, other op", "new call, other shape", "repeated call, other op (stalls)",
+           "repeated call, other reduce op (no stall)")
 
 
 # ------------------------------------------------------------------------------------------------- rank bodies
@@ -144,27 +145,35 @@ def body_mismatch_xccl(kind: str) -> float:
     raise AssertionError(f"{kind}: no CollectiveMismatch")
 
 
-def body_mismatch_detail(kind: str) -> float:
-    """Seconds from this rank's mismatched call to torch's error (TORCH_DISTRIBUTED_DEBUG=DETAIL)."""
+def body_mismatch_detail(kind: str) -> float | None:
+    """Seconds from this rank's mismatched call to torch's error (TORCH_DISTRIBUTED_DEBUG=DETAIL); None if torch
+    raised nothing within 100 calls after it."""
     import torch.distributed as dist
 
     g = dist.new_group(backend="gloo")
     odd = dist.get_rank() == dist.get_world_size() - 1
     t = torch.ones(4)
+    SUM, MAX = dist.ReduceOp.SUM, dist.ReduceOp.MAX
     if kind.startswith("repeated"):
         dist.all_reduce(t, group=g)
         dist.broadcast(t, src=0, group=g)
+        dist.all_reduce(t, op=MAX, group=g)
     t0 = time.monotonic()
     try:
         if kind == "new call, other shape":
             dist.all_reduce(torch.ones(8 if odd else 4), group=g)
+        elif kind.startswith("repeated call, other reduce op"):
+            dist.all_reduce(t, op=MAX if odd else SUM, group=g)
         else:
             dist.broadcast(t, src=0, group=g) if odd else dist.all_reduce(t, group=g)
+        for _ in range(100):
+            dist.all_reduce(t, group=g)
+            time.sleep(0.01)
     except RuntimeError as exc:
         if "mismatch" in str(exc).lower():
             return time.monotonic() - t0
         raise
-    raise AssertionError(f"{kind}: no error")
+    return None
 
 
 # ------------------------------------------------------------------------------------------------- launches
@@ -254,10 +263,12 @@ def report(launches: list[dict[str, Any]], args: argparse.Namespace) -> dict[str
         print("\ntime from the mismatched call to the error, per rank (median of launches)")
         for name, runs, kinds in (("xccl detector", a, KINDS_A), ("torch DETAIL", b, KINDS_B)):
             for kind in kinds:
-                per_rank = [statistics.median(r["mismatch"][kind][i] for r in runs) for i in range(2)]
+                found = [[x for x in (r["mismatch"][kind][i] for r in runs) if x is not None] for i in range(2)]
+                per_rank = [statistics.median(xs) if xs else None for xs in found]
                 out["mismatch"][f"{name}: {kind}"] = {"per_rank_s": per_rank,
                                                       "runs": [r["mismatch"][kind] for r in runs]}
-                print(f"  {name:>13}  {kind:<42} " + ", ".join(f"{s:.3f} s" for s in per_rank))
+                print(f"  {name:>13}  {kind:<42} "
+                      + ", ".join("not detected" if s is None else f"{s:.3f} s" for s in per_rank))
     return out
 
 

@@ -142,7 +142,12 @@ def body_matching(seconds: float) -> dict[str, Any]:
     calls = 0
     deadline = time.monotonic() + seconds
     step = 0
-    while time.monotonic() < deadline:
+    while True:
+        # Every rank stops at the same iteration: the first whose clock ran out decides.
+        done = torch.tensor([float(time.monotonic() > deadline)])
+        xccl.all_reduce(done, op=xccl.ReduceOp.MAX, group=g)
+        if done.item():
+            break
         step += 1
         size = 1 + step % 3
         t = torch.full((size,), float(rank))

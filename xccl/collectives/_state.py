@@ -2,7 +2,7 @@
 
 Everything that lives longer than a call is here, in :data:`STATE`, and :meth:`ProcessState.reset` (called by
 ``xccl.shutdown``) forgets all of it: the groups' plan caches and mismatch-detector clocks, the once-per-op
-warnings, the graph path's order tokens and pending point-to-point work, the detector's store channel. No other
+warnings, the graph path's order tokens and pending point-to-point work, the mismatch detector. No other
 module keeps state of its own.
 
 It sits with dispatch, which reads it on every call; ``xccl.runtime`` (``init``, ``new_group``, ``shutdown``)
@@ -154,7 +154,7 @@ class ProcessState:
     tokens: dict[str, torch.Tensor] = field(default_factory=dict)
     #: Point-to-point work started by graph ops and not yet waited for, per group name (``xccl.graph``).
     pending: dict[str, list[Any]] = field(default_factory=dict)
-    #: The mismatch detector's store channel, once opened.
+    #: The mismatch detector (its recorder, store channel and background thread), once started.
     channel: Any = None
     #: This rank's liveness port and store address, to name the lost ranks at a fault (``_liveness.Liveness``).
     liveness: Any = None

@@ -79,6 +79,8 @@ class Detector:
         self._stall_published: tuple[Any, ...] = ()
         self._last_cycle: frozenset[tuple[int, int]] | None = None
         self._asked: dict[str, float] = {}
+        #: (groups, reason) -> when a verdict naming only some members was first found (its conclusion waits).
+        self._partial: dict[tuple[tuple[str, ...], str], float] = {}
         self._busy_until = 0.0
         #: Why the store cannot be used (then nothing is compared any more), or None.
         self.broken: str | None = None
@@ -350,7 +352,14 @@ class Detector:
                   for rec, _ in stalls}
         found = A.from_stalls(self.rank, records, {rec.name: rec for rec, _ in stalls}, agreed)
         if isinstance(found, Verdict):
-            self.conclude(chan, found)
+            # Name every member's call: a member whose record is not published yet gets a second to publish it.
+            rec = self.by_name.get(found.groups[0])
+            first = self._partial.setdefault((found.groups, found.reason), time.monotonic())
+            if rec is None or len(found.calls) >= rec.size or time.monotonic() - first > 1.0:
+                if rec is not None:
+                    for m in rec.members:
+                        found.calls.setdefault(m, "not known (it published no stalled call)")
+                self.conclude(chan, found)
         elif isinstance(found, A.DumpRequest):
             rec = self.by_name.get(found.group)
             if rec is not None:

@@ -123,7 +123,8 @@ class Verdict:
 
     def payload(self) -> dict[str, Any]:
         """What travels to peers (JSON)."""
-        return {"k": "v", "g": list(self.groups), "why": self.reason, "calls": {str(r): c for r, c in self.calls.items()}}
+        calls = {str(r): c for r, c in self.calls.items()}
+        return {"k": "v", "g": list(self.groups), "why": self.reason, "calls": calls}
 
     @classmethod
     def parse(cls, data: Any) -> Verdict:

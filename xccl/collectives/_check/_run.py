@@ -6,9 +6,10 @@
 2. record the call (:mod:`._record`): a dict lookup, a ring slot, the step counter (nothing else: the rolling
    hash is computed later, by whoever reads the ring);
 3. the *first* call of its kind on the group (a canonical fingerprint not seen there before) is compared with
-   every member's before it is issued (:func:`_preflight`): so a new shape or op, where most mismatches come
-   from, is caught before any data moves (gloo kills a process that receives more bytes than it expects);
-   every rank with the same history sees the same calls as new, so all of them take this path together;
+   every member's before it is issued (:func:`~._preflight.preflight`): so a new shape or op, where most
+   mismatches come from, is caught before any data moves (gloo kills a process that receives more bytes than
+   it expects); every rank with the same history sees the same calls as new, so all of them take this path
+   together;
 4. issue the kernel asynchronously and wait in slices of 50 ms (:func:`watch`; a call that completes within the
    first slice, the common case, costs one ``wait`` as without the detector): a verdict reached by the background
    thread is raised from the wait, and a wait longer than the stall threshold is published for comparison;
@@ -25,15 +26,14 @@ from typing import Any, Final, final
 
 import torch.distributed as dist
 
-from ...errors import CollectiveTimeout, PeerFailure, XcclError
+from ...errors import CollectiveTimeout
 from .. import _specs as S
 from .._faults import TypedWork, classify, translate
 from .._state import DEFAULT_TIMEOUT, STATE
 from . import _fingerprint as F
-from ._analysis import reason_for
-from ._channel import Channel
 from ._detector import Detector
-from ._record import CPMASK, RMASK, Recorder, Stall, Verdict, config
+from ._preflight import behind, preflight, silent, store_fault
+from ._record import CPMASK, RMASK, Recorder, Stall, config
 
 __all__ = ["CheckedWork", "all_reduce", "checked", "watch"]
 
@@ -105,7 +105,7 @@ def checked(st: Any, spec: S.Spec, kargs: Sequence[Any], kernel: Any, async_op: 
         try:
             det = _start()
         except RuntimeError as exc:  # the store (InitError, for bad settings, is not a RuntimeError)
-            raise _store_fault(exc, st.ranks[st.rank], str(st.name), spec.name, _monotonic()) from exc
+            raise store_fault(exc, st.ranks[st.rank], str(st.name), spec.name, _monotonic()) from exc
     rec = det.recs.get(st)
     if rec is None:
         rec = det.recorder(st)
@@ -122,7 +122,7 @@ def checked(st: Any, spec: S.Spec, kargs: Sequence[Any], kernel: Any, async_op: 
         fp, novel = rec.intern(key, F.call_of(plan, rec.name, rec.size, kargs))
         seq = rec.record(fp)
         if novel:
-            _preflight(det, rec, seq, fp, spec.name, _monotonic())
+            preflight(det, rec, seq, fp, spec.name, _monotonic())
     else:
         seq = st.seq
         rec.ring[seq & RMASK] = fp
@@ -206,7 +206,7 @@ def watch(det: Detector, rec: Recorder, work: Any, seq: int, fp: F.Fp, op: str, 
                 stall = Stall(seq, fp, det.next_sid())
                 det.mark_stall(rec, stall)
             if now > give_up:
-                raise _silent(rec, seq, op, started, "the backend never gave up on it")
+                raise silent(rec, seq, op, started, "the backend never gave up on it")
     finally:
         if stall is not None:
             det.clear_stall(rec)
@@ -243,170 +243,11 @@ def explain(det: Detector, rec: Recorder, seq: int, exc: RuntimeError, op: str, 
     if rec.verdict is not None or det.pending is not None:
         return det.error_for(rec)
     rec.settled = max(rec.settled, seq)
-    behind = _behind(rec, seq)
-    if kind is CollectiveTimeout and behind:
+    late = behind(rec, seq)
+    if kind is CollectiveTimeout and late:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return _silent(rec, seq, op, started, first, behind)
+        return silent(rec, seq, op, started, first, late)
     return translate(exc, rec.st, op, started)
-
-
-def _behind(rec: Recorder, seq: int) -> list[int]:
-    """The members whose last published step is before ``seq`` (those not heard from are not named)."""
-    return [q for q in rec.members if q != rec.me and rec.seen.get(q, seq) < seq]
-
-
-def _silent(rec: Recorder, seq: int, op: str, started: float, detail: str,
-            ranks: list[int] | None = None) -> CollectiveTimeout:
-    ranks = ranks if ranks is not None else _behind(rec, seq) or [q for q in rec.members if q != rec.me]
-    return CollectiveTimeout(
-        f"ranks {ranks} did not reach step #{seq} of this group ({detail}): they are hung, slow, dead, or busy in "
-        "a collective of a group this rank is not in. Look at their logs and stacks (py-spy dump --pid ...)",
-        rank=rec.me, op=op, group=rec.name, elapsed=_monotonic() - started,
-    )
-
-
-# ---------------------------------------------------------------------------------------------------- preflight
-
-
-def _hex(value: Any) -> int | None:
-    try:
-        return int(value, 16) if isinstance(value, str) and len(value) <= 16 else None
-    except ValueError:
-        return None
-
-
-def _call(text: Any, seq: int) -> F.Call | None:
-    try:
-        return F.decode(text).at(seq) if isinstance(text, str) and text else None
-    except (ValueError, UnicodeDecodeError):
-        return None
-
-
-def _preflight(det: Detector, rec: Recorder, seq: int, fp: F.Fp, op: str, started: float) -> None:
-    """Compare the first call of its kind with every member's step ``seq`` before issuing it.
-
-    Members that also see it as new post theirs (``pre/``); a member that does not (a mismatch, or a history
-    that differs) is read from what its background thread published. Waits are sliced like a collective's.
-
-    Raises:
-        CollectiveMismatch: a member's call at this step differs (published for every member).
-        CollectiveTimeout: a member did not reach this step within the timeout.
-        PeerFailure: a member on this host died, or the store is gone.
-    """
-    chan = det.main_channel()
-    cfg = det.cfg
-    stall: Stall | None = None
-    try:
-        rec.catch_up()
-        mine = rec.hash_at(seq)
-        chan.put(chan.key("pre", rec.name, rec.me),
-                 {"s": seq, "d": f"{fp.digest:x}", "h": None if mine is None else f"{mine:x}", "f": fp.text})
-        calls: dict[int, F.Call] = {rec.me: fp.call.at(seq)}
-        differs: float | None = None
-        waiting = [q for q in rec.members if q != rec.me]
-        pause, next_dead = 0.0005, started + 1.0
-        while True:
-            waiting, found, history = _read_peers(chan, rec, seq, fp, waiting, calls)
-            if history:
-                # The same call here, after different ones earlier: find those (the background thread reports).
-                det.request_dump(chan, rec, min(list(rec.agreed.values()), default=-1) + 1, seq - 1)
-            if found and differs is None:
-                differs = _monotonic()
-            now = _monotonic()
-            if differs is not None and (not waiting or now - differs > min(1.0, cfg.stall)):
-                _mismatch(det, chan, rec, seq, calls)
-            if not waiting:
-                if len(calls) == rec.size:  # every member posted: the rules of the asymmetric ops apply
-                    why = F.disagreement([calls[m] for m in rec.members], rec.alias)
-                    if why is not None:
-                        _mismatch(det, chan, rec, seq, calls, why)
-                return
-            if rec.verdict is not None or det.pending is not None:
-                raise det.error_for(rec)
-            if stall is None and now - started > cfg.stall:
-                stall = Stall(seq, fp, det.next_sid())
-                det.mark_stall(rec, stall)
-            if now > next_dead:
-                next_dead = now + 1.0
-                dead = chan.dead(waiting)
-                if dead:
-                    raise PeerFailure(
-                        f"rank {dead[0]} (on this host) is dead: it exited while this rank waited for it at step "
-                        f"#{seq} of the group. Its own log says why; the group cannot be used any more",
-                        rank=rec.me, op=op, group=rec.name, elapsed=now - started,
-                    )
-            if now - started > cfg.timeout:
-                raise _silent(rec, seq, op, started, "the detector waited for their first call of this kind",
-                              waiting)
-            time.sleep(pause)
-            pause = min(pause * 2, cfg.fast)
-    except XcclError:
-        raise
-    except RuntimeError as exc:
-        raise _store_fault(exc, rec.me, rec.name, op, started) from exc
-    finally:
-        if stall is not None:
-            det.clear_stall(rec)
-
-
-def _read_peers(chan: Channel, rec: Recorder, seq: int, fp: F.Fp, waiting: list[int],
-                calls: dict[int, F.Call]) -> tuple[list[int], bool, bool]:
-    """Read what the members still waited for have posted or published: (still waiting, a call that differs,
-    the same call after a history that differs)."""
-    left: list[int] = []
-    differs = history = False
-    mine = rec.hash_at(seq)
-    unposted: list[int] = []
-    for q, pre in zip(waiting, chan.fetch([chan.key("pre", rec.name, q) for q in waiting]), strict=True):
-        step = pre.get("s") if isinstance(pre, dict) else None
-        if step == seq:
-            call = _call(pre.get("f"), seq)
-            if call is not None:
-                calls[q] = call
-            same = _hex(pre.get("d")) == fp.digest
-            differs |= not same
-            theirs = _hex(pre.get("h"))
-            history |= same and None not in (mine, theirs) and theirs != mine
-        elif isinstance(step, int) and step > seq:
-            pass  # it got past this step, so it compared its call with this rank's and found them equal
-        else:
-            unposted.append(q)
-    for q, status in zip(unposted, chan.fetch([chan.key("st", rec.name, q) for q in unposted]), strict=True):
-        pairs = status.get("r") if isinstance(status, dict) else None
-        theirs = next((_hex(p[1]) for p in pairs or [] if isinstance(p, list) and len(p) == 2 and p[0] == seq), None)
-        if theirs is None:
-            left.append(q)  # not at this step yet
-            continue
-        if mine is None:  # this rank cannot hash its sequence any more (see Recorder.catch_up): take it as equal
-            continue
-        if theirs != mine:
-            differs = True
-            if status.get("s") == seq and (call := _call(status.get("f"), seq)) is not None:
-                calls[q] = call
-    return left, differs, history
-
-
-def _mismatch(det: Detector, chan: Channel, rec: Recorder, seq: int, calls: dict[int, F.Call],
-              why: str | None = None) -> None:
-    described = {m: c.describe() for m, c in calls.items()}
-    for m in rec.members:
-        described.setdefault(m, f"not known (it had not reached step #{seq} when this was found)")
-    reason = why or reason_for(calls, rec.members, rec.alias)
-    det.conclude(chan, Verdict((rec.name,), f"{reason} at step #{seq}", described))
-    raise det.error_for(rec)
-
-
-def _store_fault(exc: RuntimeError, rank: int, group: str, op: str, started: float) -> XcclError:
-    """A store error while checking: the store (hosted by rank 0, or torchrun's agent) is gone, or timed out."""
-    where: dict[str, Any] = {"rank": rank, "op": op, "group": group, "elapsed": _monotonic() - started}
-    if classify(str(exc)) is CollectiveTimeout:
-        return CollectiveTimeout(f"the mismatch detector's store did not answer ({exc})", **where)
-    first = str(exc).splitlines()[0] if str(exc) else repr(exc)
-    return PeerFailure(
-        f"the mismatch detector lost the rendezvous store ({first}); it is hosted by rank 0 (MASTER_ADDR) or the "
-        "launcher's agent, which probably died: look at its log",
-        **where,
-    )
 
 
 # ---------------------------------------------------------------------------------------------- async handles

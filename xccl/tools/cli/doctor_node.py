@@ -243,5 +243,5 @@ def _xccl_vars(env: Mapping[str, str]) -> list[Finding]:
     if check is not None:
         on = check.strip() not in ("", "0", "false")
         out.append(Finding("rendezvous", "XCCL_CHECK", "info",
-                           "mismatch detector on (each collective pays two store round trips)" if on else "off"))
+                           "mismatch detector on (a local record per call; store traffic only for new calls and in the background)" if on else "off"))
     return out
