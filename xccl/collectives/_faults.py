@@ -30,7 +30,7 @@ from ..errors import CollectiveTimeout, PeerFailure, XcclError
 from ._liveness import lost_peers
 from ._state import STATE
 
-__all__ = ["TypedWork", "classify", "translate"]
+__all__ = ["ForwardingWork", "TypedWork", "classify", "translate"]
 
 #: Lower-case fragments of a backend message that mean a peer's process or connection is gone.
 #: gloo: "Connection reset by peer", "Connection closed by peer", "Broken pipe"; NCCL: "remote process exited",
@@ -119,46 +119,19 @@ def translate(exc: BaseException, ctx: Any, op: str, started: float | None = Non
     )
 
 
-@final
-class TypedWork(dist.Work):
-    """An asynchronous collective's handle whose ``wait()`` raises typed faults.
+class ForwardingWork(dist.Work):
+    """A ``torch.distributed.Work`` that forwards its interface to the backend's handle ``work``.
 
-    It forwards ``torch.distributed.Work``'s interface to the backend's handle; ``wait`` and ``synchronize``
-    translate a dead or silent peer as the synchronous path does, with the elapsed time counted from the call.
-
-    Args:
-        work: the handle the kernel returned.
-        ctx: the group's dispatch context.
-        op: the public collective's name.
-        started: ``time.monotonic()`` at the call.
+    Subclasses decide how ``wait`` and ``synchronize`` report a fault (:class:`TypedWork`, and the mismatch
+    detector's handle); everything else is the backend's.
     """
 
-    __slots__ = ("_ctx", "_op", "_started", "work")
+    __slots__ = ("work",)
 
-    def __init__(self, work: Any, ctx: Any, op: str, started: float) -> None:
+    def __init__(self, work: Any) -> None:
         super().__init__()
         #: The backend's own handle.
         self.work: Final = work
-        self._ctx = ctx
-        self._op = op
-        self._started = started
-
-    def _fault(self, exc: RuntimeError) -> BaseException:
-        return translate(exc, self._ctx, self._op, self._started)
-
-    def wait(self, timeout: _dt.timedelta | None = None) -> bool:
-        """Wait for completion (``Work.wait``); raises :class:`~xccl.PeerFailure` or :class:`~xccl.CollectiveTimeout`."""
-        try:
-            return bool(self.work.wait() if timeout is None else self.work.wait(timeout))
-        except RuntimeError as exc:
-            raise self._fault(exc) from exc
-
-    def synchronize(self) -> None:
-        """``Work.synchronize`` with typed faults."""
-        try:
-            self.work.synchronize()
-        except RuntimeError as exc:
-            raise self._fault(exc) from exc
 
     def is_completed(self) -> bool:
         """Whether the collective finished (successfully or not)."""
@@ -194,6 +167,46 @@ class TypedWork(dist.Work):
         if name == "work":  # not yet set (copy, unpickling): no recursion
             raise AttributeError(name)
         return getattr(self.work, name)
+
+
+@final
+class TypedWork(ForwardingWork):
+    """An asynchronous collective's handle whose ``wait()`` raises typed faults.
+
+    ``wait`` and ``synchronize`` translate a dead or silent peer as the synchronous path does, with the elapsed
+    time counted from the call.
+
+    Args:
+        work: the handle the kernel returned.
+        ctx: the group's dispatch context.
+        op: the public collective's name.
+        started: ``time.monotonic()`` at the call.
+    """
+
+    __slots__ = ("_ctx", "_op", "_started")
+
+    def __init__(self, work: Any, ctx: Any, op: str, started: float) -> None:
+        super().__init__(work)
+        self._ctx = ctx
+        self._op = op
+        self._started = started
+
+    def _fault(self, exc: RuntimeError) -> BaseException:
+        return translate(exc, self._ctx, self._op, self._started)
+
+    def wait(self, timeout: _dt.timedelta | None = None) -> bool:
+        """Wait for completion (``Work.wait``); raises :class:`~xccl.PeerFailure` or :class:`~xccl.CollectiveTimeout`."""
+        try:
+            return bool(self.work.wait() if timeout is None else self.work.wait(timeout))
+        except RuntimeError as exc:
+            raise self._fault(exc) from exc
+
+    def synchronize(self) -> None:
+        """``Work.synchronize`` with typed faults."""
+        try:
+            self.work.synchronize()
+        except RuntimeError as exc:
+            raise self._fault(exc) from exc
 
     def __repr__(self) -> str:
         return f"<xccl TypedWork {self._op} on group {self._ctx.name!r}: {self.work!r}>"

@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from ...errors import CollectiveTimeout
 from .. import _specs as S
-from .._faults import TypedWork, classify, translate
+from .._faults import ForwardingWork, TypedWork, classify, translate
 from .._state import DEFAULT_TIMEOUT, STATE
 from . import _fingerprint as F
 from ._detector import Detector
@@ -254,16 +254,14 @@ def explain(det: Detector, rec: Recorder, seq: int, exc: RuntimeError, op: str, 
 
 
 @final
-class CheckedWork(dist.Work):
+class CheckedWork(ForwardingWork):
     """An asynchronous call's handle in check mode: ``wait()`` is watched like a synchronous call's wait (a
     verdict is raised from it, a stall is published) and raises typed faults."""
 
-    __slots__ = ("_det", "_fp", "_op", "_rec", "_seq", "_started", "work")
+    __slots__ = ("_det", "_fp", "_op", "_rec", "_seq", "_started")
 
     def __init__(self, det: Detector, rec: Recorder, work: Any, seq: int, fp: F.Fp, op: str, started: float) -> None:
-        super().__init__()
-        #: The backend's own handle.
-        self.work: Final = work
+        super().__init__(work)
         self._det, self._rec, self._seq, self._fp, self._op, self._started = det, rec, seq, fp, op, started
 
     def wait(self, timeout: _dt.timedelta | None = None) -> bool:
@@ -283,31 +281,6 @@ class CheckedWork(dist.Work):
     def synchronize(self) -> None:
         """``Work.synchronize``, watched."""
         self.wait()
-
-    def is_completed(self) -> bool:
-        """Whether the collective finished (successfully or not)."""
-        return bool(self.work.is_completed())
-
-    def is_success(self) -> bool:
-        """Whether it finished without error."""
-        return bool(self.work.is_success())
-
-    def exception(self) -> Any:
-        """The backend's exception, if it failed (untranslated)."""
-        return self.work.exception()
-
-    def result(self) -> Any:
-        """The output tensors."""
-        return self.work.result()
-
-    def get_future(self) -> Any:
-        """The backend's future (its errors are the backend's own: ``wait()`` is the checked path)."""
-        return self.work.get_future()
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "work":  # not yet set (copy, unpickling): no recursion
-            raise AttributeError(name)
-        return getattr(self.work, name)
 
     def __repr__(self) -> str:
         return f"<xccl CheckedWork {self._op} #{self._seq} on group {self._rec.name!r}: {self.work!r}>"
