@@ -348,21 +348,30 @@ def _tag(fail: Fail, op: str, tag: Any) -> int:
     return tag  # type: ignore[no-any-return]
 
 
+def _uneven_splits(g: Facts, fail: Fail, name: str, sizes_name: str, sizes: Any, whole: tuple[str, Any],
+                   part: tuple[str, Any]) -> list[int]:
+    """The split sizes of an uneven all_gather / reduce_scatter: ``whole`` (the gathered output, or the input to
+    reduce) is split along dim 0 by ``sizes``; ``part`` (this rank's share) must be row ``g.rank`` of it. No sizes:
+    even splits."""
+    (whole_name, w), (part_name, p) = whole, part
+    s = splits(g, fail, name, sizes_name, sizes, w.shape[0])
+    if s is None:
+        s = [p.shape[0]] * g.size
+        if w.shape[0] != p.shape[0] * g.size:
+            fail(name, f"{whole_name} dim 0 is {w.shape[0]}; expected {p.shape[0]} x {g.size}")
+    if p.shape[0] != s[g.rank] or p.shape[1:] != w.shape[1:]:
+        fail(name, f"{part_name} shape {tuple(p.shape)} does not match {sizes_name}[{g.rank}]={s[g.rank]} "
+             f"and {whole_name}'s trailing shape {tuple(w.shape[1:])}")
+    return s  # type: ignore[no-any-return]
+
+
 def all_gather_uneven(g: Facts, fail: Fail, out: Any, inp: Any, sizes: Any) -> tuple[Any, ...]:
     name = "all_gather_into_tensor_uneven"
     tensor(g, fail, name, "output", out)
     tensor(g, fail, name, "input", inp)
     same_dtype(fail, name, out, inp)
     _dim0(fail, name, out, inp)
-    s = splits(g, fail, name, "output_split_sizes", sizes, out.shape[0])
-    if s is None:
-        s = [inp.shape[0]] * g.size
-        if out.shape[0] != inp.shape[0] * g.size:
-            fail(name, f"output dim 0 is {out.shape[0]}; expected {inp.shape[0]} x {g.size}")
-    if inp.shape[0] != s[g.rank] or inp.shape[1:] != out.shape[1:]:
-        fail(name, f"input shape {tuple(inp.shape)} does not match output_split_sizes[{g.rank}]={s[g.rank]} "
-             f"and output's trailing shape {tuple(out.shape[1:])}")
-    return out, inp, s
+    return out, inp, _uneven_splits(g, fail, name, "output_split_sizes", sizes, ("output", out), ("input", inp))
 
 
 def reduce_scatter_uneven(g: Facts, fail: Fail, out: Any, inp: Any, sizes: Any, op: Any) -> tuple[Any, ...]:
@@ -371,14 +380,7 @@ def reduce_scatter_uneven(g: Facts, fail: Fail, out: Any, inp: Any, sizes: Any, 
     tensor(g, fail, name, "input", inp)
     same_dtype(fail, name, out, inp)
     _dim0(fail, name, out, inp)
-    s = splits(g, fail, name, "input_split_sizes", sizes, inp.shape[0])
-    if s is None:
-        s = [out.shape[0]] * g.size
-        if inp.shape[0] != out.shape[0] * g.size:
-            fail(name, f"input dim 0 is {inp.shape[0]}; expected {out.shape[0]} x {g.size}")
-    if out.shape[0] != s[g.rank] or inp.shape[1:] != out.shape[1:]:
-        fail(name, f"output shape {tuple(out.shape)} does not match input_split_sizes[{g.rank}]={s[g.rank]} "
-             f"and input's trailing shape {tuple(inp.shape[1:])}")
+    s = _uneven_splits(g, fail, name, "input_split_sizes", sizes, ("input", inp), ("output", out))
     return out, inp, s, reduce_op(fail, name, op)
 
 
