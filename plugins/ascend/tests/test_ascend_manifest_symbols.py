@@ -5,6 +5,9 @@ The plugin's source is parsed (not imported: torch_npu is not installed here) an
 every attribute set on an object a torch_npu call returned, and every keyword argument passed to a torch_npu
 function is looked up in the manifest's code spans. A symbol is documented when its full dotted path appears there,
 or when its last name does and its parent is documented; a keyword must appear in a signature of that function.
+
+The copy of section A must stay identical to the shared manifest. A symbol the plugin needs that the manifest lacks
+goes into ``data/manifest_addendum_a.md`` instead, with the upstream file, line and commit it was checked against.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "xccl_ascend"
 COPY = Path(__file__).resolve().parent / "data" / "manifest_section_a.md"
+#: What we verified upstream ourselves and the shared manifest lacks; it is never compared with the shared file.
+ADDENDUM = Path(__file__).resolve().parent / "data" / "manifest_addendum_a.md"
 SHARED = Path(__file__).resolve().parents[4] / "shared" / "vendor-api" / "MANIFEST.md"
 ROOTS = ("torch_npu", "torchair")
 HCCL_CLASS = "torch_npu._C._distributed_c10d.ProcessGroupHCCL"
@@ -27,13 +32,17 @@ def section_a() -> str:
     return text[text.index("## A. Huawei Ascend"):]
 
 
+def addendum() -> str:
+    return ADDENDUM.read_text(encoding="utf-8")
+
+
 def code_spans(text: str) -> list[str]:
     fenced = re.findall(r"```[a-z]*\n(.*?)```", text, re.DOTALL)
     inline = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.DOTALL))
     return fenced + inline
 
 
-SPANS = code_spans(section_a())
+SPANS = code_spans(section_a()) + code_spans(addendum())
 CODE = "\n".join(SPANS)
 WORDS = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", CODE))
 
@@ -149,3 +158,26 @@ def test_copy_matches_shared_manifest() -> None:
     shared = SHARED.read_text(encoding="utf-8")
     expected = shared[shared.index("## A. Huawei Ascend"):shared.index("## B. Sophgo")].rstrip() + "\n"
     assert section_a() == expected, "tests/data/manifest_section_a.md is stale: copy section A again"
+
+
+def addendum_entries() -> list[str]:
+    """The addendum's symbol entries (a ``  - `` line and its indented continuation lines), each as one string."""
+    entries: list[str] = []
+    for line in addendum().splitlines():
+        if line.startswith("  - "):
+            entries.append(line)
+        elif entries and line.startswith("    "):
+            entries[-1] += " " + line.strip()
+    return entries
+
+
+def test_addendum_entries_cite_upstream_and_are_not_in_the_manifest() -> None:
+    """Each addendum entry names its upstream commit, and none repeats what section A already documents."""
+    entries = addendum_entries()
+    assert entries, "the addendum lists no symbol"
+    section = "\n".join(code_spans(section_a()))
+    for entry in entries:
+        assert re.search(r"\[Ascend/[\w-]+ [0-9a-f]{8,40}\]", entry), f"no upstream source: {entry}"
+        name = re.match(r"  - `\.?([\w.]+)`", entry)
+        assert name, f"an entry starts with its symbol in backticks: {entry}"
+        assert name.group(1) not in section, f"{name.group(1)} is in section A already: drop it from the addendum"
