@@ -19,17 +19,19 @@ from typing import Any, final
 from . import _fingerprint as F
 from ._record import Recorder, Verdict
 
-__all__ = ["Cycle", "DumpRequest", "compare_status", "from_dumps", "from_stalls"]
+__all__ = ["Cycle", "DumpRequest", "call_at", "compare_status", "from_dumps", "from_stalls", "parse_digest"]
 
 
-def _hex(value: Any) -> int | None:
+def parse_digest(value: Any) -> int | None:
+    """A digest sent as hex text, or None for anything else (a peer's record is untrusted input)."""
     try:
         return int(value, 16) if isinstance(value, str) and len(value) <= 16 else None
     except ValueError:
         return None
 
 
-def _call(text: Any, seq: int) -> F.Call | None:
+def call_at(text: Any, seq: int) -> F.Call | None:
+    """The call at step ``seq`` of an encoded fingerprint window, or None where it does not decode."""
     if not isinstance(text, str) or not text:
         return None
     try:
@@ -45,7 +47,7 @@ def compare_status(rec: Recorder, status: Mapping[str, Any]) -> tuple[bool, int]
         if isinstance(pairs, list):
             candidates += [p for p in pairs if isinstance(p, list) and len(p) == 2 and isinstance(p[0], int)]
     for seq, value in sorted(candidates, key=lambda p: -p[0]):
-        theirs, mine = _hex(value), rec.hash_at(seq)
+        theirs, mine = parse_digest(value), rec.hash_at(seq)
         if theirs is not None and mine is not None:
             return theirs == mine, seq
     return None
@@ -61,7 +63,7 @@ def _steps(dump: Any) -> dict[int, tuple[int, str]] | None:
     texts, out = dump["t"], {}
     for row in dump["e"]:
         if (isinstance(row, list) and len(row) == 3 and isinstance(row[0], int) and isinstance(row[2], int)
-                and 0 <= row[2] < len(texts) and (d := _hex(row[1])) is not None):
+                and 0 <= row[2] < len(texts) and (d := parse_digest(row[1])) is not None):
             out[row[0]] = (d, texts[row[2]])
     return out
 
@@ -81,7 +83,7 @@ def from_dumps(name: str, members: tuple[int, ...], dumps: Mapping[int, Any], lo
         here = {m: s[seq] for m, s in steps.items() if seq in s}
         if len({d for d, _ in here.values()}) < 2:
             continue
-        calls = {m: c for m, (_, text) in here.items() if (c := _call(text, seq)) is not None}
+        calls = {m: c for m, (_, text) in here.items() if (c := call_at(text, seq)) is not None}
         described: dict[int, str] = {m: c.describe() for m, c in calls.items()}
         for m in members:
             if m not in described:
@@ -91,10 +93,10 @@ def from_dumps(name: str, members: tuple[int, ...], dumps: Mapping[int, Any], lo
         return Verdict((name,), f"{reason_for(calls, members, alias)} at step #{seq}", described)
     # No step in the window differs, yet the hashes at its end do: the first difference is older than the steps the
     # ranks still hold. Name what each rank called at the oldest step it does hold.
-    ends = {_hex(d.get("h")) for d in dumps.values() if isinstance(d, dict) and d.get("h") is not None}
+    ends = {parse_digest(d.get("h")) for d in dumps.values() if isinstance(d, dict) and d.get("h") is not None}
     if len(ends) > 1:
         oldest = {m: min(s) for m, s in steps.items() if s}
-        described = {m: c.describe() for m, k in oldest.items() if (c := _call(steps[m][k][1], k)) is not None}
+        described = {m: c.describe() for m, k in oldest.items() if (c := call_at(steps[m][k][1], k)) is not None}
         for m in members:
             described.setdefault(m, "did not answer")
         return Verdict((name,), f"the ranks' calls on this group differ before step #{lo} (further back than the "
@@ -155,9 +157,9 @@ def from_stalls(me: int, records: Mapping[int, Any], recs: Mapping[str, Recorder
         for rank, record in records.items():
             for w in _waits(record):
                 if w["g"] == name:
-                    at.setdefault(w["s"], {})[rank] = (w.get("f"), _hex(w.get("h")))
+                    at.setdefault(w["s"], {})[rank] = (w.get("f"), parse_digest(w.get("h")))
         for seq, entries in sorted(at.items()):
-            calls = {r: c for r, (text, _) in entries.items() if (c := _call(text, seq)) is not None}
+            calls = {r: c for r, (text, _) in entries.items() if (c := call_at(text, seq)) is not None}
             if len(calls) > 1:
                 forms = {F.digest(F.canonical(c, rec.alias)) for c in calls.values()}
                 why = reason_for(calls, rec.members, rec.alias) if len(forms) > 1 else F.disagreement(
@@ -211,7 +213,7 @@ def _cycle(me: int, records: Mapping[int, Any]) -> Cycle | None:
         for w in ws:
             if w["g"] not in groups:
                 groups.append(w["g"])
-            if r not in calls and (c := _call(w.get("f"), w["s"])) is not None:
+            if r not in calls and (c := call_at(w.get("f"), w["s"])) is not None:
                 calls[r] = c.describe()
     reason = ", ".join(steps) + ": the ranks wait for each other in different groups (they issue collectives on " \
                                 "different groups, or in a different order)"

@@ -16,7 +16,7 @@ from typing import Any, Final
 from ...errors import CollectiveTimeout, PeerFailure, XcclError
 from .._faults import classify
 from . import _fingerprint as F
-from ._analysis import reason_for
+from ._analysis import call_at, parse_digest, reason_for
 from ._channel import Channel
 from ._detector import Detector
 from ._record import Recorder, Stall, Verdict
@@ -39,21 +39,6 @@ def silent(rec: Recorder, seq: int, op: str, started: float, detail: str,
         "a collective of a group this rank is not in. Look at their logs and stacks (py-spy dump --pid ...)",
         rank=rec.me, op=op, group=rec.name, elapsed=_monotonic() - started,
     )
-
-
-
-def _hex(value: Any) -> int | None:
-    try:
-        return int(value, 16) if isinstance(value, str) and len(value) <= 16 else None
-    except ValueError:
-        return None
-
-
-def _call(text: Any, seq: int) -> F.Call | None:
-    try:
-        return F.decode(text).at(seq) if isinstance(text, str) and text else None
-    except (ValueError, UnicodeDecodeError):
-        return None
 
 
 def preflight(det: Detector, rec: Recorder, seq: int, fp: F.Fp, op: str, started: float) -> None:
@@ -134,12 +119,12 @@ def _read_peers(chan: Channel, rec: Recorder, seq: int, fp: F.Fp, waiting: list[
     for q, pre in zip(waiting, chan.fetch([chan.key("pre", rec.name, q) for q in waiting]), strict=True):
         step = pre.get("s") if isinstance(pre, dict) else None
         if step == seq:
-            call = _call(pre.get("f"), seq)
+            call = call_at(pre.get("f"), seq)
             if call is not None:
                 calls[q] = call
-            same = _hex(pre.get("d")) == fp.digest
+            same = parse_digest(pre.get("d")) == fp.digest
             differs |= not same
-            theirs = _hex(pre.get("h"))
+            theirs = parse_digest(pre.get("h"))
             history |= same and None not in (mine, theirs) and theirs != mine
         elif isinstance(step, int) and step > seq:
             pass  # it got past this step, so it compared its call with this rank's and found them equal
@@ -147,14 +132,14 @@ def _read_peers(chan: Channel, rec: Recorder, seq: int, fp: F.Fp, waiting: list[
             unposted.append(q)
     for q, status in zip(unposted, chan.fetch([chan.key("st", rec.name, q) for q in unposted]), strict=True):
         pairs = status.get("r") if isinstance(status, dict) else None
-        theirs = next((_hex(p[1]) for p in pairs or [] if isinstance(p, list) and len(p) == 2 and p[0] == seq), None)
+        theirs = next((parse_digest(p[1]) for p in pairs or [] if isinstance(p, list) and len(p) == 2 and p[0] == seq), None)
         if theirs is None:
             left.append(q)  # not at this step yet
             continue
         # It made its call at this step without posting it: the call is not new to it. Its published text of
         # that call (while this is its last step) says whether the *call* differs; its hash only says that the
         # sequences differ somewhere up to here, which the background comparison locates.
-        call = _call(status.get("f"), seq) if status.get("s") == seq else None
+        call = call_at(status.get("f"), seq) if status.get("s") == seq else None
         if call is not None and F.digest(F.canonical(call, rec.alias)) != fp.digest:
             differs = True
             calls[q] = call
