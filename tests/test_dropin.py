@@ -250,6 +250,16 @@ def case_all_gather_coalesced(impl: str) -> Any:
     return ret, outs
 
 
+def case_barrier_timeout(impl: str) -> Any:
+    """torch.distributed.barrier's full signature, timeout included, every rank arriving in time."""
+    import datetime
+
+    limit = datetime.timedelta(seconds=30)
+    if impl == "torch":
+        return dist.barrier(group=_raw(), timeout=limit)
+    return xccl.barrier(device_ids=None, timeout=limit)
+
+
 VS_TORCH: dict[str, Callable[[str], Any]] = {
     "all_reduce-complex64-sum": _all_reduce(C64, SUM),
     "all_reduce-complex128-sum": _all_reduce(C128, SUM),
@@ -269,6 +279,7 @@ VS_TORCH: dict[str, Callable[[str], Any]] = {
     "all_reduce_coalesced-float32": _all_reduce_coalesced(F32),
     "all_reduce_coalesced-complex64": _all_reduce_coalesced(C64),
     "all_gather_coalesced-float32": case_all_gather_coalesced,
+    "barrier-timeout": case_barrier_timeout,
 }
 
 
@@ -450,6 +461,38 @@ def test_torch_distributed_on_the_world_matches_xccl(rank_pools: Any, name: str,
     _assert_same_behaviour(outs, name, ("torch.distributed on xccl's world", "xccl"))
     if name == "recv-any-source":
         assert outs[0][0][1][0] == 1 and outs[0][1][1][0] == 1, outs
+
+
+def body_late_barrier() -> tuple[str, float, list[float]]:
+    """Rank 0 waits in a barrier with a 1 s timeout while rank 1 arrives 3 s late; then an all_reduce."""
+    import datetime
+    import time
+
+    rank, _ = _me()
+    start = time.monotonic()
+    outcome = "no error"
+    if rank == 0:
+        try:
+            xccl.barrier(timeout=datetime.timedelta(seconds=1))
+        except xccl.CollectiveTimeout:
+            outcome = "CollectiveTimeout"
+        except Exception as exc:  # reported to the parent
+            outcome = f"{type(exc).__name__}: {exc}"
+    else:
+        time.sleep(3.0)
+        xccl.barrier()
+    waited = time.monotonic() - start
+    t = torch.full((2,), float(rank + 1))
+    xccl.all_reduce(t)  # the late rank's arrival completed rank 0's barrier: the group is in step again
+    return outcome, waited, t.tolist()
+
+
+def test_barrier_timeout_bounds_the_wait_and_the_group_survives(rank_pools: Any) -> None:
+    outs = rank_pools.get(2, fallback="emulate").run_ok(body_late_barrier, timeout=TIMEOUT)
+    outcome, waited, _ = outs[0]
+    assert outcome == "CollectiveTimeout", outs
+    assert 0.9 <= waited < 2.5, f"rank 0 waited {waited:.2f} s on a 1 s barrier timeout"
+    assert all(o[2] == [3.0, 3.0] for o in outs), outs
 
 
 def test_sophgo_simulation_runs_the_dropin_calls(rank_pools: Any) -> None:

@@ -66,7 +66,8 @@ _LAZY: Final = {
         "xccl.plugin",
     ),
     # graph mode and fused ops
-    **dict.fromkeys(("compile", "patch_collectives", "functional"), "xccl.graph"),
+    **dict.fromkeys(("compile", "functional"), "xccl.graph"),
+    "patch_collectives": "xccl.api._patch",
     **dict.fromkeys(("all_gather_mm", "mm_all_reduce", "mm_reduce_scatter"), "xccl.fused._api"),
 }
 
@@ -188,10 +189,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         scatter,
         send,
     )
+    from .api._patch import patch_collectives
     from .collectives._dispatch import EmulationWarning
     from .collectives._process_group import XcclProcessGroup
     from .fused._api import all_gather_mm, mm_all_reduce, mm_reduce_scatter
-    from .graph import compile, functional, patch_collectives
+    from .graph import compile, functional
     from .plugin import (
         PLUGIN_API_VERSION,
         CapabilityTable,

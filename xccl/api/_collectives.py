@@ -70,7 +70,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = SUM, group: Any = None, async_op:
         xccl.all_reduce(t)                       # every rank: 1 + 2 + ... + world_size
     """
     if _compiling():
-        return G.all_reduce(tensor, op, group, async_op)
+        return G.run(S.ALL_REDUCE, group, async_op, tensor, op)
     return _all_reduce(tensor, op, group, async_op)
 
 
@@ -96,7 +96,7 @@ def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group: Any
         xccl.all_gather(outs, torch.full((2,), float(xccl.get_world().rank)))
     """
     if _compiling():
-        return G.all_gather(tensor_list, tensor, group, async_op)
+        return G.run(S.ALL_GATHER, group, async_op, tensor_list, tensor)
     return dispatch(S.ALL_GATHER, group, async_op, tensor_list, tensor)
 
 
@@ -123,7 +123,7 @@ def all_gather_into_tensor(
         xccl.all_gather_into_tensor(out, torch.ones(2))
     """
     if _compiling():
-        return G.all_gather_into_tensor(output_tensor, input_tensor, group, async_op)
+        return G.run(S.ALL_GATHER_INTO_TENSOR, group, async_op, output_tensor, input_tensor)
     return dispatch(S.ALL_GATHER_INTO_TENSOR, group, async_op, output_tensor, input_tensor)
 
 
@@ -152,7 +152,7 @@ def reduce_scatter(
         xccl.reduce_scatter(out, [torch.ones(2) for _ in range(world_size)])   # out == world_size
     """
     if _compiling():
-        return G.reduce_scatter(output, input_list, op, group, async_op)
+        return G.run(S.REDUCE_SCATTER, group, async_op, output, input_list, op)
     return dispatch(S.REDUCE_SCATTER, group, async_op, output, input_list, op)
 
 
@@ -181,7 +181,7 @@ def reduce_scatter_tensor(
         xccl.reduce_scatter_tensor(out, torch.arange(2.0 * world_size))   # emulated on Sophgo SCCL
     """
     if _compiling():
-        return G.reduce_scatter_tensor(output, input, op, group, async_op)
+        return G.run(S.REDUCE_SCATTER_TENSOR, group, async_op, output, input, op)
     return dispatch(S.REDUCE_SCATTER_TENSOR, group, async_op, output, input, op)
 
 
@@ -209,7 +209,7 @@ def all_to_all(
         xccl.all_to_all(outs, ins)                # outs[j] == j
     """
     if _compiling():
-        return G.all_to_all(output_tensor_list, input_tensor_list, group, async_op)
+        return G.run(S.ALL_TO_ALL, group, async_op, output_tensor_list, input_tensor_list)
     return dispatch(S.ALL_TO_ALL, group, async_op, output_tensor_list, input_tensor_list)
 
 
@@ -248,7 +248,7 @@ def all_to_all_single(
         xccl.all_to_all_single(out, torch.arange(float(world_size)))
     """
     if _compiling():
-        return G.all_to_all_single(output, input, output_split_sizes, input_split_sizes, group, async_op)
+        return G.run(S.ALL_TO_ALL_SINGLE, group, async_op, output, input, output_split_sizes, input_split_sizes)
     return dispatch(S.ALL_TO_ALL_SINGLE, group, async_op, output, input, output_split_sizes, input_split_sizes)
 
 
@@ -275,7 +275,7 @@ def broadcast(
         xccl.broadcast(weights, src=0)
     """
     if _compiling():
-        return G.broadcast(tensor, src, group, async_op, group_src)
+        return G.run(S.BROADCAST, group, async_op, tensor, src, group_src)
     return dispatch(S.BROADCAST, group, async_op, tensor, src, group_src)
 
 
@@ -309,7 +309,7 @@ def reduce(
         xccl.reduce(loss_sum, dst=0)
     """
     if _compiling():
-        return G.reduce(tensor, dst, op, group, async_op, group_dst)
+        return G.run(S.REDUCE, group, async_op, tensor, dst, op, group_dst)
     return dispatch(S.REDUCE, group, async_op, tensor, dst, op, group_dst)
 
 
@@ -343,7 +343,7 @@ def gather(
         xccl.gather(torch.ones(2), lst, dst=0)
     """
     if _compiling():
-        return G.gather(tensor, gather_list, dst, group, async_op, group_dst)
+        return G.run(S.GATHER, group, async_op, tensor, gather_list, dst, group_dst)
     return dispatch(S.GATHER, group, async_op, tensor, gather_list, dst, group_dst)
 
 
@@ -377,25 +377,34 @@ def scatter(
         xccl.scatter(out, [torch.full((2,), float(i)) for i in range(world_size)] if rank == 0 else None, src=0)
     """
     if _compiling():
-        return G.scatter(tensor, scatter_list, src, group, async_op, group_src)
+        return G.run(S.SCATTER, group, async_op, tensor, scatter_list, src, group_src)
     return dispatch(S.SCATTER, group, async_op, tensor, scatter_list, src, group_src)
 
 
-def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None) -> Any:
+def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None, timeout: Any = None) -> Any:
     """Block until every rank of the group reaches the barrier (``torch.distributed.barrier``).
 
     Args:
         group: the process group (``None``: the world).
         async_op: return a work handle instead of waiting.
-        device_ids: accepted for torch.distributed's signature; unused.
+        device_ids: accepted for torch.distributed's signature; unused (xccl's group knows its device).
+        timeout: a ``datetime.timedelta`` bounding this barrier's wait, where it is shorter than the collective
+            timeout (``xccl.init(timeout=...)``); an asynchronous barrier's handle takes it in ``wait(timeout)``.
 
     Returns:
         A work handle when ``async_op``, else None.
+
+    Raises:
+        CollectiveTimeout: a rank did not arrive within ``timeout`` (or the collective timeout).
+        PeerFailure: a rank died before arriving.
 
     Example::
 
         xccl.barrier()
     """
     if _compiling():
-        return G.barrier(group, async_op)
-    return dispatch(S.BARRIER, group, async_op)
+        return G.run(S.BARRIER, group, async_op)
+    if timeout is None or async_op:
+        return dispatch(S.BARRIER, group, async_op)
+    dispatch(S.BARRIER, group, True).wait(timeout)
+    return None

@@ -48,7 +48,7 @@ def all_reduce_coalesced(
         xccl.all_reduce_coalesced([grad_a, grad_b])
     """
     if _compiling():
-        return G.all_reduce_coalesced(tensors, op, group, async_op)
+        return G.run(S.ALL_REDUCE_COALESCED, group, async_op, tensors, op)
     return dispatch(S.ALL_REDUCE_COALESCED, group, async_op, tensors, op)
 
 
@@ -74,7 +74,7 @@ def all_gather_coalesced(
         xccl.all_gather_coalesced(outs, [torch.ones(2), torch.ones(3)])
     """
     if _compiling():
-        return G.all_gather_coalesced(output_tensor_lists, input_tensor_list, group, async_op)
+        return G.run(S.ALL_GATHER_COALESCED, group, async_op, output_tensor_lists, input_tensor_list)
     return dispatch(S.ALL_GATHER_COALESCED, group, async_op, output_tensor_lists, input_tensor_list)
 
 
@@ -104,7 +104,7 @@ def all_gather_into_tensor_uneven(
         xccl.all_gather_into_tensor_uneven(out, torch.ones(sizes[rank], 4), sizes)
     """
     if _compiling():
-        return G.all_gather_into_tensor_uneven(output, input, output_split_sizes, group, async_op)
+        return G.run(S.ALL_GATHER_INTO_TENSOR_UNEVEN, group, async_op, output, input, output_split_sizes)
     return dispatch(S.ALL_GATHER_INTO_TENSOR_UNEVEN, group, async_op, output, input, output_split_sizes)
 
 
@@ -136,7 +136,7 @@ def reduce_scatter_tensor_uneven(
         xccl.reduce_scatter_tensor_uneven(out, torch.ones(sum(sizes), 4), sizes)
     """
     if _compiling():
-        return G.reduce_scatter_tensor_uneven(output, input, input_split_sizes, op, group, async_op)
+        return G.run(S.REDUCE_SCATTER_TENSOR_UNEVEN, group, async_op, output, input, input_split_sizes, op)
     return dispatch(S.REDUCE_SCATTER_TENSOR_UNEVEN, group, async_op, output, input, input_split_sizes, op)
 
 
@@ -172,5 +172,5 @@ def all_to_all_v(
         xccl.all_to_all_v(torch.empty(world_size), torch.ones(world_size), m)
     """
     if _compiling():
-        return G.all_to_all_v(output, input, send_count_matrix, group, async_op)
+        return G.run(S.ALL_TO_ALL_V, group, async_op, output, input, send_count_matrix)
     return dispatch(S.ALL_TO_ALL_V, group, async_op, output, input, send_count_matrix)

@@ -40,10 +40,7 @@ def send(tensor: torch.Tensor, dst: int | None = None, group: Any = None, tag: i
         if rank == 0:
             xccl.send(torch.ones(2), dst=1)
     """
-    if _compiling():
-        return G.send(tensor, dst, group, tag, group_dst)
-    dispatch(S.SEND, group, False, tensor, dst, tag, group_dst)
-    return None
+    (G.run if _compiling() else dispatch)(S.SEND, group, False, tensor, dst, tag, group_dst)
 
 
 def recv(tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: int = 0, group_src: int | None = None) -> int:
@@ -69,12 +66,12 @@ def recv(tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: i
             sender = xccl.recv(buf)               # from whoever sends
     """
     if _compiling():
-        return G.recv(tensor, src, group, tag, group_src)
+        return int(G.run(S.RECV, group, False, tensor, src, tag, group_src))
     st = state_of(group)
     if src is None and group_src is None:
         work = dispatch(S.RECV, group, True, tensor, None, tag, None)
         work.wait()
-        return st.ranks[work.source_rank()]
+        return int(st.ranks[work.source_rank()])
     dispatch(S.RECV, group, False, tensor, src, tag, group_src)
     return src if src is not None else st.ranks[group_src]  # type: ignore[index]
 
@@ -88,7 +85,7 @@ def isend(tensor: torch.Tensor, dst: int | None = None, group: Any = None, tag: 
         work.wait()
     """
     if _compiling():
-        return G.isend(tensor, dst, group, tag, group_dst)
+        return G.run(S.ISEND, group, True, tensor, dst, tag, group_dst)
     return dispatch(S.ISEND, group, True, tensor, dst, tag, group_dst)
 
 
@@ -103,5 +100,5 @@ def irecv(tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: 
         work.wait()
     """
     if _compiling():
-        return G.irecv(tensor, src, group, tag, group_src)
+        return G.run(S.IRECV, group, True, tensor, src, tag, group_src)
     return dispatch(S.IRECV, group, True, tensor, src, tag, group_src)

@@ -1,10 +1,11 @@
 """Graph mode: xccl's collectives inside ``torch.compile`` graphs.
 
-``xccl.<op>`` checks ``torch.compiler.is_compiling()`` first and, while Dynamo traces, hands over to the graph
-form here (``_forms``): standard collectives as ``torch.ops._c10d_functional`` ops, the rest as xccl's own
-``torch.ops.xccl`` ops (``_ops``), chained in program order. Around that: differentiable functional collectives
-(``functional``), patching of code that calls ``torch.distributed`` or DeepSpeed directly (``_patch``), and the
-``xccl`` compile backend with its converter and post-grad-pass hooks (``_backend``).
+``xccl.<op>`` checks ``torch.compiler.is_compiling()`` first and, while Dynamo traces, hands its spec and arguments
+to the graph forms here (``_forms.run``): standard collectives as ``torch.ops._c10d_functional`` ops, the rest as
+xccl's own ``torch.ops.xccl`` ops (``_ops``), chained in program order. Around that: differentiable functional
+collectives (``functional``) and the ``xccl`` compile backend with its converter and post-grad-pass hooks
+(``_backend``). Patching code that calls ``torch.distributed`` or DeepSpeed directly lives with the public
+signatures it binds to (``xccl.api._patch``).
 
 The names below load on first use (PEP 562): the compile backend imports Inductor, which eager-only programs
 never need.
@@ -27,8 +28,6 @@ _LAZY: Final = {
     "unregister_post_grad_pass": "_backend",
     "GraphWork": "_forms",
     "OPS": "_ops",
-    "Patch": "_patch",
-    "patch_collectives": "_patch",
     "functional": "",
 }
 

@@ -1,10 +1,12 @@
 """The graph form of every public collective: what ``xccl.<op>`` does while ``torch.compile`` traces it.
 
-Each form has the public op's signature and eager semantics (the caller's buffers are updated in place, an
-``async_op=True`` call returns a handle to ``wait()`` on), but is written in the functional form compilers want.
-It validates with the op's spec (``xccl.collectives._specs``), the very validator eager dispatch runs, given an
-error-raiser Dynamo lets through, so a bad call raises the same typed error in both modes; then it asks the
-group's capability table (``mode="graph"``) and emits
+``xccl.<op>(...)`` calls :func:`run` with the op's spec (``xccl.collectives._specs``) and the public arguments,
+exactly as its eager path calls ``dispatch``: the spec's validator (the very one eager dispatch runs, given an
+error-raiser Dynamo lets through, so a bad call raises the same typed error in both modes) turns them into the
+kernel arguments, the spec's capability key is looked up in the group's table (``mode="graph"``), and the op's
+*form* below, registered for its spec, emits the graph. A form keeps the eager semantics (the caller's buffers
+are updated in place, an ``async_op=True`` call returns a handle to ``wait()`` on) in the functional form
+compilers want:
 
 * the standard ``torch.ops._c10d_functional.<op>`` + ``wait_tensor``, then a ``copy_`` into the caller's buffer,
   which Inductor's communication passes and vendor graph compilers (TorchAir converts exactly these) recognise:
@@ -20,11 +22,10 @@ functions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any, Final, final
 
 import torch
-import torch.distributed as dist
 
 from ..collectives import _specs as S
 from ..collectives._state import STATE
@@ -32,33 +33,9 @@ from ..plugin._capabilities import Collective
 from . import _ops  # noqa: F401 - registers torch.ops.xccl.*
 from ._group import GroupInfo, fail, group_info, redop, resolve
 
-__all__ = [
-    "GraphWork",
-    "all_gather",
-    "all_gather_coalesced",
-    "all_gather_into_tensor",
-    "all_gather_into_tensor_uneven",
-    "all_reduce",
-    "all_reduce_coalesced",
-    "all_to_all",
-    "all_to_all_single",
-    "all_to_all_v",
-    "barrier",
-    "broadcast",
-    "gather",
-    "irecv",
-    "isend",
-    "recv",
-    "reduce",
-    "reduce_scatter",
-    "reduce_scatter_tensor",
-    "reduce_scatter_tensor_uneven",
-    "scatter",
-    "send",
-]
+__all__ = ["GraphWork", "run"]
 
 C = Collective
-SUM: Final = dist.ReduceOp.SUM
 _F: Final = torch.ops._c10d_functional
 _X: Final = torch.ops.xccl
 
@@ -184,90 +161,110 @@ def _all_to_all(g: GroupInfo, standard: bool, x: torch.Tensor, osz: list[Any], i
     return _chained(g, _X.all_to_all_single, x, osz, isz)
 
 
-def _key(spec: S.Spec, kargs: Sequence[Any]) -> tuple[Collective, torch.dtype | None]:
-    return spec.key_of(kargs), spec.dtype_of(kargs)
+# ------------------------------------------------------------------------------------------------- the forms
+
+#: A graph form: ``form(g, standard, red, async_op, *kernel_args)``. ``kernel_args`` are what the op's spec
+#: validated (as eager kernels receive them), ``standard`` is whether the standard functional op carries the call
+#: (``resolve``), ``red`` the reduce op's name for graph ops (None for ops without one).
+Form = Callable[..., Any]
+#: Spec name -> (graph form, whether :func:`run` resolves the spec's own capability key first). The coalesced forms
+#: resolve each constituent op themselves, as their eager emulation runs one op per tensor.
+_FORMS: Final[dict[str, tuple[Form, bool]]] = {}
 
 
-# ---------------------------------------------------------------------------------------------- collectives
+def _form(*specs: S.Spec, resolves: bool = True) -> Callable[[Form], Form]:
+    def register(fn: Form) -> Form:
+        for spec in specs:
+            _FORMS[spec.name] = (fn, resolves)
+        return fn
+
+    return register
 
 
-def all_reduce(tensor: torch.Tensor, op: Any = SUM, group: Any = None, async_op: bool = False) -> Any:
-    """Graph form of :func:`xccl.all_reduce`: ``_c10d_functional.all_reduce``, then ``copy_`` into ``tensor``."""
+def run(spec: S.Spec, group: Any, async_op: bool, *args: Any) -> Any:
+    """The graph form of ``spec``'s collective: what ``xccl.<op>(*args, group=group, async_op=async_op)`` traces to.
+
+    The twin of eager :func:`~xccl.collectives._dispatch.dispatch`, step for step: the same spec validates ``args``
+    (the public arguments without ``group`` and ``async_op``) into the kernel arguments, with an error-raiser
+    Dynamo lets through; the same capability key, dtype and reduce op (``spec.key_of``, ``dtype_of``,
+    ``reduce_op_index``) are looked up in the group's table in graph mode; then the op's form emits the graph.
+    """
     g = group_info(group)
-    t, rop = S.ALL_REDUCE.validate(g, fail, tensor, op)
-    red = redop(rop)
-    standard = resolve(g.name, C.ALL_REDUCE, t.dtype, red)
+    kargs = spec.validate(g, fail, *args)
+    key = spec.key_of(kargs)
+    if key is C.RECV_ANY_SOURCE:
+        fail(spec.name, "a receive from any source (no src) cannot be compiled: the graph needs the peer; pass src")
+    form, resolves = _FORMS[spec.name]
+    idx = spec.reduce_op_index
+    red = None if idx is None else redop(kargs[idx])
+    standard = resolves and resolve(g.name, key, spec.dtype_of(kargs), red)
+    return form(g, standard, red, async_op, *kargs)
+
+
+@_form(S.ALL_REDUCE)
+def _f_all_reduce(g: GroupInfo, standard: bool, red: str, async_op: bool, t: torch.Tensor, rop: Any) -> Any:
+    """``_c10d_functional.all_reduce``, then ``copy_`` into ``tensor``."""
     t.copy_(_all_reduce(g, standard, t, red))
     return _work(async_op)
 
 
-def all_reduce_coalesced(tensors: list[torch.Tensor], op: Any = SUM, group: Any = None, async_op: bool = False) -> Any:
-    """Graph form of :func:`xccl.all_reduce_coalesced`: one all_reduce per tensor (the compiler may bucket them)."""
-    g = group_info(group)
-    ts, rop = S.ALL_REDUCE_COALESCED.validate(g, fail, tensors, op)
-    red = redop(rop)
+@_form(S.ALL_REDUCE_COALESCED, resolves=False)
+def _f_all_reduce_coalesced(g: GroupInfo, _: bool, red: str, async_op: bool, ts: list[torch.Tensor], rop: Any) -> Any:
+    """One all_reduce per tensor (the compiler may bucket them)."""
     for t in ts:
         t.copy_(_all_reduce(g, resolve(g.name, C.ALL_REDUCE, t.dtype, red), t, red))
     return _work(async_op)
 
 
-def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group: Any = None, async_op: bool = False) -> Any:
-    """Graph form of :func:`xccl.all_gather`: one ``all_gather_into_tensor``, sliced into ``tensor_list``."""
-    g = group_info(group)
-    outs, t = S.ALL_GATHER.validate(g, fail, tensor_list, tensor)
-    standard = resolve(g.name, C.ALL_GATHER, t.dtype, None)
+def _gather_into(g: GroupInfo, standard: bool, outs: list[torch.Tensor], t: torch.Tensor) -> None:
     k = t.numel()
     gathered = _all_gather(g, standard, t.reshape(-1))
     for i, out in enumerate(outs):
         out.copy_(gathered[i * k : (i + 1) * k].view(out.shape))
+
+
+@_form(S.ALL_GATHER)
+def _f_all_gather(g: GroupInfo, standard: bool, _: None, async_op: bool, outs: list[torch.Tensor], t: torch.Tensor) -> Any:
+    """One ``all_gather_into_tensor``, sliced into ``tensor_list``."""
+    _gather_into(g, standard, outs, t)
     return _work(async_op)
 
 
-def all_gather_coalesced(
-    output_tensor_lists: list[list[torch.Tensor]], input_tensor_list: list[torch.Tensor], group: Any = None,
-    async_op: bool = False,
+@_form(S.ALL_GATHER_COALESCED, resolves=False)
+def _f_all_gather_coalesced(
+    g: GroupInfo, _: bool, __: None, async_op: bool, outs: list[list[torch.Tensor]], ins: list[torch.Tensor]
 ) -> Any:
-    """Graph form of :func:`xccl.all_gather_coalesced`: one all_gather per input tensor."""
-    g = group_info(group)
-    outs, ins = S.ALL_GATHER_COALESCED.validate(g, fail, output_tensor_lists, input_tensor_list)
+    """One all_gather per input tensor."""
     for i, t in enumerate(ins):
-        all_gather([row[i] for row in outs], t, group)
+        _gather_into(g, resolve(g.name, C.ALL_GATHER, t.dtype, None), [row[i] for row in outs], t)
     return _work(async_op)
 
 
-def all_gather_into_tensor(
-    output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any = None, async_op: bool = False
+@_form(S.ALL_GATHER_INTO_TENSOR)
+def _f_all_gather_into_tensor(
+    g: GroupInfo, standard: bool, _: None, async_op: bool, out: torch.Tensor, inp: torch.Tensor
 ) -> Any:
-    """Graph form of :func:`xccl.all_gather_into_tensor`: ``_c10d_functional.all_gather_into_tensor``."""
-    g = group_info(group)
-    out, inp = S.ALL_GATHER_INTO_TENSOR.validate(g, fail, output_tensor, input_tensor)
-    standard = resolve(g.name, C.ALL_GATHER_INTO_TENSOR, inp.dtype, None)
+    """``_c10d_functional.all_gather_into_tensor``."""
     x = inp if inp.dim() else inp.reshape(1)
     out.copy_(_all_gather(g, standard, x).view(out.shape))
     return _work(async_op)
 
 
-def reduce_scatter(
-    output: torch.Tensor, input_list: list[torch.Tensor], op: Any = SUM, group: Any = None, async_op: bool = False
+@_form(S.REDUCE_SCATTER)
+def _f_reduce_scatter(
+    g: GroupInfo, standard: bool, red: str, async_op: bool, out: torch.Tensor, ins: list[torch.Tensor], rop: Any
 ) -> Any:
-    """Graph form of :func:`xccl.reduce_scatter`: the inputs concatenated, one ``reduce_scatter_tensor``."""
-    g = group_info(group)
-    out, ins, rop = S.REDUCE_SCATTER.validate(g, fail, output, input_list, op)
-    red = redop(rop)
-    standard = resolve(g.name, C.REDUCE_SCATTER, out.dtype, red)
+    """The inputs concatenated, one ``reduce_scatter_tensor``."""
     flat = torch.cat([t.reshape(-1) for t in ins])
     out.copy_(_reduce_scatter(g, standard, flat, red).view(out.shape))
     return _work(async_op)
 
 
-def reduce_scatter_tensor(
-    output: torch.Tensor, input: torch.Tensor, op: Any = SUM, group: Any = None, async_op: bool = False
+@_form(S.REDUCE_SCATTER_TENSOR)
+def _f_reduce_scatter_tensor(
+    g: GroupInfo, standard: bool, red: str, async_op: bool, out: torch.Tensor, inp: torch.Tensor, rop: Any
 ) -> Any:
-    """Graph form of :func:`xccl.reduce_scatter_tensor`: ``_c10d_functional.reduce_scatter_tensor``."""
-    g = group_info(group)
-    out, inp, rop = S.REDUCE_SCATTER_TENSOR.validate(g, fail, output, input, op)
-    red = redop(rop)
-    standard = resolve(g.name, C.REDUCE_SCATTER_TENSOR, inp.dtype, red)
+    """``_c10d_functional.reduce_scatter_tensor``."""
     natural = inp.dim() > 0 and out.dim() > 0 and inp.shape[1:] == out.shape[1:]
     # Keep the caller's shapes where they fit: a matmul feeding reduce_scatter stays recognisable to graph passes.
     x = inp if natural else inp.reshape(-1)
@@ -275,16 +272,11 @@ def reduce_scatter_tensor(
     return _work(async_op)
 
 
-def all_to_all(
-    output_tensor_list: list[torch.Tensor],
-    input_tensor_list: list[torch.Tensor],
-    group: Any = None,
-    async_op: bool = False,
+@_form(S.ALL_TO_ALL)
+def _f_all_to_all(
+    g: GroupInfo, standard: bool, _: None, async_op: bool, outs: list[torch.Tensor], ins: list[torch.Tensor]
 ) -> Any:
-    """Graph form of :func:`xccl.all_to_all`: the inputs concatenated, one ``all_to_all_single`` with splits."""
-    g = group_info(group)
-    outs, ins = S.ALL_TO_ALL.validate(g, fail, output_tensor_list, input_tensor_list)
-    standard = resolve(g.name, C.ALL_TO_ALL, ins[0].dtype, None)
+    """The inputs concatenated, one ``all_to_all_single`` with splits."""
     isz = [t.numel() for t in ins]
     osz = [t.numel() for t in outs]
     out = _all_to_all(g, standard, torch.cat([t.reshape(-1) for t in ins]), osz, isz)
@@ -295,38 +287,24 @@ def all_to_all(
     return _work(async_op)
 
 
-def all_to_all_single(
-    output: torch.Tensor,
-    input: torch.Tensor,
-    output_split_sizes: Sequence[int] | None = None,
-    input_split_sizes: Sequence[int] | None = None,
-    group: Any = None,
-    async_op: bool = False,
+@_form(S.ALL_TO_ALL_SINGLE)
+def _f_all_to_all_single(
+    g: GroupInfo, standard: bool, _: None, async_op: bool, out: torch.Tensor, inp: torch.Tensor,
+    osz: list[int] | None, isz: list[int] | None,
 ) -> Any:
-    """Graph form of :func:`xccl.all_to_all_single`: ``_c10d_functional.all_to_all_single``.
-
-    Even or uneven is decided as in eager mode: by whether split sizes were passed (see ``_specs``).
-    """
-    g = group_info(group)
-    kargs = S.ALL_TO_ALL_SINGLE.validate(g, fail, output, input, output_split_sizes, input_split_sizes)
-    out, inp, osz, isz = kargs
+    """``_c10d_functional.all_to_all_single``; even or uneven as in eager mode (``Spec.key_of``: by whether split
+    sizes were passed, never by their values)."""
     n = g.size
-    key, dtype = _key(S.ALL_TO_ALL_SINGLE, kargs)
-    standard = resolve(g.name, key, dtype, None)
     osz = [out.shape[0] // n] * n if osz is None else osz
     isz = [inp.shape[0] // n] * n if isz is None else isz
     out.copy_(_all_to_all(g, standard, inp, osz, isz).view(out.shape))
     return _work(async_op)
 
 
-def broadcast(
-    tensor: torch.Tensor, src: int | None = None, group: Any = None, async_op: bool = False, group_src: int | None = None
-) -> Any:
-    """Graph form of :func:`xccl.broadcast`: ``_c10d_functional.broadcast`` (torch's own ``dist.broadcast``
-    breaks the graph in torch 2.13)."""
-    g = group_info(group)
-    t, root = S.BROADCAST.validate(g, fail, tensor, src, group_src)
-    if resolve(g.name, C.BROADCAST, t.dtype, None):
+@_form(S.BROADCAST)
+def _f_broadcast(g: GroupInfo, standard: bool, _: None, async_op: bool, t: torch.Tensor, root: int) -> Any:
+    """``_c10d_functional.broadcast`` (torch's own ``dist.broadcast`` breaks the graph in torch 2.13)."""
+    if standard:
         out = _like(_waited(g, _F.broadcast(_real(t), root, g.name)), t)
     else:
         out = _chained(g, _X.broadcast, t, root)
@@ -334,35 +312,18 @@ def broadcast(
     return _work(async_op)
 
 
-def reduce(
-    tensor: torch.Tensor,
-    dst: int | None = None,
-    op: Any = SUM,
-    group: Any = None,
-    async_op: bool = False,
-    group_dst: int | None = None,
-) -> Any:
-    """Graph form of :func:`xccl.reduce`: ``xccl.reduce`` (torch has no functional reduce)."""
-    g = group_info(group)
-    t, root, rop = S.REDUCE.validate(g, fail, tensor, dst, op, group_dst)
-    red = redop(rop)
-    resolve(g.name, C.REDUCE, t.dtype, red)
+@_form(S.REDUCE)
+def _f_reduce(g: GroupInfo, _: bool, red: str, async_op: bool, t: torch.Tensor, root: int, rop: Any) -> Any:
+    """``xccl.reduce`` (torch has no functional reduce)."""
     t.copy_(_chained(g, _X.reduce, t, root, red))
     return _work(async_op)
 
 
-def gather(
-    tensor: torch.Tensor,
-    gather_list: list[torch.Tensor] | None = None,
-    dst: int | None = None,
-    group: Any = None,
-    async_op: bool = False,
-    group_dst: int | None = None,
+@_form(S.GATHER)
+def _f_gather(
+    g: GroupInfo, _: bool, __: None, async_op: bool, t: torch.Tensor, lst: list[torch.Tensor] | None, root: int
 ) -> Any:
-    """Graph form of :func:`xccl.gather`: ``xccl.gather``, copied into ``gather_list`` on the root."""
-    g = group_info(group)
-    t, lst, root = S.GATHER.validate(g, fail, tensor, gather_list, dst, group_dst)
-    resolve(g.name, C.GATHER, t.dtype, None)
+    """``xccl.gather``, copied into ``gather_list`` on the root."""
     outs = _chained(g, _X.gather, t, root)
     if lst is not None:
         for x, o in zip(lst, outs, strict=True):
@@ -370,113 +331,74 @@ def gather(
     return _work(async_op)
 
 
-def scatter(
-    tensor: torch.Tensor,
-    scatter_list: list[torch.Tensor] | None = None,
-    src: int | None = None,
-    group: Any = None,
-    async_op: bool = False,
-    group_src: int | None = None,
+@_form(S.SCATTER)
+def _f_scatter(
+    g: GroupInfo, _: bool, __: None, async_op: bool, t: torch.Tensor, lst: list[torch.Tensor] | None, root: int
 ) -> Any:
-    """Graph form of :func:`xccl.scatter`: ``xccl.scatter``, copied into ``tensor``."""
-    g = group_info(group)
-    t, lst, root = S.SCATTER.validate(g, fail, tensor, scatter_list, src, group_src)
-    resolve(g.name, C.SCATTER, t.dtype, None)
+    """``xccl.scatter``, copied into ``tensor``."""
     t.copy_(_chained(g, _X.scatter, t, lst or [], root))
     return _work(async_op)
 
 
-def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None, timeout: Any = None) -> Any:
-    """Graph form of :func:`xccl.barrier`: ``xccl.barrier``, ordered with the group's other xccl ops."""
-    g = group_info(group)
-    resolve(g.name, C.BARRIER, None, None)
+@_form(S.BARRIER)
+def _f_barrier(g: GroupInfo, _: bool, __: None, async_op: bool) -> Any:
+    """``xccl.barrier``, ordered with the group's other xccl ops."""
     _chained(g, _X.barrier)
     return _work(async_op)
 
 
-def _p2p(spec: S.Spec, g: GroupInfo, tensor: Any, peer: Any, tag: Any, group_peer: Any) -> tuple[Any, ...]:
-    kargs = spec.validate(g, fail, tensor, peer, tag, group_peer)
-    if kargs[1] is None:
-        fail(spec.name, "a receive from any source (no src) cannot be compiled: the graph needs the peer; pass src")
-    resolve(g.name, spec.key, kargs[0].dtype, None)
-    return kargs
-
-
-def send(tensor: torch.Tensor, dst: int | None = None, group: Any = None, tag: int = 0, group_dst: int | None = None) -> None:
-    """Graph form of :func:`xccl.send`: ``xccl.send``, in program order with the group's other xccl ops."""
-    g = group_info(group)
-    t, peer, _ = _p2p(S.SEND, g, tensor, dst, tag, group_dst)
+@_form(S.SEND)
+def _f_send(g: GroupInfo, _: bool, __: None, async_op: bool, t: torch.Tensor, peer: int, tag: int) -> None:
+    """``xccl.send``, in program order with the group's other xccl ops."""
     _chained(g, _X.send, t, peer)
 
 
-def recv(tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: int = 0, group_src: int | None = None) -> int:
-    """Graph form of :func:`xccl.recv`: ``xccl.recv``, copied into ``tensor``; returns ``src``'s global rank."""
-    g = group_info(group)
-    t, peer, _ = _p2p(S.RECV, g, tensor, src, tag, group_src)
+@_form(S.RECV)
+def _f_recv(g: GroupInfo, _: bool, __: None, async_op: bool, t: torch.Tensor, peer: int, tag: int) -> int:
+    """``xccl.recv``, copied into ``tensor``; returns ``src``'s global rank."""
     t.copy_(_chained(g, _X.recv, t, peer))
     return g.ranks[peer]
 
 
-def isend(tensor: torch.Tensor, dst: int | None = None, group: Any = None, tag: int = 0, group_dst: int | None = None) -> Any:
-    """Graph form of :func:`xccl.isend`: ``xccl.isend`` starts it, the handle's ``wait()`` emits ``xccl.wait``."""
-    g = group_info(group)
-    t, peer, _ = _p2p(S.ISEND, g, tensor, dst, tag, group_dst)
+@_form(S.ISEND)
+def _f_isend(g: GroupInfo, _: bool, __: None, async_op: bool, t: torch.Tensor, peer: int, tag: int) -> Any:
+    """``xccl.isend`` starts it, the handle's ``wait()`` emits ``xccl.wait``."""
     _chained(g, _X.isend, t, peer)
     return _P2PWork(g, None, None)
 
 
-def irecv(tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: int = 0, group_src: int | None = None) -> Any:
-    """Graph form of :func:`xccl.irecv`: ``xccl.irecv`` starts it; the handle's ``wait()`` emits ``xccl.wait``
-    and copies the result into ``tensor`` (whose content is undefined until then, as in eager mode)."""
-    g = group_info(group)
-    t, peer, _ = _p2p(S.IRECV, g, tensor, src, tag, group_src)
+@_form(S.IRECV)
+def _f_irecv(g: GroupInfo, _: bool, __: None, async_op: bool, t: torch.Tensor, peer: int, tag: int) -> Any:
+    """``xccl.irecv`` starts it; the handle's ``wait()`` emits ``xccl.wait`` and copies the result into ``tensor``
+    (whose content is undefined until then, as in eager mode)."""
     received = _chained(g, _X.irecv, t, peer)
     return _P2PWork(g, t, received)
 
 
-def all_gather_into_tensor_uneven(
-    output: torch.Tensor,
-    input: torch.Tensor,
-    output_split_sizes: Sequence[int] | None = None,
-    group: Any = None,
-    async_op: bool = False,
+@_form(S.ALL_GATHER_INTO_TENSOR_UNEVEN)
+def _f_all_gather_uneven(
+    g: GroupInfo, _: bool, __: None, async_op: bool, out: torch.Tensor, inp: torch.Tensor, sizes: list[int] | None
 ) -> Any:
-    """Graph form of :func:`xccl.all_gather_into_tensor_uneven`: ``xccl.all_gather_into_tensor_uneven``."""
-    g = group_info(group)
-    out, inp, sizes = S.ALL_GATHER_INTO_TENSOR_UNEVEN.validate(g, fail, output, input, output_split_sizes)
-    resolve(g.name, C.ALL_GATHER_INTO_TENSOR_UNEVEN, inp.dtype, None)
+    """``xccl.all_gather_into_tensor_uneven``."""
     out.copy_(_chained(g, _X.all_gather_into_tensor_uneven, inp, sizes))
     return _work(async_op)
 
 
-def reduce_scatter_tensor_uneven(
-    output: torch.Tensor,
-    input: torch.Tensor,
-    input_split_sizes: Sequence[int] | None = None,
-    op: Any = SUM,
-    group: Any = None,
-    async_op: bool = False,
+@_form(S.REDUCE_SCATTER_TENSOR_UNEVEN)
+def _f_reduce_scatter_uneven(
+    g: GroupInfo, _: bool, red: str, async_op: bool, out: torch.Tensor, inp: torch.Tensor, sizes: list[int] | None,
+    rop: Any,
 ) -> Any:
-    """Graph form of :func:`xccl.reduce_scatter_tensor_uneven`: ``xccl.reduce_scatter_tensor_uneven``."""
-    g = group_info(group)
-    out, inp, sizes, rop = S.REDUCE_SCATTER_TENSOR_UNEVEN.validate(g, fail, output, input, input_split_sizes, op)
-    red = redop(rop)
-    resolve(g.name, C.REDUCE_SCATTER_TENSOR_UNEVEN, inp.dtype, red)
+    """``xccl.reduce_scatter_tensor_uneven``."""
     out.copy_(_chained(g, _X.reduce_scatter_tensor_uneven, inp, sizes, red))
     return _work(async_op)
 
 
-def all_to_all_v(
-    output: torch.Tensor,
-    input: torch.Tensor,
-    send_count_matrix: Sequence[Sequence[int]],
-    group: Any = None,
-    async_op: bool = False,
+@_form(S.ALL_TO_ALL_V)
+def _f_all_to_all_v(
+    g: GroupInfo, _: bool, __: None, async_op: bool, out: torch.Tensor, inp: torch.Tensor, matrix: list[list[int]]
 ) -> Any:
-    """Graph form of :func:`xccl.all_to_all_v`: ``xccl.all_to_all_v`` with the matrix flattened row-major."""
-    g = group_info(group)
-    out, inp, matrix = S.ALL_TO_ALL_V.validate(g, fail, output, input, send_count_matrix)
-    resolve(g.name, C.ALL_TO_ALL_V, inp.dtype, None)
+    """``xccl.all_to_all_v`` with the matrix flattened row-major."""
     counts = [c for row in matrix for c in row]
     out.copy_(_chained(g, _X.all_to_all_v, inp, counts).view(out.shape))
     return _work(async_op)
