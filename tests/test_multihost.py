@@ -35,6 +35,7 @@ LONG = [pytest.mark.multihost, pytest.mark.slow]
 
 # The program every rank runs. argv[1] is the mode; every result is a JSON file in $XCCL_NETNS_OUT.
 PROGRAM = r'''
+import faulthandler
 import json
 import os
 import socket
@@ -135,6 +136,9 @@ def loop():
             n += 1
             if n == 3:
                 mark("ready")
+                # The faults come now. A rank still looping when the timeout and a grace have passed is hung: its
+                # stacks in the log say where (the test then reports "left no result" with the log).
+                faulthandler.dump_traceback_later(TIMEOUT + 15, exit=False)
     except Exception as exc:
         record(iterations=n, **fault(exc))
         sys.exit(3)
@@ -449,7 +453,7 @@ def test_partition_gives_every_rank_a_typed_error_within_the_timeout(make_hosts,
             problems.append(f"rank {r} saw {d['error_types'][0]} {d['at'] - down:.1f} s after link down")
         if gone.get(r) is None:
             problems.append(f"rank {r}'s process did not exit")
-    assert not problems, "\n".join(problems) + "\n" + report
+    assert not problems, "\n".join(problems) + "\n" + report + "\n" + job.log()
 
 
 # ---------------------------------------------------------------------------------------------- slow host
