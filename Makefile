@@ -7,7 +7,7 @@ PIP    := $(PY) -m pip
 # Plugin distributions that live in this repository (installed editable for tests and simulation).
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
 TEST_PLUGINS := tests/plugins/xccl-testplugins $(dir $(wildcard examples/plugin-template/pyproject.toml))
-PYTEST_ARGS ?= -m "not slow and not gpu"
+PYTEST_ARGS ?= -m "not slow and not gpu" --durations=15
 
 .PHONY: demo test bench lint docs clean
 
