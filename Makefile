@@ -9,7 +9,7 @@ PLUGINS := $(wildcard plugins/*/pyproject.toml)
 TEST_PLUGINS := tests/plugins/xccl-testplugins $(dir $(wildcard examples/plugin-template/pyproject.toml))
 PYTEST_ARGS ?= -m "not slow and not gpu" --durations=15
 
-.PHONY: demo test bench lint docs clean
+.PHONY: demo test bench lint clean
 
 $(VENV)/.core: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ demo: $(VENV)/.core
 ## Run the tests (core, plugins in simulation, conformance), excluding slow and GPU-only ones.
 test: $(VENV)/.test
 	$(PY) -m pytest $(PYTEST_ARGS) tests $(wildcard plugins/*/tests) $(wildcard examples/plugin-template/tests)
+
+## Lint (also run by the tests): ruff over the tree, mypy --strict over the package, the import-layer contract.
+lint: $(VENV)/.test
+	$(PY) -m ruff check xccl xccl_cli.py plugins examples tests benchmarks scripts
+	$(PY) -m mypy xccl
+	$(VENV)/bin/lint-imports
 
 ## Benchmarks (not part of the tests): print tables and write JSON under benchmarks/results/.
 bench: $(VENV)/.test

@@ -62,7 +62,7 @@ class CudaPlugin(Plugin):
             return ProbeResult.unavailable(
                 f"no CUDA device is visible{hint}", "check nvidia-smi and CUDA_VISIBLE_DEVICES", cuda=str(torch.version.cuda)
             )
-        return ProbeResult.ok(cuda=str(torch.version.cuda), devices=str(count), nccl=".".join(map(str, torch.cuda.nccl.version())))
+        return ProbeResult.ok(cuda=str(torch.version.cuda), devices=str(count), nccl=".".join(map(str, torch.cuda.nccl.version())))  # type: ignore[no-untyped-call]
 
     @functools.cache  # noqa: B019 - one plugin object per process; the table is immutable data
     def capabilities(self) -> CapabilityTable:

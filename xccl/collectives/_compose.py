@@ -74,7 +74,7 @@ def take(st: Any, numel: int, like: torch.Tensor) -> Lease:
     return st.scratch.take(numel, like.dtype, like.device)  # type: ignore[no-any-return]
 
 
-def last(call: Call, spec: S.Spec, kargs: Sequence[Any], a: bool, then: Callable[[], None], *leases: Lease) -> Any:
+def last(call: Call, spec: S.Spec, kargs: Sequence[Any], a: bool, then: Callable[[], object], *leases: Lease) -> Any:
     """Run a composition's last building block (asynchronously when ``a``), then ``then`` and give the leases
     back: now, or when the returned handle completes."""
 

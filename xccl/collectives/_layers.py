@@ -104,7 +104,7 @@ def _cast(spec: S.Spec, st: Any, base: Kernel, src: torch.dtype, dst: torch.dtyp
             value = args[i]
             if value is None or not arg.holds_tensors:
                 continue
-            new = _map(value, lambda t, acc=arg.access: convert(t, acc))
+            new = _map(value, partial(convert, access=arg.access))
             args[i] = new
             if arg.access is not S.Access.READ and not by_view:
                 copies.extend(zip(_flat(value), _flat(new), strict=True))

@@ -44,6 +44,7 @@ import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
+from functools import partial
 from typing import Any, Final, final
 
 import torch.distributed as dist
@@ -196,6 +197,12 @@ def look_wait(timeout: _dt.timedelta) -> float:
     return min(_WAIT_MAX, max(_WAIT_MIN, timeout.total_seconds() / 4))
 
 
+def _close_in_child(ref: weakref.ref[Liveness]) -> None:
+    live = ref()
+    if live is not None:
+        live.close()
+
+
 @final
 class Liveness:
     """This rank's liveness port, and what it needs at a fault: the store's address, and the ranks on its host.
@@ -227,7 +234,7 @@ class Liveness:
         self.verdicts: dict[tuple[int, ...], str] = {}
         # A forked child (a DataLoader worker) would keep the port open after this process died: close its copy.
         ref = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: (live := ref()) is not None and live.close())
+        os.register_at_fork(after_in_child=partial(_close_in_child, ref))
 
     def close(self) -> None:
         self.sock.close()

@@ -50,7 +50,7 @@ LOG = logging.getLogger("xccl")
 #: The prefix of xccl's torch.distributed backend names.
 PREFIX: Final = "xccl_"
 _SUM: Final = dist.ReduceOp.SUM
-_PREMUL_SUM: Final = dist.ReduceOp.RedOpType.PREMUL_SUM
+_PREMUL_SUM: Final = dist.ReduceOp.RedOpType.PREMUL_SUM  # type: ignore[attr-defined]
 
 
 def backend_name(runtime: Runtime) -> str:
@@ -147,11 +147,13 @@ class XcclProcessGroup(dist.ProcessGroup):
     # ---------------------------------------------------------------------------------------- the c10d methods
     # Each decodes the c10d call (options structs, group ranks) into the public arguments and dispatches with
     # async_op=True: torch's wrappers wait on the returned Work themselves when the caller did not ask for it.
+    # The signatures are the C++ virtuals' (tensors, opts), which torch.distributed and the trampoline call; torch's
+    # stubs describe the Python convenience overloads of the pybind class instead, hence the ignore[override]s.
 
     def _run(self, spec: S.Spec, *public: Any) -> Any:
         return _returned(dispatch(spec, self, True, *public))
 
-    def allreduce(self, tensors: Any, opts: Any = None) -> Any:
+    def allreduce(self, tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
         """``ProcessGroup.allreduce`` (one tensor; several are an all_reduce_coalesced)."""
         ts = _tensors(tensors)
         op = _op(opts)
@@ -186,9 +188,9 @@ class XcclProcessGroup(dist.ProcessGroup):
         return _all_of([dispatch(S.ALL_GATHER_INTO_TENSOR, self, True, o, i) for o, i in zip(outputs, inputs,
                                                                                             strict=True)])
 
-    all_gather_single_coalesced = allgather_into_tensor_coalesced
+    all_gather_single_coalesced = allgather_into_tensor_coalesced  # type: ignore[assignment]
 
-    def reduce_scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> Any:
+    def reduce_scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
         """``ProcessGroup.reduce_scatter``: ``[output], [[inputs]]``."""
         if isinstance(output_tensors, torch.Tensor):
             return self._run(S.REDUCE_SCATTER, output_tensors, list(input_tensors), _op(opts))
@@ -198,7 +200,7 @@ class XcclProcessGroup(dist.ProcessGroup):
         """``ProcessGroup._reduce_scatter_base``."""
         return self._run(S.REDUCE_SCATTER_TENSOR, output, input, _op(opts))
 
-    reduce_scatter_single = _reduce_scatter_base
+    reduce_scatter_single = _reduce_scatter_base  # type: ignore[assignment]
 
     def reduce_scatter_tensor_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
                                         opts: Any = None) -> Any:
@@ -207,7 +209,7 @@ class XcclProcessGroup(dist.ProcessGroup):
         return _all_of([dispatch(S.REDUCE_SCATTER_TENSOR, self, True, o, i, op)
                         for o, i in zip(outputs, inputs, strict=True)])
 
-    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced  # type: ignore[assignment]
 
     def alltoall(self, output_tensors: Sequence[torch.Tensor], input_tensors: Sequence[torch.Tensor],
                  opts: Any = None) -> Any:
@@ -221,22 +223,22 @@ class XcclProcessGroup(dist.ProcessGroup):
         isz = list(input_split_sizes) or None
         return self._run(S.ALL_TO_ALL_SINGLE, output, input, osz, isz)
 
-    all_to_all_single = alltoall_base
+    all_to_all_single = alltoall_base  # type: ignore[assignment]
 
-    def broadcast(self, tensors: Any, opts: Any = None) -> Any:
+    def broadcast(self, tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
         """``ProcessGroup.broadcast``: the root is a group rank (options, or an int)."""
         return self._run(S.BROADCAST, _tensors(tensors)[0], None, _root(opts))
 
-    def reduce(self, tensors: Any, opts: Any = None) -> Any:
+    def reduce(self, tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
         """``ProcessGroup.reduce``."""
         return self._run(S.REDUCE, _tensors(tensors)[0], None, _op(opts), _root(opts))
 
-    def gather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> Any:
+    def gather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
         """``ProcessGroup.gather``: ``[[outputs]]`` on the root, ``[]`` elsewhere."""
         lst = list(output_tensors[0]) if output_tensors else None
         return self._run(S.GATHER, _tensors(input_tensors)[0], lst, None, _root(opts))
 
-    def scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> Any:
+    def scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
         """``ProcessGroup.scatter``: ``[[inputs]]`` on the root, ``[]`` elsewhere."""
         lst = list(input_tensors[0]) if input_tensors else None
         return self._run(S.SCATTER, _tensors(output_tensors)[0], lst, None, _root(opts))

@@ -345,7 +345,7 @@ def p2p(name: str, what: str, any_source: bool) -> Validator:
 def _tag(fail: Fail, op: str, tag: Any) -> int:
     if not isinstance(tag, int) or isinstance(tag, bool):
         fail(op, f"tag must be an int, got {type(tag).__name__}")
-    return tag  # type: ignore[no-any-return]
+    return tag
 
 
 def _uneven_splits(g: Facts, fail: Fail, name: str, sizes_name: str, sizes: Any, whole: tuple[str, Any],
@@ -362,7 +362,7 @@ def _uneven_splits(g: Facts, fail: Fail, name: str, sizes_name: str, sizes: Any,
     if p.shape[0] != s[g.rank] or p.shape[1:] != w.shape[1:]:
         fail(name, f"{part_name} shape {tuple(p.shape)} does not match {sizes_name}[{g.rank}]={s[g.rank]} "
              f"and {whole_name}'s trailing shape {tuple(w.shape[1:])}")
-    return s  # type: ignore[no-any-return]
+    return s
 
 
 def all_gather_uneven(g: Facts, fail: Fail, out: Any, inp: Any, sizes: Any) -> tuple[Any, ...]:

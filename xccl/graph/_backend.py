@@ -101,7 +101,7 @@ def _custom_pass(previous: Any, fuse: bool = False) -> Any:
     if not passes:
         return previous
 
-    class _XcclPostGradPasses(CustomGraphPass):  # type: ignore[misc]
+    class _XcclPostGradPasses(CustomGraphPass):
         def __call__(self, graph: torch.fx.Graph) -> None:
             if previous is not None:
                 previous(graph)

@@ -96,7 +96,7 @@ def _waited(g: GroupInfo, t: torch.Tensor) -> torch.Tensor:
     scheduler can hoist a later send/recv above this collective: on 2.13, Inductor's reordering did exactly that
     in a graph where one rank sends and its peer receives, and the two ranks deadlocked.
     """
-    out = _F.wait_tensor(t)
+    out: torch.Tensor = _F.wait_tensor(t)
     token = STATE.tokens[g.name]
     token.copy_(_X.order(token, [out.detach()]))
     return out
@@ -140,25 +140,29 @@ def _like(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 def _all_reduce(g: GroupInfo, standard: bool, x: torch.Tensor, red: str) -> torch.Tensor:
     if standard:
         return _like(_waited(g, _F.all_reduce(_real(x), red, g.name)), x)
-    return _chained(g, _X.all_reduce, x, red)
+    out: torch.Tensor = _chained(g, _X.all_reduce, x, red)
+    return out
 
 
 def _all_gather(g: GroupInfo, standard: bool, x: torch.Tensor) -> torch.Tensor:
     if standard:
         return _like(_waited(g, _F.all_gather_into_tensor(_real(x), g.size, g.name)), x)
-    return _chained(g, _X.all_gather_into_tensor, x)
+    out: torch.Tensor = _chained(g, _X.all_gather_into_tensor, x)
+    return out
 
 
 def _reduce_scatter(g: GroupInfo, standard: bool, x: torch.Tensor, red: str) -> torch.Tensor:
     if standard:
         return _like(_waited(g, _F.reduce_scatter_tensor(_real(x), red, g.size, g.name)), x)
-    return _chained(g, _X.reduce_scatter_tensor, x, red)
+    out: torch.Tensor = _chained(g, _X.reduce_scatter_tensor, x, red)
+    return out
 
 
 def _all_to_all(g: GroupInfo, standard: bool, x: torch.Tensor, osz: list[Any], isz: list[Any]) -> torch.Tensor:
     if standard:
         return _like(_waited(g, _F.all_to_all_single(_real(x), osz, isz, g.name)), x)
-    return _chained(g, _X.all_to_all_single, x, osz, isz)
+    out: torch.Tensor = _chained(g, _X.all_to_all_single, x, osz, isz)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------- the forms

@@ -12,7 +12,6 @@ Dynamo re-raises its own ``UserError`` as is but rewraps any other exception as 
 
 from __future__ import annotations
 
-import functools
 from typing import Any, NamedTuple, TypeVar
 
 import torch
@@ -74,13 +73,21 @@ class GroupInfo(NamedTuple):
     dispatches: bool
 
 
-@functools.cache
+#: xccl error class -> its trace-time twin, made once per class.
+_TWINS: dict[type[XcclError], type[XcclError]] = {}
+
+
 def _combined(cls: type[XcclError]) -> type[XcclError]:
+    twin = _TWINS.get(cls)
+    if twin is not None:
+        return twin
     from torch._dynamo.exc import UserError
 
     # UserError first in the bases so that cls's own __init__ chain ends at Exception, not UserError.__init__.
-    return type(cls.__name__, (UserError, cls), {"__module__": cls.__module__, "__qualname__": cls.__qualname__,
-                                                  "__init__": cls.__init__})
+    twin = _TWINS[cls] = type(cls.__name__, (UserError, cls), {"__module__": cls.__module__,
+                                                                "__qualname__": cls.__qualname__,
+                                                                "__init__": cls.__init__})
+    return twin
 
 
 def trace_error(cls: type[XcclError], *args: Any) -> XcclError:
@@ -141,7 +148,7 @@ def default_info() -> GroupInfo:
 @_assume_constant
 def info_by_name(name: str) -> GroupInfo:
     """The :class:`GroupInfo` of the process group called ``name``."""
-    return _info(c10d._resolve_process_group(name))
+    return _info(c10d._resolve_process_group(name))  # type: ignore[arg-type]
 
 
 def group_info(group: Any) -> GroupInfo:
@@ -178,7 +185,7 @@ def resolve(name: str, op: Collective, dtype: torch.dtype | None, reduce_op: str
     Raises:
         UnsupportedCollective: the table says unsupported, or emulated under the ``"error"`` fallback policy.
     """
-    pg = c10d._resolve_process_group(name)
+    pg = c10d._resolve_process_group(name)  # type: ignore[arg-type]
     table, _, fallback = _table_of(pg)
     try:
         res = table.require(

@@ -34,7 +34,7 @@ NS: Final = "xccl"
 
 
 def _pg(name: str) -> Any:
-    return c10d._resolve_process_group(name)
+    return c10d._resolve_process_group(name)  # type: ignore[arg-type]
 
 
 def _next(token: torch.Tensor) -> torch.Tensor:

@@ -47,14 +47,14 @@ def _size(group: Any) -> int:
 
 class _AllReduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, op: Any, group: Any) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: torch.Tensor, op: Any, group: Any) -> torch.Tensor:
         ctx.op, ctx.group = op, group
         out = x.contiguous().clone()
         dispatch(S.ALL_REDUCE, group, False, out, op)
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         g = grad.contiguous().clone()
         dispatch(S.ALL_REDUCE, ctx.group, False, g, ctx.op)
         return g, None, None
@@ -62,7 +62,7 @@ class _AllReduce(torch.autograd.Function):
 
 class _AllGather(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:
         ctx.group = group
         n = _size(group)
         out = x.new_empty((x.shape[0] * n, *x.shape[1:]))
@@ -70,7 +70,7 @@ class _AllGather(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         n = _size(ctx.group)
         out = grad.new_empty((grad.shape[0] // n, *grad.shape[1:]))
         dispatch(S.REDUCE_SCATTER_TENSOR, ctx.group, False, out, grad.contiguous(), SUM)
@@ -79,7 +79,7 @@ class _AllGather(torch.autograd.Function):
 
 class _ReduceScatter(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:
         ctx.group = group
         n = _size(group)
         out = x.new_empty((x.shape[0] // n, *x.shape[1:]))
@@ -87,7 +87,7 @@ class _ReduceScatter(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         n = _size(ctx.group)
         out = grad.new_empty((grad.shape[0] * n, *grad.shape[1:]))
         dispatch(S.ALL_GATHER_INTO_TENSOR, ctx.group, False, out, grad.contiguous())
@@ -112,7 +112,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = SUM, group: Any = None) -> torch.
     name = redop(op)
     if name not in ("sum", "avg"):
         raise InvalidArgument("functional.all_reduce", f"reduce op {name!r} is not differentiable; use sum or avg")
-    return _AllReduce.apply(tensor, op, group)  # type: ignore[no-any-return]
+    return _AllReduce.apply(tensor, op, group)  # type: ignore[no-any-return,no-untyped-call]
 
 
 def _all_reduce_graph(tensor: torch.Tensor, op: Any, group: Any) -> torch.Tensor:
@@ -132,7 +132,7 @@ def all_gather_into_tensor(tensor: torch.Tensor, group: Any = None) -> torch.Ten
         g = group_info(group)
         native = _differentiable(resolve(g.name, C.ALL_GATHER_INTO_TENSOR, tensor.dtype, None), "all_gather_into_tensor")
         return _all_gather(g, native, tensor)
-    return _AllGather.apply(tensor, group)  # type: ignore[no-any-return]
+    return _AllGather.apply(tensor, group)  # type: ignore[no-any-return,no-untyped-call]
 
 
 def reduce_scatter_tensor(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
@@ -141,4 +141,4 @@ def reduce_scatter_tensor(tensor: torch.Tensor, group: Any = None) -> torch.Tens
         g = group_info(group)
         native = _differentiable(resolve(g.name, C.REDUCE_SCATTER_TENSOR, tensor.dtype, "sum"), "reduce_scatter_tensor")
         return _reduce_scatter(g, native, tensor, "sum")
-    return _ReduceScatter.apply(tensor, group)  # type: ignore[no-any-return]
+    return _ReduceScatter.apply(tensor, group)  # type: ignore[no-any-return,no-untyped-call]

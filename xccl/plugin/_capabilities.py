@@ -249,7 +249,9 @@ class CapabilityTable:
             if blocked is not None:
                 return Resolution(Level.UNSUPPORTED, reason=blocked)
         res = Resolution(level, via=via, reason="; ".join(reasons) or sup.note, cast=cast, avg_via_sum=avg)
-        redop = BOOL_REDUCE_AS.get(reduce_op, reduce_op) if cast is not None and dtype == torch.bool else reduce_op
+        redop = reduce_op
+        if cast is not None and dtype == torch.bool and reduce_op is not None:
+            redop = BOOL_REDUCE_AS.get(reduce_op, reduce_op)
         for p in sup.prefer:  # the first that applies and whose building blocks can run this call shape
             if p.applies(nbytes, world_size) and not self._blocked(op, p.via, cast or dtype, "sum" if avg else redop,
                                                                    world_size):

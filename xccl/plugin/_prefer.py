@@ -16,7 +16,7 @@ rank; ``all_to_all_single`` with split sizes) may carry only preferences without
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, final
 
@@ -47,7 +47,7 @@ class Prefer:
     #: Agreed size, in bytes, from which it no longer applies; ``None``: no upper bound.
     max_bytes: int | None = None
     #: World sizes on which it applies (any iterable of ints; stored as a frozenset); ``None``: any.
-    world_sizes: frozenset[int] | None = None
+    world_sizes: Collection[int] | None = None
     #: The measurement that shows it: a benchmark and its figure, for ``xccl caps`` and the docs.
     why: str = ""
 

@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, final
+from typing import Any, Final, final
 
 from ..errors import BackendNotFound, BackendUnavailable, InitError
 from ._contract import PLUGIN_API_VERSION, Plugin, ProbeResult
@@ -85,7 +85,7 @@ class Registry:
     @classmethod
     def from_plugins(cls, *plugins: Plugin) -> Registry:
         """A registry of the given plugin objects, no entry points involved."""
-        return cls([(p.name, type(p).__qualname__, "", (lambda p=p: p)) for p in plugins])
+        return cls([(p.name, type(p).__qualname__, "", _loaded(p)) for p in plugins])
 
     def _discover(self) -> list[tuple[str, str, str, Callable[[], object]]]:
         if self._loaders is not None:
@@ -99,9 +99,9 @@ class Registry:
             # and message are kept (see _ImportFailed for why not the exception itself).
             failed.append((getattr(ep, "name", "?"), getattr(ep, "value", "?"), _raiser(exc)))
 
-        mgr = ExtensionManager(NAMESPACE, invoke_on_load=False, on_load_failure_callback=on_failure)
+        mgr: Any = ExtensionManager(NAMESPACE, invoke_on_load=False, on_load_failure_callback=on_failure)
         out: list[tuple[str, str, str, Callable[[], object]]] = [
-            (ext.name, ext.entry_point.value, _distribution_of(ext.entry_point.value), (lambda o=ext.plugin: o))
+            (ext.name, ext.entry_point.value, _distribution_of(ext.entry_point.value), _loaded(ext.plugin))
             for ext in mgr
         ]
         for name, target, load in failed:
@@ -229,6 +229,11 @@ class _ImportFailed(Exception):
     def __init__(self, type_name: str, message: str) -> None:
         self.type_name = type_name
         super().__init__(message)
+
+
+def _loaded(obj: object) -> Callable[[], object]:
+    """A loader for an object already at hand (a given plugin, or what stevedore imported)."""
+    return lambda: obj
 
 
 def _raiser(exc: BaseException) -> Callable[[], object]:

@@ -135,7 +135,7 @@ def reduce_op_name(op: object) -> str:
     a name (``"sum"``), DeepSpeed's ``ReduceOp`` enum (its member names are torch's), or a c10d options struct
     carrying one (``AllreduceOptions``: its ``reduceOp``).
     """
-    name = _REDOP_NAMES.get(op)  # type: ignore[call-overload]
+    name = _REDOP_NAMES.get(op)
     if name is not None:
         return name
     if isinstance(op, str):

@@ -33,7 +33,7 @@ class Work(dist.Work):
     __slots__ = ("_done", "_error", "_result", "_then", "_works")
 
     def __init__(
-        self, works: Sequence[Any] = (), then: Callable[[], None] | None = None, result: Sequence[torch.Tensor] = ()
+        self, works: Sequence[Any] = (), then: Callable[[], object] | None = None, result: Sequence[torch.Tensor] = ()
     ) -> None:
         super().__init__()
         self._works = [w for w in works if w is not None]
@@ -104,7 +104,7 @@ class Work(dist.Work):
         return fut
 
 
-def finish(work: Any, async_op: bool, then: Callable[[], None] | None = None) -> Any:
+def finish(work: Any, async_op: bool, then: Callable[[], object] | None = None) -> Any:
     """Complete a composed collective: run ``then`` now (sync) or hand back a :class:`Work` that runs it on
     ``wait`` (async). ``work`` is the inner collective's handle, or None when it already completed."""
     if async_op:

@@ -125,7 +125,7 @@ def _progress(path: str | None, what: str) -> Iterator[None]:
 
 
 def _table() -> CapabilityTable:
-    return xccl.capabilities(xccl.get_world().plugin)  # type: ignore[no-any-return]
+    return xccl.capabilities(xccl.get_world().plugin)
 
 
 def _report() -> dict[str, list[str]]:

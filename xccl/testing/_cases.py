@@ -113,7 +113,7 @@ def reduce_op(name: str) -> Any:
     import torch.distributed as dist
 
     if name == "premul_sum":
-        return dist._make_nccl_premul_sum(PREMUL)  # type: ignore[attr-defined]
+        return dist._make_nccl_premul_sum(PREMUL)
     return getattr(dist.ReduceOp, name.upper())
 
 

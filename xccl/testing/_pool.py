@@ -165,7 +165,7 @@ class RankPool:
         self._results = ctx.Queue()
         self._tasks = [ctx.Queue() for _ in range(self.world_size)]
         self._procs = [
-            ctx.Process(
+            ctx.Process(  # type: ignore[attr-defined]
                 target=_worker,
                 args=(r, self.world_size, port, self.init_kwargs, self.env, self._tasks[r], self._results),
                 daemon=True,

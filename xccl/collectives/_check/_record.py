@@ -214,7 +214,7 @@ class Recorder:
     def record(self, fp: F.Fp) -> int:
         """Record a call (what the hot path does inline); returns its step."""
         st = self.st
-        seq = st.seq
+        seq: int = st.seq
         self.ring[seq & RMASK] = fp
         st.seq = seq + 1  # after the ring write: a reader that sees the step sees its entry
         return seq

@@ -61,12 +61,12 @@ def all_reduce(st: Any, tensor: Any, op: Any, kernel: Any, async_op: bool) -> An
         fp = None if rec is None else rec.fps.get((tensor.dtype, tensor.shape, op))
         if fp is not None:
             seq = st.seq
-            rec.ring[seq & RMASK] = fp  # type: ignore[union-attr]
+            rec.ring[seq & RMASK] = fp
             st.seq = seq + 1
             if not seq & CPMASK:
                 det.wake.set()  # let the thread hash long before the ring laps
             if async_op:
-                return _issue(det, rec, kernel, (tensor, op), seq, fp, "all_reduce", True)  # type: ignore[arg-type]
+                return _issue(det, rec, kernel, (tensor, op), seq, fp, "all_reduce", True)
             # _issue, inlined for the synchronous call: the path every training step takes.
             work = None
             try:
@@ -74,7 +74,7 @@ def all_reduce(st: Any, tensor: Any, op: Any, kernel: Any, async_op: bool) -> An
                 if work is not None:
                     work.wait(det.piece)
             except RuntimeError as exc:
-                _slow(det, rec, work, exc, seq, fp)  # type: ignore[arg-type]
+                _slow(det, rec, work, exc, seq, fp)
             except TypeError:  # a handle whose wait() takes no timeout
                 _finish(det, rec, work, seq, "all_reduce", _monotonic())
             return None

@@ -25,7 +25,7 @@ COMMANDS = {
 
 
 def _modules() -> dict[str, object]:
-    mods = {}
+    mods: dict[str, object] = {}
     for name, mod in COMMANDS.items():
         try:
             mods[name] = importlib.import_module(f"xccl.tools.cli.{mod}")

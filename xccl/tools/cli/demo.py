@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(free_port())
-    mp.start_processes(_rank_main, args=(args,), nprocs=args.nproc, join=True, start_method="spawn")
+    mp.start_processes(  # type: ignore[no-untyped-call]
+        _rank_main, args=(args,), nprocs=args.nproc, join=True, start_method="spawn")
     return 0
 
 
@@ -119,7 +120,7 @@ def _train(world: Any, args: argparse.Namespace) -> None:
         if rank == 0:
             ref_opt.zero_grad()
             ref = F.mse_loss(F.gelu(x @ ref_w[0]) @ ref_w[1], target)
-            ref.backward()
+            ref.backward()  # type: ignore[no-untyped-call]
             ref_opt.step()
             diff = abs(float(ref.detach()) - float(loss))
             slowest = max(float(t) for t in times) * 1e3
