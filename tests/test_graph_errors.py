@@ -135,3 +135,12 @@ def test_the_graph_copies_drifts_are_gone(pool: RankPool) -> None:
         assert r["a2a-key"] == "all_to_all_single_uneven", r
     # rank 0 receives 1 element from each rank, rank 1 two from rank 1 and one from rank 0.
     assert outs[0]["a2a-values"] == "[0.0, 0.0]" and outs[1]["a2a-values"] == "[1.0, 1.0, 2.0]"
+
+
+def test_every_spec_has_exactly_one_graph_form() -> None:
+    """``graph._forms.run`` looks the form up by spec name: every public collective's spec must have one."""
+    from xccl.collectives import _specs as S
+    from xccl.graph import _forms
+
+    names = {s.name for s in S.SPECS.values()} | {S.ISEND.name, S.IRECV.name}
+    assert set(_forms._FORMS) == names

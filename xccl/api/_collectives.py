@@ -388,8 +388,9 @@ def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None, t
         group: the process group (``None``: the world).
         async_op: return a work handle instead of waiting.
         device_ids: accepted for torch.distributed's signature; unused (xccl's group knows its device).
-        timeout: a ``datetime.timedelta`` bounding this barrier's wait, where it is shorter than the collective
-            timeout (``xccl.init(timeout=...)``); an asynchronous barrier's handle takes it in ``wait(timeout)``.
+        timeout: a ``datetime.timedelta`` bounding this barrier's wait in eager mode, where it is shorter than the
+            collective timeout (``xccl.init(timeout=...)``); an asynchronous barrier's handle takes it in
+            ``wait(timeout)``. A compiled barrier waits as the graph runs, under the collective timeout.
 
     Returns:
         A work handle when ``async_op``, else None.

@@ -40,7 +40,10 @@ def send(tensor: torch.Tensor, dst: int | None = None, group: Any = None, tag: i
         if rank == 0:
             xccl.send(torch.ones(2), dst=1)
     """
-    (G.run if _compiling() else dispatch)(S.SEND, group, False, tensor, dst, tag, group_dst)
+    if _compiling():
+        G.run(S.SEND, group, False, tensor, dst, tag, group_dst)
+    else:
+        dispatch(S.SEND, group, False, tensor, dst, tag, group_dst)
 
 
 def recv(tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: int = 0, group_src: int | None = None) -> int:

@@ -2,9 +2,9 @@
 
 Each patched function is replaced by a wrapper that calls the original unchanged in eager mode and, while
 ``torch.compile`` traces, xccl's function of the same name and signature, which traces to the collective's graph
-form (``xccl.graph._forms``). Dynamo inlines the wrapper, so broadcast,
-reduce, gather, scatter, barrier and send/recv (which break the graph in torch 2.13) and
-``deepspeed.comm.all_reduce`` (behind DeepSpeed's ``timed_op`` wrapper) compile without a break. The patch
+form (``xccl.graph._forms``). Dynamo inlines the wrapper, so broadcast, reduce, gather, scatter, barrier and
+send/recv (which break the graph in torch 2.13) and ``deepspeed.comm.all_reduce`` (behind DeepSpeed's
+``timed_op`` wrapper) compile without a break. The patch
 replaces module attributes, so it reaches code that looks the function up at call time
 (``dist.all_reduce(...)``), not a name imported before the patch (``from torch.distributed import
 all_reduce``). PyTorch's own remap table (``traceable_collective_remaps``) is left alone.
