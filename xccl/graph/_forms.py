@@ -176,10 +176,9 @@ Form = Callable[..., Any]
 _FORMS: Final[dict[str, tuple[Form, bool]]] = {}
 
 
-def _form(*specs: S.Spec, resolves: bool = True) -> Callable[[Form], Form]:
+def _form(spec: S.Spec, resolves: bool = True) -> Callable[[Form], Form]:
     def register(fn: Form) -> Form:
-        for spec in specs:
-            _FORMS[spec.name] = (fn, resolves)
+        _FORMS[spec.name] = (fn, resolves)
         return fn
 
     return register

@@ -12,6 +12,7 @@ Dynamo re-raises its own ``UserError`` as is but rewraps any other exception as 
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple, TypeVar
 
 import torch
@@ -73,28 +74,21 @@ class GroupInfo(NamedTuple):
     dispatches: bool
 
 
-#: xccl error class -> its trace-time twin, made once per class.
-_TWINS: dict[type[XcclError], type[XcclError]] = {}
-
-
+@functools.cache
 def _combined(cls: type[XcclError]) -> type[XcclError]:
-    twin = _TWINS.get(cls)
-    if twin is not None:
-        return twin
     from torch._dynamo.exc import UserError
 
     # UserError first in the bases so that cls's own __init__ chain ends at Exception, not UserError.__init__.
-    twin = _TWINS[cls] = type(cls.__name__, (UserError, cls), {"__module__": cls.__module__,
-                                                                "__qualname__": cls.__qualname__,
-                                                                "__init__": cls.__init__})
-    return twin
+    return type(cls.__name__, (UserError, cls), {"__module__": cls.__module__, "__qualname__": cls.__qualname__,
+                                                  "__init__": cls.__init__})
 
 
 def trace_error(cls: type[XcclError], *args: Any) -> XcclError:
     """An instance of ``cls(*args)`` that Dynamo re-raises unchanged (still ``isinstance(e, cls)``)."""
     from torch._dynamo.exc import UserErrorType
 
-    exc = _combined(cls)(*args)
+    # mypy reads a class's __hash__ as the unbound instance method and calls the class unhashable; classes hash.
+    exc = _combined(cls)(*args)  # type: ignore[arg-type]
     # The attributes UserError.__init__ would have set; Dynamo reads them when it re-raises.
     exc.error_type = UserErrorType.INVALID_INPUT  # type: ignore[attr-defined]
     exc.msg = str(exc)  # type: ignore[attr-defined]
