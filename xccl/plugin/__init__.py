@@ -18,6 +18,9 @@ What is here, by concern:
   composition, by size and world size), :data:`PORTABLE` (the emulations any backend gets),
   :func:`graph_entries` (a graph column for plugins without converters), reduce-op names;
 * discovery: :class:`Registry`, :class:`PluginInfo`, :class:`Status`, :func:`plugins`;
+* the vendor's run-time behaviour as data (:class:`VendorRuntime`: :class:`Completion`, :class:`Watchdog` and
+  :class:`ErrorHandling`, :class:`LazyConnect`, :class:`CommMemory`, :class:`TorchPatch`), which xccl acts on and
+  the simulation reproduces;
 * the CPU simulation: :class:`SimProfile` and the simulated process group;
 * rank tables: :class:`RankTableFormat` (a plugin's format for ``xccl rank-table``), the JSON reading kit that
   reports every defect as a :class:`~xccl.RankTableError` with its JSON path;
@@ -100,6 +103,7 @@ from ._sim import (
     register_simulated_backend,
     simulated_backend_of,
 )
+from ._vendor_runtime import CommMemory, Completion, ErrorHandling, LazyConnect, TorchPatch, VendorRuntime, Watchdog
 from ._work import Work, finish
 
 __all__ = [
@@ -122,12 +126,16 @@ __all__ = [
     "AllToAllVKernel",
     "BackendUnavailable",
     "CapabilityTable",
+    "CommMemory",
+    "Completion",
     "Collective",
     "CollectiveKernel",
     "ConstraintViolation",
+    "ErrorHandling",
     "InitError",
     "InvalidArgument",
     "KernelContext",
+    "LazyConnect",
     "Level",
     "MMAllReduceKernel",
     "MMReduceScatterKernel",
@@ -147,9 +155,12 @@ __all__ = [
     "StrPath",
     "Status",
     "Support",
+    "TorchPatch",
     "UnevenAllGatherKernel",
     "UnevenReduceScatterKernel",
     "UnsupportedCollective",
+    "VendorRuntime",
+    "Watchdog",
     "Work",
     "XcclError",
     "any_string",

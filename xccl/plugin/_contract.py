@@ -7,7 +7,8 @@ no vendor SDK: identity, a cheap :meth:`Plugin.probe`, and the capability table.
 
 The split, by concern:
 
-* :class:`Plugin` - identity, probe, capability table, simulation profile (all cheap).
+* :class:`Plugin` - identity, probe, capability table, the vendor's run-time behaviour, simulation profile (all
+  cheap, all data).
 * :class:`Runtime` - device setup, process-group options, communicator names, native kernels beyond
   ``torch.distributed``, graph converters. The base class is plain ``torch.distributed`` with working defaults,
   so a vendor overrides only what differs.
@@ -26,6 +27,7 @@ import torch
 from ._capabilities import CapabilityTable, Collective
 from ._native_groups import create_native_group
 from ._ranktable import RankTableFormat
+from ._vendor_runtime import PLAIN, VendorRuntime
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -97,6 +99,12 @@ class Plugin:
     def simulation(self) -> SimProfile | None:
         """The profile the CPU simulation enforces, or None when the plugin cannot be simulated."""
         return None
+
+    def vendor_runtime(self) -> VendorRuntime:
+        """What the vendor's SDK does at run time (completion, watchdog, lazy connect, memory per communicator,
+        patches of ``torch.distributed``): data, cheap like :meth:`capabilities`. xccl acts on it on the hardware
+        and the simulation reproduces it (:mod:`xccl.plugin._vendor_runtime`). Default: plain torch.distributed."""
+        return PLAIN
 
     def runtime(self, *, simulate: bool) -> Runtime:
         """Build the runtime once this plugin is selected; may import the SDK unless ``simulate``."""
