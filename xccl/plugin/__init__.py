@@ -18,6 +18,8 @@ What is here, by concern:
   composition, by size and world size), :data:`PORTABLE` (the emulations any backend gets),
   :func:`graph_entries` (a graph column for plugins without converters), reduce-op names;
 * discovery: :class:`Registry`, :class:`PluginInfo`, :class:`Status`, :func:`plugins`;
+* the job: :func:`job_env` returns a :class:`JobEnv` (rank, world size, local rank and size, node, rendezvous
+  address and which launcher said so: torchrun, Slurm, LSF, Kubeflow, MPI), for plugins that need the job's shape;
 * the CPU simulation: :class:`SimProfile` and the simulated process group;
 * rank tables: :class:`RankTableFormat` (a plugin's format for ``xccl rank-table``), the JSON reading kit that
   reports every defect as a :class:`~xccl.RankTableError` with its JSON path;
@@ -57,6 +59,7 @@ from ._capabilities import (
 from ._contract import PLUGIN_API_VERSION, Plugin, ProbeResult, Runtime
 from ._entries import PORTABLE
 from ._graph_column import GRAPH_FORMS, graph_entries
+from ._jobenv import JobEnv, job_env
 from ._kernels import (
     KERNEL_SIGNATURES,
     AllGatherMMKernel,
@@ -127,6 +130,7 @@ __all__ = [
     "ConstraintViolation",
     "InitError",
     "InvalidArgument",
+    "JobEnv",
     "KernelContext",
     "Level",
     "MMAllReduceKernel",
@@ -164,6 +168,7 @@ __all__ = [
     "finish",
     "graph_entries",
     "is_ipv4",
+    "job_env",
     "json_type",
     "kernel_problems",
     "kernels_problems",

@@ -47,7 +47,7 @@ from ..collectives._liveness import (
     route_address,
 )
 from ..errors import InitError, RendezvousTimeout
-from ._env import env_int
+from ..plugin._jobenv import JobEnv, job_env
 
 __all__ = ["Endpoint", "check_world", "facts_of", "open_store", "rendezvous"]
 
@@ -102,9 +102,11 @@ def _xccl_version() -> str:
 
 def facts_of(
     rank: int, size: int, local_rank: int, plugin: str, backend: str, simulate: bool, check: bool, fallback: str,
-    endpoint: Endpoint | None, port: int,
+    endpoint: Endpoint | None, port: int, job: JobEnv | None = None,
 ) -> Facts:
-    """This rank's Facts; ``port`` is its liveness port (0: none)."""
+    """This rank's Facts; ``port`` is its liveness port (0: none); ``job``: the launcher's (default
+    :func:`~xccl.plugin.job_env`)."""
+    job = job_env() if job is None else job
     addr = ""
     if endpoint is not None:
         try:
@@ -113,8 +115,7 @@ def facts_of(
             addr = ""
     return Facts(
         rank=rank, world_size=size, local_rank=local_rank,
-        local_world_size=_or_none(env_int(("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"), "ranks on this node")),
-        node=_or_none(env_int(("GROUP_RANK",), "this node's rank")),
+        local_world_size=_or_none(job.local_world_size), node=_or_none(job.node_rank),
         plugin=plugin, backend=backend, simulate=simulate, check=check, fallback=fallback, xccl=_xccl_version(),
         torch=torch.__version__.split("+")[0], host=socket.gethostname(), addr=addr, port=port, pid=os.getpid(),
     )
@@ -305,7 +306,7 @@ def _missing(s: Any, facts: Facts, endpoint: Endpoint | None, waited: float) -> 
 
 def rendezvous(
     url: str, rank: int, size: int, local_rank: int, timeout: _dt.timedelta, *, plugin: str, backend: str,
-    simulate: bool, check: bool, fallback: str, started: float,
+    simulate: bool, check: bool, fallback: str, started: float, job: JobEnv | None = None,
 ) -> tuple[Any, Liveness | None]:
     """The store for ``init_process_group`` once every rank has arrived and agrees, and this rank's
     :class:`~xccl.collectives._liveness.Liveness` (None for a world of one, or a store xccl did not make).
@@ -324,7 +325,7 @@ def rendezvous(
         sock = None  # no liveness port: faults will not name the lost ranks, everything else works
     try:
         port = sock.getsockname()[1] if sock is not None else 0
-        facts = facts_of(rank, size, local_rank, plugin, backend, simulate, check, fallback, endpoint, port)
+        facts = facts_of(rank, size, local_rank, plugin, backend, simulate, check, fallback, endpoint, port, job)
         prefix, peers = check_world(store, facts, endpoint, started, started + timeout.total_seconds())
     except BaseException:
         if sock is not None:
