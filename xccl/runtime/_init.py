@@ -193,7 +193,9 @@ def init(
         world = _create_world(vendor, rank, world_size, local_rank, init_method, timeout, simulate, fallback, check,
                               registry or default_registry())
     STATE.world, STATE.args = world, args
+    t = time.perf_counter()
     STATE.default = state_of(dist.group.WORLD)
+    STATE.lap("group state", t)
     return world
 
 
@@ -201,17 +203,23 @@ def _create_world(
     vendor: str, rank: int | None, world_size: int | None, local_rank: int | None, init_method: str | None,
     timeout: _dt.timedelta | float | None, simulate: bool | None, fallback: Fallback, check: bool, registry: Registry,
 ) -> World:
+    STATE.phases.clear()
+    t = time.perf_counter()
     job = job_env()
     rank_, size, local, _ = resolve_ranks(rank, world_size, local_rank, job)
     tmo = timeout_of(timeout)
+    t = STATE.lap("launcher variables", t)
     plugin, sim = _select(vendor, simulate, registry)
+    t = STATE.lap("plugin discovery", t)
     runtime = plugin.runtime(simulate=sim)
     name = _prepare(runtime, fallback, check)
+    t = STATE.lap("runtime and backend registration", t)
     device = runtime.setup_device(local)
     kwargs: dict[str, Any] = {"rank": rank_, "world_size": size, "timeout": tmo}
     options = runtime.process_group_options(None)
     if options is not None:
         kwargs["pg_options"] = options
+    t = STATE.lap("device setup", t)
     started = time.monotonic()
     live = None
     try:
@@ -222,7 +230,9 @@ def _create_world(
             kwargs["store"], live = rendezvous(
                 init_method or env_init_method(job), rank_, size, local, tmo, plugin=plugin.name,
                 backend=runtime.backend, simulate=sim, check=check, fallback=fallback, started=started, job=job)
+        t = time.perf_counter()
         dist.init_process_group(backend=name, **kwargs)
+        STATE.lap("process group", t)
     except XcclError:
         close_quietly(live)
         STATE.reset()

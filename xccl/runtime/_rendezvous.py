@@ -46,6 +46,7 @@ from ..collectives._liveness import (
     parse_lines,
     route_address,
 )
+from ..collectives._state import STATE
 from ..errors import InitError, RendezvousTimeout
 from ..plugin._jobenv import JobEnv, job_env
 
@@ -315,7 +316,9 @@ def rendezvous(
         InitError, RendezvousTimeout: see :func:`check_world`.
         RuntimeError: the store could not be made (``rendezvous_error`` explains it).
     """
+    t = time.perf_counter()
     store, endpoint = open_store(url, rank, size, timeout)
+    t = STATE.lap("store", t)
     if endpoint is None or size == 1:
         return store, None
     try:
@@ -323,6 +326,7 @@ def rendezvous(
         sock = open_port(family)
     except OSError:
         sock = None  # no liveness port: faults will not name the lost ranks, everything else works
+    t = STATE.lap("liveness port", t)
     try:
         port = sock.getsockname()[1] if sock is not None else 0
         facts = facts_of(rank, size, local_rank, plugin, backend, simulate, check, fallback, endpoint, port, job)
@@ -331,6 +335,7 @@ def rendezvous(
         if sock is not None:
             sock.close()
         raise
+    STATE.lap("world check", t)
     if sock is None:
         return store, None
     return store, Liveness(sock, rank, (endpoint.addr, endpoint.port), prefix, endpoint.hosted_by, peers,
