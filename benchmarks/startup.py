@@ -4,8 +4,9 @@ For each plugin (cpu, simulated Sophgo, simulated Ascend) and world size, ``size
 a server that has imported torch and xccl (so the figures start *after* ``import``, as the issue measured), all
 released at once; each rank times, from its release to the end of its first barrier, either
 ``xccl.init(...)`` + ``xccl.barrier()`` or ``dist.init_process_group("gloo")`` + ``dist.barrier()``. A launch's
-time is its slowest rank's (the job can start when the last rank can); the table gives the median over
-``--repeat`` launches of each, the two kinds interleaved so a busy machine weighs on both alike, and ``extra`` =
+time is its slowest rank's (the job can start when the last rank can); CPU is a rank's own CPU time over the same
+span (all its threads, mean over ranks), the figure a busy shared machine distorts least; the table gives the
+median over ``--repeat`` launches of each, the two kinds interleaved so a busy machine weighs on both alike, and ``extra`` =
 xccl's median minus torch's (goal: at most 0.1 s at every size).
 
 The breakdown is the mean over ranks and launches of ``xccl.collectives._state.STATE.phases`` (what ``xccl.init``
@@ -75,14 +76,18 @@ def _rank(rank: int, size: int, port: int, vendor: str, kind: str, go: Any, out:
     import xccl
 
     torch.set_num_threads(1)
+    expect = os.environ.get("XCCL_STARTUP_TREE")
+    if expect and not str(Path(xccl.__file__).resolve()).startswith(expect):
+        out.put((rank, False, f"measuring the xccl at {xccl.__file__}, not the one of {expect}", {}))
+        return
     go.wait(120)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     phases: dict[str, float] = {}
     try:
         if kind == "torch":
             dist.init_process_group("gloo")
             dist.barrier()
-            total = time.perf_counter() - t0
+            total, cpu = time.perf_counter() - t0, time.process_time() - c0
         else:
             init = xccl.init  # the lazy import of the runtime
             t1 = time.perf_counter()
@@ -94,7 +99,7 @@ def _rank(rank: int, size: int, port: int, vendor: str, kind: str, go: Any, out:
             barrier = xccl.barrier  # the lazy import of the public collectives
             t3 = time.perf_counter()
             barrier()
-            total = time.perf_counter() - t0
+            total, cpu = time.perf_counter() - t0, time.process_time() - c0
             from xccl.collectives._state import STATE
 
             recorded: dict[str, float] = getattr(STATE, "phases", {})  # an xccl from before the phases: none
@@ -104,6 +109,7 @@ def _rank(rank: int, size: int, port: int, vendor: str, kind: str, go: Any, out:
             if "process group" in phases:
                 phases["process group"] -= inner
             phases["other init"] = (t2 - t1) - sum(recorded.values()) + inner
+        phases["cpu"] = cpu
         out.put((rank, True, total, phases))
     except Exception as exc:  # reported to the parent
         out.put((rank, False, f"{type(exc).__name__}: {exc}", {}))
@@ -156,14 +162,16 @@ def run(sizes: list[int], vendors: list[str], repeat: int, pycache: Path) -> dic
     rows = []
     for size in sizes:
         for vendor in vendors:
-            times: dict[str, list[float]] = {"torch": [], "xccl": []}
+            times: dict[str, list[float]] = {"torch": [], "xccl": [], "torch_cpu": [], "xccl_cpu": []}
             phases: dict[str, float] = {}
             for _ in range(repeat):
                 for kind in ("torch", "xccl"):
                     t, ph = launch(ctx, size, vendor, kind)
                     times[kind].append(t)
-                    for k, v in ph.items():
-                        phases[k] = phases.get(k, 0.0) + v / repeat
+                    times[f"{kind}_cpu"].append(ph.pop("cpu"))
+                    if kind == "xccl":
+                        for k, v in ph.items():
+                            phases[k] = phases.get(k, 0.0) + v / repeat
             rows.append({"vendor": vendor, "size": size, "runs": times, "phases": phases})
             print(f"  {vendor} x{size}: torch {statistics.median(times['torch']):.3f} s, xccl "
                   f"{statistics.median(times['xccl']):.3f} s", file=sys.stderr, flush=True)
@@ -173,11 +181,15 @@ def run(sizes: list[int], vendors: list[str], repeat: int, pycache: Path) -> dic
 def table(doc: dict[str, Any]) -> str:
     """The results as a Markdown table, then the breakdown of xccl's time per phase (ms)."""
     labels = doc["labels"]
-    head = " | ".join(f"xccl {lb} (s) | extra {lb} (s)" if lb else "xccl (s) | extra (s)" for lb in labels)
-    lines = [f"| plugin | ranks | torch (s) | {head} |", "|---|---:|---:|" + "---:|---:|" * len(labels)]
+    sfx = [f" {lb}" if lb else "" for lb in labels]
+    head = " | ".join(f"xccl{x} (s) | extra{x} (s)" for x in sfx)
+    cpu_head = " | ".join(f"xccl{x} CPU (s)" for x in sfx)
+    lines = [f"| plugin | ranks | torch (s) | {head} | torch CPU (s) | {cpu_head} |",
+             "|---|---:|---:|" + "---:|---:|" * len(labels) + "---:|" + "---:|" * len(labels)]
     for r in doc["rows"]:
         cells = " | ".join(f"{r['xccl_s'][lb]:.3f} | {r['xccl_s'][lb] - r['torch_s']:+.3f}" for lb in labels)
-        lines.append(f"| {r['vendor']} | {r['size']} | {r['torch_s']:.3f} | {cells} |")
+        cpu = " | ".join(f"{r['xccl_cpu_s'][lb]:.3f}" for lb in labels)
+        lines.append(f"| {r['vendor']} | {r['size']} | {r['torch_s']:.3f} | {cells} | {r['torch_cpu_s']:.3f} | {cpu} |")
     lb = labels[-1]
     names: list[str] = []
     for r in doc["rows"]:
@@ -196,9 +208,12 @@ def merge(docs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     for label, runs in docs.items():
         for doc in runs:
             for r in doc["rows"]:
-                c = cells.setdefault((r["vendor"], r["size"]), {"torch": [], "xccl": {}, "phases": {}})
+                c = cells.setdefault((r["vendor"], r["size"]),
+                                     {"torch": [], "xccl": {}, "torch_cpu": [], "xccl_cpu": {}, "phases": {}})
                 c["torch"] += r["runs"]["torch"]
                 c["xccl"].setdefault(label, []).extend(r["runs"]["xccl"])
+                c["torch_cpu"] += r["runs"]["torch_cpu"]
+                c["xccl_cpu"].setdefault(label, []).extend(r["runs"]["xccl_cpu"])
                 ph = c["phases"].setdefault(label, {})
                 for k, v in r["phases"].items():
                     ph[k] = ph.get(k, 0.0) + v / len(runs)
@@ -207,21 +222,24 @@ def merge(docs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         torch_s = statistics.median(c["torch"])
         xccl_s = {lb: statistics.median(v) for lb, v in c["xccl"].items()}
         rows.append({"vendor": vendor, "size": size, "torch_s": torch_s, "xccl_s": xccl_s,
+                     "torch_cpu_s": statistics.median(c["torch_cpu"]),
+                     "xccl_cpu_s": {lb: statistics.median(v) for lb, v in c["xccl_cpu"].items()},
                      "extra_s": {lb: v - torch_s for lb, v in xccl_s.items()},
                      "goal_met": {lb: v - torch_s <= GOAL for lb, v in xccl_s.items()},
                      "runs": {"torch": c["torch"], "xccl": c["xccl"]}, "phases": c["phases"]})
-    return {"goal_extra_s": GOAL, "labels": list(docs), "rows": rows}
+    return {"goal_extra_s": GOAL, "labels": list(docs), "rows": rows, "load_average": os.getloadavg()}
 
 
 def _child(args: argparse.Namespace, src: Path, out: Path, pycache: Path) -> dict[str, Any]:
     """One pass over the grid in a fresh interpreter that imports xccl from checkout ``src``."""
     paths = [src, src / "plugins" / "sophgo", src / "plugins" / "ascend"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths)), "XCCL_STARTUP_TREE": str(src)}
     argv = [sys.executable, str(Path(__file__).resolve()), "--sizes", *map(str, args.sizes), "--vendors",
             *args.vendors, "--repeat", "1", "--pycache", str(pycache), "--raw", str(out)]
     import subprocess
 
-    subprocess.run(argv, env=env, check=True, timeout=3600)
+    # From inside the checkout: multiprocessing's server process puts its working directory first on sys.path.
+    subprocess.run(argv, env=env, cwd=src, check=True, timeout=3600)
     return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 
