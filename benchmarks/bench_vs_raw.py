@@ -136,7 +136,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=60, help="--layers: rounds (default 60)")
     parser.add_argument("--calls", type=int, default=500, help="--layers: calls per timed block (default 500)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--quick", action="store_true", help="4 B to 64 B, a few rounds: a smoke run (tests)")
     args = parser.parse_args()
+    if args.quick:
+        args.max_bytes, args.iters, args.time_per_size, args.passes, args.min_iters, args.warmup = "64", 20, 0.02, 1, 5, 2
+        args.rounds, args.calls = 2, 20
 
     if args.layers:
         path = args.json or LAYERS

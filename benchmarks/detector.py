@@ -279,7 +279,10 @@ def main() -> int:
     p.add_argument("--calls", type=int, default=200, help="calls per round at 1 element (fewer at larger sizes)")
     p.add_argument("--no-mismatch", dest="mismatch", action="store_false", help="skip the time-to-error runs")
     p.add_argument("--json", default="benchmarks/results/detector.json")
+    p.add_argument("--quick", action="store_true", help="one launch of each kind, 2 rounds, no time-to-error runs")
     args = p.parse_args()
+    if args.quick:
+        args.launches, args.rounds, args.calls, args.mismatch = 1, 2, 5, False
     launches = []
     for i in range(args.launches):
         for detail in ((False, True) if i % 2 == 0 else (True, False)):  # A B B A A B: neither always first

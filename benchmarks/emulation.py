@@ -286,7 +286,10 @@ def main() -> int:
         help="keep freed memory in the ranks' heap (glibc: MALLOC_MMAP_MAX_=0, MALLOC_TRIM_THRESHOLD_ huge), as a "
         "caching allocator would; the default allocator is what the goals are stated for",
     )
+    parser.add_argument("--quick", action="store_true", help="2 ranks, 1 MiB, 1 round: a smoke run (tests)")
     args = parser.parse_args()
+    if args.quick:
+        args.ranks, args.mib, args.iters, args.warmup, args.repeat = [2], 1, 1, 0, 1
     if args.json is None:
         args.json = RESULTS.with_name("emulation_sweep.json") if args.sweep else RESULTS
     if args.reuse_memory:

@@ -116,7 +116,7 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
     import torch.distributed as dist
 
     import xccl
-    from xccl.fused._api import _bounds, choose_chunks
+    from xccl.fused._cost import bounds, choose_chunks
     from xccl.plugin._capabilities import Collective
 
     xccl.init("cpu", fallback="emulate")
@@ -161,7 +161,7 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
                         cpu[v].append(used)
                 row = {
                     "op": op, "shape": shape, "dtype": dname, "world_size": world, "auto_chunks": auto,
-                    "chunks": [len(_bounds(rows, c)) for c in counts],
+                    "chunks": [len(bounds(rows, c)) for c in counts],
                     "min_s": {v: min(ts) for v, ts in times.items()},
                     "median_s": {v: statistics.median(ts) for v, ts in times.items()},
                     "cpu_median_s": {v: statistics.median(ts) for v, ts in cpu.items()},
@@ -262,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunks", type=int, default=0, help="force this chunk count for 'fused' (0: cost model)")
     p.add_argument("--sweep", default="", help="comma list of chunk counts to time instead of the model's choice")
     p.add_argument("--json", default="benchmarks/results/fused.json")
+    p.add_argument("--quick", action="store_true", help="one small shape per op, 1 round: a smoke run (tests)")
     p.add_argument("--markdown", default="", help="also write the table to this file")
     p.add_argument(
         "--system-malloc", action="store_true",
@@ -272,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         help="run nothing: merge these result files (e.g. one per op, each run when the machine was quiet)",
     )
     args = p.parse_args(argv)
+    if args.quick:
+        args.shapes, args.rounds, args.dtypes = ["64x32x64"], 1, ["float32"]
     if args.merge:
         runs = [json.loads(Path(f).read_text()) for f in args.merge]
         return _write(args, [row for run in runs for row in run["results"]], runs[0]["meta"])

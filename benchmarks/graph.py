@@ -51,7 +51,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "graph.json")
+    parser.add_argument("--quick", action="store_true", help="2 steps of a tiny MLP: a smoke run (tests)")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.dim, args.batch = 2, 64, 8
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     world = xccl.init()
     n, d = world.world_size, args.dim
@@ -97,9 +101,8 @@ def main() -> None:
         print(f"{'compiled step':>18} {result['compiled_step_ms']:9.2f} ms")
         print(f"{'compile (1st call)':>18} {compile_s:9.2f} s")
         print(f"{'graphs / breaks':>18} {counter.frame_count} / {breaks}")
-        out = Path(__file__).parent / "results" / "graph.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
     xccl.shutdown()
 
 

@@ -97,7 +97,10 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=12, help="largest -X importtime entries to list (default 12)")
     parser.add_argument("--goal-ms", type=float, default=20.0, help="goal for import xccl beyond torch (default 20)")
     parser.add_argument("--json", type=Path, default=RESULTS)
+    parser.add_argument("--quick", action="store_true", help="1 interpreter, goal not judged: a smoke run (tests)")
     args = parser.parse_args()
+    if args.quick:
+        args.runs, args.top = 1, 3
 
     runs = [run_child() for _ in range(args.runs)]
     stats = {phase: spread([r[phase] for r in runs]) for phase in PHASES}
@@ -142,7 +145,8 @@ def main() -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"# wrote {args.json}")
-    return 0 if met and not vendor else 1
+    # A smoke run judges nothing but the rule that holds on any machine: no vendor SDK imported.
+    return 0 if (met or args.quick) and not vendor else 1
 
 
 if __name__ == "__main__":

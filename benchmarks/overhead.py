@@ -159,7 +159,10 @@ def main() -> int:
     p.add_argument("--baseline", help="a git revision to compare with, side by side")
     p.add_argument("--repeats", type=int, default=6, help="runs per tree with --baseline")
     p.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--quick", action="store_true", help="2 rounds of 10 calls: a smoke run (tests)")
     args = p.parse_args()
+    if args.quick:
+        args.rounds, args.calls, args.repeats = 2, 10, 1
     if args.baseline:
         out = compare(args)
         print(f"{'median of ' + str(args.repeats) + ' runs':<34}{'baseline':>12}{'current':>12}{'current/base':>14}")

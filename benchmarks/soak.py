@@ -341,7 +341,10 @@ def main() -> int:
     p.add_argument("--victim", type=int, default=2)
     p.add_argument("--deadline", type=float, default=1800.0, help="seconds before the parent gives up on a phase")
     p.add_argument("--json", default="benchmarks/results/soak.json")
+    p.add_argument("--quick", action="store_true", help="2 ranks, 40 steps, the kill at step 20: a smoke run (tests)")
     args = p.parse_args()
+    if args.quick:
+        args.world, args.steps, args.warmup, args.kill_at, args.victim, args.timeout = 2, 40, 5, 20, 1, 5.0
     phases = ["clean", "kill"] if args.phase == "both" else [args.phase]
     report: dict[str, Any] = {"args": vars(args), "torch": torch.__version__, "phases": {}}
     for phase in phases:

@@ -148,7 +148,10 @@ def main() -> int:
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--json", default="benchmarks/results/stacks.json")
+    p.add_argument("--quick", action="store_true", help="1 round of 1 step on a tiny MLP: a smoke run (tests)")
     args = p.parse_args()
+    if args.quick:
+        args.rounds, args.steps, args.calls, args.warmup, args.layers, args.hidden, args.batch = 1, 1, 10, 1, 1, 16, 4
     from xccl.testing import free_port
 
     ctx = mp.get_context("spawn")

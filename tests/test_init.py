@@ -9,8 +9,6 @@ import textwrap
 
 import pytest
 
-from xccl.testing import free_port
-
 
 def _run(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items()
@@ -74,29 +72,6 @@ def test_bad_environment_is_a_typed_error(env, phrase):
             print(type(e).__name__, "|", e)
     """, env)
     assert phrase in out.stdout, (out.stdout, out.stderr)
-
-
-def test_open_mpi_variables_are_read_when_torchrun_ones_are_absent():
-    port = free_port()
-    code = """
-        import torch, xccl
-        w = xccl.init()
-        t = torch.tensor([float(w.rank)]); xccl.all_reduce(t)
-        print(w.rank, w.world_size, w.local_rank, t.item())
-        xccl.shutdown()
-    """
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(code)],
-            env={**{k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")},
-                 "OMPI_COMM_WORLD_RANK": str(r), "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": str(r),
-                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        for r in range(2)
-    ]
-    outs = [p.communicate(timeout=120) for p in procs]
-    assert [o[0].strip() for o in outs] == ["0 2 0 1.0", "1 2 1 1.0"], outs
 
 
 def test_init_under_torchrun_unchanged(tmp_path):

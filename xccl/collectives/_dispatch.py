@@ -39,7 +39,6 @@ from ..plugin._capabilities import Collective, Level, Resolution, reduce_op_name
 from ..plugin._kernels import kernel_problems
 from . import _emulate, _faults
 from . import _specs as S
-from ._check import checked, checked_all_reduce
 from ._state import STATE, GroupState, state_of
 
 __all__ = ["EmulationWarning", "all_reduce", "dispatch", "invalid", "native_kernel", "plan", "run", "warn_once"]
@@ -176,6 +175,9 @@ def run(st: GroupState, spec: S.Spec, kargs: Sequence[Any], async_op: bool, *, i
     if inner:
         return kernel(*kargs, async_op)
     if st.check:
+        # Imported on the first checked call: the detector is off by default, and importing it costs start-up.
+        from ._check import checked
+
         return checked(st, spec, kargs, kernel, async_op)
     started = _monotonic()
     try:
@@ -231,6 +233,8 @@ def all_reduce(tensor: torch.Tensor, op: Any, group: Any, async_op: bool) -> Any
         return run(st, _SPEC_ALL_REDUCE, _SPEC_ALL_REDUCE.validate(st, invalid, tensor, op), async_op)
     kernel = st.plans.get((_ALL_REDUCE, tensor.dtype, op)) or plan(st, _ALL_REDUCE, tensor.dtype, op)
     if st.check:  # the mismatch detector records the call and runs the kernel (what run() would do, flat)
+        from ._check import checked_all_reduce
+
         return checked_all_reduce(st, tensor, op, kernel, async_op)
     try:
         work = kernel(tensor, op, async_op)

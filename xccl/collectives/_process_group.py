@@ -28,6 +28,7 @@ What torch reports: ``dist.get_backend(g)`` is ``"xccl_<backend>"`` (pass it to 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -93,11 +94,14 @@ class _Creator:
             # A group created by third-party code (DeviceMesh, FSDP, Megatron-style builders): the vendor's options.
             world = None if not dist.is_initialized() else list(options.global_ranks_in_group)
             pg_options = runtime.process_group_options(world)
+        t = time.perf_counter()
         native = runtime.create_native_group(options, pg_options)
+        t = STATE.lap("native group", t)
         side = None
         if needs_host_side(runtime):
             side = ProcessGroupGloo(PrefixStore("xccl.side", options.store), options.group_rank, options.group_size,
                                     options.timeout)
+            STATE.lap("host-side gloo group", t)
         LOG.debug("xccl group %s (%s) of %d ranks over %s", options.group_id, self.name, options.group_size,
                   type(native).__name__)
         return XcclProcessGroup(options, native, side, self.name, runtime.device_type, pg_options)

@@ -12,6 +12,7 @@ is the lifecycle that fills and resets it.
 from __future__ import annotations
 
 import datetime as _dt
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, final
@@ -160,6 +161,14 @@ class ProcessState:
     liveness: Any = None
     #: Post-grad passes of the ``xccl`` compile backend: name -> (pass, uuid) (``xccl.graph``).
     passes: dict[str, tuple[Callable[..., None], str]] = field(default_factory=dict)
+    #: Seconds each phase of this process's ``xccl.init`` took, in order (``benchmarks/startup.py`` shows them).
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def lap(self, name: str, since: float) -> float:
+        """Add the time from ``since`` (``time.perf_counter()``) to now to phase ``name``; returns now."""
+        now = time.perf_counter()
+        self.phases[name] = self.phases.get(name, 0.0) + now - since
+        return now
 
     def reset(self) -> None:
         """Forget everything (``xccl.shutdown``)."""

@@ -12,7 +12,8 @@ compilers want:
   which Inductor's communication passes and vendor graph compilers (TorchAir converts exactly these) recognise:
   where the op is native, and on xccl's own process group also where it is emulated, since that group's c10d
   methods run xccl's dispatch when the graph executes;
-* otherwise one of xccl's own ops (``torch.ops.xccl.<op>``, see ``_ops``), chained through the group's order
+* otherwise one of xccl's own ops (``torch.ops.xccl.<op>``, see ``_ops``; registered by ``_group`` when the first
+  form asks for its group, so that eager programs never pay for defining them), chained through the group's order
   token: for what torch has no functional op for (reduce, gather, scatter, barrier, send/recv, the uneven ops),
   and for emulated ops on groups created outside xccl.
 
@@ -30,7 +31,6 @@ import torch
 from ..collectives import _specs as S
 from ..collectives._state import STATE
 from ..plugin._capabilities import Collective
-from . import _ops  # noqa: F401 - registers torch.ops.xccl.*
 from ._group import GroupInfo, fail, group_info, redop, resolve
 
 __all__ = ["GraphWork", "run"]

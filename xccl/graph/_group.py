@@ -124,6 +124,11 @@ def _table_of(pg: Any) -> tuple[CapabilityTable, torch.device, str]:
 
 
 def _info(pg: Any) -> GroupInfo:
+    # Every graph form asks for its group's info (Dynamo runs this eagerly, at trace time) before it emits one
+    # of xccl's own ops: define them now. Defining them costs more than the rest of xccl's start-up, and eager
+    # programs never use them.
+    from . import _ops  # noqa: F401 - registers torch.ops.xccl.*
+
     table, device, _ = _table_of(pg)
     name = pg.group_name
     if name not in STATE.tokens:

@@ -21,6 +21,8 @@ What is here, by concern:
 * the vendor's run-time behaviour as data (:class:`VendorRuntime`: :class:`Completion`, :class:`Watchdog` and
   :class:`ErrorHandling`, :class:`LazyConnect`, :class:`CommMemory`, :class:`TorchPatch`), which xccl acts on and
   the simulation reproduces;
+* the job: :func:`job_env` returns a :class:`JobEnv` (rank, world size, local rank and size, node, rendezvous
+  address and which launcher said so: torchrun, Slurm, LSF, Kubeflow, MPI), for plugins that need the job's shape;
 * the CPU simulation: :class:`SimProfile` and the simulated process group;
 * rank tables: :class:`RankTableFormat` (a plugin's format for ``xccl rank-table``), the JSON reading kit that
   reports every defect as a :class:`~xccl.RankTableError` with its JSON path;
@@ -60,6 +62,7 @@ from ._capabilities import (
 from ._contract import PLUGIN_API_VERSION, Plugin, ProbeResult, Runtime
 from ._entries import PORTABLE
 from ._graph_column import GRAPH_FORMS, graph_entries
+from ._jobenv import JobEnv, job_env
 from ._kernels import (
     KERNEL_SIGNATURES,
     AllGatherMMKernel,
@@ -134,6 +137,7 @@ __all__ = [
     "ErrorHandling",
     "InitError",
     "InvalidArgument",
+    "JobEnv",
     "KernelContext",
     "LazyConnect",
     "Level",
@@ -175,6 +179,7 @@ __all__ = [
     "finish",
     "graph_entries",
     "is_ipv4",
+    "job_env",
     "json_type",
     "kernel_problems",
     "kernels_problems",

@@ -1,18 +1,24 @@
 """Plugin discovery: tolerant listing, strict selection.
 
-Plugins are entry points in the ``xccl.plugins`` namespace, loaded with stevedore. Listing never raises: a
-plugin whose import fails, whose target is not a plugin, whose contract version differs or whose probe raises is
-reported with the reason. Selecting raises a typed error naming what is missing and how to fix it.
+Plugins are entry points in the ``xccl.plugins`` namespace (read with ``importlib.metadata``). Listing never
+raises: a plugin whose import fails, whose target is not a plugin, whose contract version differs or whose probe
+raises is reported with the reason. Selecting raises a typed error naming what is missing and how to fix it.
+
+Selecting a plugin by name (``xccl.init(vendor="sophgo")``, ``XCCL_VENDOR``) imports that plugin's entry point
+only; listing, and ``"auto"`` (which must probe every plugin), import them all. Discovery once went through
+stevedore, whose ``ExtensionManager`` imports every entry point, and resolved each plugin's distribution with
+``importlib.metadata.packages_distributions()``, which reads every installed distribution's file list: together
+most of ``xccl.init``'s start-up (``benchmarks/startup.py``).
 """
 
 from __future__ import annotations
 
 import enum
-import functools
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final, final
 
 from ..errors import BackendNotFound, BackendUnavailable, InitError
@@ -81,51 +87,51 @@ class Registry:
     def __init__(self, loaders: Iterable[tuple[str, str, str, Callable[[], object]]] | None = None) -> None:
         self._loaders = list(loaders) if loaders is not None else None
         self._infos: dict[str, PluginInfo] | None = None
+        #: Plugins loaded one by one (``get``/``select`` by name) before a full listing.
+        self._named: dict[str, PluginInfo] = {}
 
     @classmethod
     def from_plugins(cls, *plugins: Plugin) -> Registry:
         """A registry of the given plugin objects, no entry points involved."""
         return cls([(p.name, type(p).__qualname__, "", _loaded(p)) for p in plugins])
 
-    def _discover(self) -> list[tuple[str, str, str, Callable[[], object]]]:
+    def _discover(self) -> list[tuple[str, str, Callable[[], str], Callable[[], object]]]:
+        """``(name, target, distribution, load)`` per entry point, nothing imported yet."""
         if self._loaders is not None:
-            return self._loaders
-        from stevedore import ExtensionManager
+            return [(name, target, _const(dist), load) for name, target, dist, load in self._loaders]
+        from importlib import metadata
 
-        failed: list[tuple[str, str, Callable[[], object]]] = []
+        return [(ep.name, ep.value, partial(_distribution_of, ep), ep.load)
+                for ep in metadata.entry_points(group=NAMESPACE)]
 
-        def on_failure(_mgr: object, ep: object, exc: BaseException) -> None:
-            # stevedore would log and drop it; we list it as failed with its error instead. Only its type name
-            # and message are kept (see _ImportFailed for why not the exception itself).
-            failed.append((getattr(ep, "name", "?"), getattr(ep, "value", "?"), _raiser(exc)))
-
-        mgr: Any = ExtensionManager(NAMESPACE, invoke_on_load=False, on_load_failure_callback=on_failure)
-        out: list[tuple[str, str, str, Callable[[], object]]] = [
-            (ext.name, ext.entry_point.value, _distribution_of(ext.entry_point.value), _loaded(ext.plugin))
-            for ext in mgr
-        ]
-        for name, target, load in failed:
-            out.append((name, target, _distribution_of(target), load))
-        return out
+    def _info(self, name: str) -> PluginInfo | None:
+        """The plugin called ``name``, importing no other plugin; None when there is none."""
+        if self._infos is not None:
+            return self._infos.get(name)
+        if name not in self._named:
+            found = [e for e in self._discover() if e[0] == name]
+            if not found:
+                return None
+            self._named[name] = _one_of(found)
+        return self._named[name]
 
     def infos(self, *, refresh: bool = False) -> dict[str, PluginInfo]:
         """Every discovered plugin by name, probed. Never raises."""
         if self._infos is None or refresh:
-            infos: dict[str, PluginInfo] = {}
-            for name, target, dist_name, load in self._discover():
-                if name in infos:
-                    infos[name] = PluginInfo(
-                        name,
-                        Status.FAILED,
-                        f"two entry points named {name!r}: {infos[name].target} and {target}",
-                        "uninstall one of the two distributions",
-                        target,
-                        dist_name,
-                    )
-                    continue
-                infos[name] = _load_one(name, target, dist_name, load)
+            if refresh:
+                self._named.clear()
+            entries: dict[str, list[tuple[str, str, Callable[[], str], Callable[[], object]]]] = {}
+            for entry in self._discover():
+                entries.setdefault(entry[0], []).append(entry)
+            infos = {name: self._named.get(name) or _one_of(found) for name, found in entries.items()}
             self._infos = dict(sorted(infos.items()))
         return self._infos
+
+    def names(self) -> list[str]:
+        """The names of every plugin, none imported."""
+        if self._infos is not None:
+            return list(self._infos)
+        return sorted({e[0] for e in self._discover()})
 
     def get(self, name: str) -> Plugin:
         """The loaded plugin called ``name``, available or not (simulation needs unavailable ones).
@@ -134,10 +140,9 @@ class Registry:
             BackendNotFound: no plugin of that name.
             BackendUnavailable: it failed to load or targets another contract version.
         """
-        infos = self.infos()
-        info = infos.get(name)
+        info = self._info(name)
         if info is None:
-            raise BackendNotFound(name, list(infos))
+            raise BackendNotFound(name, self.names())
         if info.plugin is None:
             raise BackendUnavailable(name, info.reason, info.fix)
         return info.plugin
@@ -155,9 +160,9 @@ class Registry:
             vendor = os.environ.get("XCCL_VENDOR", "").strip() or "auto"
         if vendor != "auto":
             plugin = self.get(vendor)
-            info = self.infos()[vendor]
-            if not info.available:
-                raise BackendUnavailable(vendor, info.reason, info.fix)
+            info = self._info(vendor)
+            if info is None or not info.available:
+                raise BackendUnavailable(vendor, info.reason if info else "", info.fix if info else "")
             return plugin
         accel = [i for i in self.infos().values() if i.available and i.accelerator]
         if len(accel) > 1:
@@ -175,6 +180,15 @@ class Registry:
         return cpu[0].plugin  # type: ignore[return-value]
 
 
+def _one_of(found: Sequence[tuple[str, str, Callable[[], str], Callable[[], object]]]) -> PluginInfo:
+    """The PluginInfo of the entry points named alike in ``found`` (two of one name: neither is loaded)."""
+    name, target, dist, load = found[0]
+    if len(found) > 1:
+        return PluginInfo(name, Status.FAILED, f"two entry points named {name!r}: {target} and {found[1][1]}",
+                          "uninstall one of the two distributions", found[1][1], found[1][2]())
+    return _load_one(name, target, dist(), load)
+
+
 def _load_one(name: str, target: str, dist_name: str, load: Callable[[], object]) -> PluginInfo:
     try:
         obj = load()
@@ -184,7 +198,7 @@ def _load_one(name: str, target: str, dist_name: str, load: Callable[[], object]
         return PluginInfo(
             name,
             Status.FAILED,
-            f"importing {target} failed: {getattr(exc, 'type_name', type(exc).__name__)}: {exc}",
+            f"importing {target} failed: {type(exc).__name__}: {exc}",
             f"reinstall or fix the distribution {dist_name or 'that declares it'}",
             target,
             dist_name,
@@ -217,50 +231,20 @@ def _load_one(name: str, target: str, dist_name: str, load: Callable[[], object]
     return PluginInfo(name, status, probe.reason, probe.fix, target, dist_name, plugin, dict(probe.facts))
 
 
-class _ImportFailed(Exception):
-    """Stands in for an entry point's import error: its type name and message, nothing else.
-
-    Keeping the original exception and raising it again makes a reference cycle (exception -> traceback ->
-    frame -> closure -> exception) that keeps the calling frames alive until the garbage collector runs; those
-    frames can hold process groups (``xccl.init``'s), whose gloo threads then die at interpreter exit
-    (``std::terminate``: "terminate called without an active exception").
-    """
-
-    def __init__(self, type_name: str, message: str) -> None:
-        self.type_name = type_name
-        super().__init__(message)
-
-
 def _loaded(obj: object) -> Callable[[], object]:
-    """A loader for an object already at hand (a given plugin, or what stevedore imported)."""
+    """A loader for an object already at hand (a given plugin)."""
     return lambda: obj
 
 
-def _raiser(exc: BaseException) -> Callable[[], object]:
-    type_name, message = type(exc).__name__, str(exc)
-
-    def load() -> object:
-        raise _ImportFailed(type_name, message)
-
-    return load
+def _const(text: str) -> Callable[[], str]:
+    return lambda: text
 
 
-@functools.cache
-def _packages_distributions() -> Mapping[str, list[str]]:
-    from importlib import metadata
-
-    return metadata.packages_distributions()
-
-
-def _distribution_of(target: str) -> str:
-    """``name version`` of the distribution providing ``target``'s top-level module, or ``""``."""
-    from importlib import metadata
-
-    top = target.split(":", 1)[0].split(".", 1)[0]
+def _distribution_of(ep: Any) -> str:
+    """``name version`` of the distribution that declares entry point ``ep``, or ``""``."""
     try:
-        names = _packages_distributions().get(top, [])
-        return " ".join((names[0], metadata.version(names[0]))) if names else ""
-    except Exception:
+        return f"{ep.dist.name} {ep.dist.version}" if ep.dist is not None else ""
+    except Exception:  # a distribution with broken metadata must not break listing
         return ""
 
 

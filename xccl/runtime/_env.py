@@ -1,8 +1,8 @@
 """What ``xccl.init`` reads from the environment, and how a failed rendezvous is explained.
 
-torchrun sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``; Open MPI sets
-``OMPI_COMM_WORLD_*``. Every value is checked here, so a bad one is an :class:`~xccl.InitError` naming the variable
-rather than a failure deep in torch.
+The launcher's variables (torchrun's, Slurm's, LSF's, Kubeflow's, MPI's) are read by
+:func:`xccl.plugin.job_env`; here they become ``xccl.init``'s ranks and init method. Every value is checked, so a
+bad one is an :class:`~xccl.InitError` naming the variable rather than a failure deep in torch.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from ..collectives._state import DEFAULT_TIMEOUT
 from ..errors import InitError, RendezvousTimeout, XcclError
+from ..plugin._jobenv import JobEnv, job_env
 
 __all__ = ["env_init_method", "env_int", "rendezvous_error", "resolve_ranks", "timeout_of"]
 
@@ -35,22 +36,23 @@ def env_int(names: Sequence[str], what: str) -> int | None:
 
 
 def resolve_ranks(
-    rank: int | None, world_size: int | None, local_rank: int | None
+    rank: int | None, world_size: int | None, local_rank: int | None, job: JobEnv | None = None
 ) -> tuple[int, int, int, bool]:
-    """rank, world size, local rank, and whether they came from the environment."""
+    """rank, world size, local rank, and whether they came from the launcher (``job``, default :func:`job_env`)."""
+    job = job_env() if job is None else job
     from_env = rank is None and world_size is None
     if rank is None:
-        rank = env_int(("RANK", "OMPI_COMM_WORLD_RANK"), "this process's global rank")
+        rank = job.rank
     if world_size is None:
-        world_size = env_int(("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"), "the number of ranks")
+        world_size = job.world_size
     if local_rank is None:
-        local_rank = env_int(("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"), "the rank within this node")
+        local_rank = job.local_rank
     if rank is None and world_size is None:
         rank, world_size = 0, 1  # a plain `python script.py`: a world of one
     if rank is None or world_size is None:
         raise InitError(
-            f"rank={rank} world_size={world_size}: both are needed; run under torchrun (which sets RANK and "
-            "WORLD_SIZE) or pass rank= and world_size= to xccl.init"
+            f"rank={rank} world_size={world_size} ({job.source}): both are needed; run under torchrun (which sets "
+            "RANK and WORLD_SIZE), srun, jsrun or mpirun, or pass rank= and world_size= to xccl.init"
         )
     if world_size < 1:
         raise InitError(f"world size must be >= 1, got {world_size}")
@@ -84,25 +86,31 @@ def timeout_of(timeout: _dt.timedelta | float | None) -> _dt.timedelta:
     return timeout
 
 
-def env_init_method() -> str:
-    """``env://``, once ``MASTER_ADDR`` and ``MASTER_PORT`` are known to be set and sane.
+def env_init_method(job: JobEnv | None = None) -> str:
+    """``env://`` once ``MASTER_ADDR`` and ``MASTER_PORT`` are set and sane; else ``tcp://host:port`` where the
+    launcher's conventions give the address (Slurm's first node, LSF's first host, ...: :func:`job_env`).
 
     Raises:
-        InitError: either is missing, or the port is not a port.
+        InitError: neither gives an address, or the port is not a port.
     """
+    job = job_env() if job is None else job
+    if job.source != "lsf" and os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+        port = os.environ["MASTER_PORT"]
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise InitError(f"MASTER_PORT={port!r} is not a TCP port number")
+        return "env://"
+    if job.master_addr and job.master_port:
+        host = f"[{job.master_addr}]" if ":" in job.master_addr else job.master_addr
+        return f"tcp://{host}:{job.master_port}"
     missing = [v for v in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(v)]
-    if missing:
-        raise InitError(
-            f"{' and '.join(missing)} not set: run under torchrun, export them (e.g. MASTER_ADDR=127.0.0.1 "
-            "MASTER_PORT=29500), or pass init_method='tcp://host:port' to xccl.init"
-        )
-    port = os.environ["MASTER_PORT"]
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise InitError(f"MASTER_PORT={port!r} is not a TCP port number")
-    return "env://"
+    raise InitError(
+        f"{' and '.join(missing)} not set ({job.source}): run under torchrun, srun or jsrun (xccl derives them), "
+        "export them (e.g. MASTER_ADDR=127.0.0.1 MASTER_PORT=29500), or pass init_method='tcp://host:port' to "
+        "xccl.init"
+    )
 
 
-def rendezvous_error(exc: Exception, rank: int, size: int, elapsed: float) -> XcclError:
+def rendezvous_error(exc: Exception, rank: int, size: int, elapsed: float, port: int | None = None) -> XcclError:
     """The typed error for a failed ``init_process_group``; the caller chains ``exc``.
 
     The texts matched are torch 2.13's (``tests/test_faults.py`` and ``tests/test_bad_input.py`` reproduce each).
@@ -112,9 +120,9 @@ def rendezvous_error(exc: Exception, rank: int, size: int, elapsed: float) -> Xc
     low = text.lower()
     said = f"{type(exc).__name__}: {first}"
     if "eaddrinuse" in low or "address already in use" in low:
-        port = os.environ.get("MASTER_PORT", "?")
+        where = os.environ.get("MASTER_PORT", "?") if port is None else str(port)
         return InitError(
-            f"rank {rank}: the rendezvous port {port} is already in use on this host ({said}). Another job or a "
+            f"rank {rank}: the rendezvous port {where} is already in use on this host ({said}). Another job or a "
             "leftover process holds it, or two processes were started as rank 0: pick a free MASTER_PORT, stop the "
             "other process, or fix RANK"
         )

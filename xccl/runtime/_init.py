@@ -31,9 +31,10 @@ from ..collectives._state import DEFAULT_TIMEOUT, STATE, Fallback, World, state_
 from ..errors import BackendUnavailable, InitError, InvalidArgument, XcclError
 from ..plugin._capabilities import CapabilityTable
 from ..plugin._contract import Plugin, Runtime
+from ..plugin._jobenv import job_env
 from ..plugin._registry import Registry, default_registry
 from ..plugin._sim import register_simulated_backend, simulated_backend_of
-from ._env import env_init_method, env_int, rendezvous_error, resolve_ranks, timeout_of
+from ._env import env_init_method, rendezvous_error, resolve_ranks, timeout_of
 from ._rendezvous import rendezvous
 
 __all__ = [
@@ -124,7 +125,7 @@ def process_group_backend(
     runtime = plugin.runtime(simulate=sim)
     name = _prepare(runtime, fallback, check)
     if local_rank is None:
-        local_rank = env_int(("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"), "the rank within this node") or 0
+        local_rank = job_env().local_rank or 0
     runtime.setup_device(local_rank)
     return name
 
@@ -144,8 +145,10 @@ def init(
 ) -> World:
     """Set up this process's device and the world's process group through the selected plugin.
 
-    Reads what ``torchrun`` sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) and,
-    failing that, Open MPI's ``OMPI_COMM_WORLD_*`` variables; with none of them it makes a world of one. When
+    Reads what the launcher sets (:func:`xccl.plugin.job_env`): torchrun's ``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``, else Slurm's, LSF's, Kubeflow's or MPI's variables, with the
+    rendezvous address by the launcher's conventions (Slurm: the first node, a port from the job id); with none of
+    them it makes a world of one. When
     ``torch.distributed`` is already initialised, it adopts that world (see the module docstring).
 
     Args:
@@ -190,7 +193,9 @@ def init(
         world = _create_world(vendor, rank, world_size, local_rank, init_method, timeout, simulate, fallback, check,
                               registry or default_registry())
     STATE.world, STATE.args = world, args
+    t = time.perf_counter()
     STATE.default = state_of(dist.group.WORLD)
+    STATE.lap("group state", t)
     return world
 
 
@@ -198,16 +203,23 @@ def _create_world(
     vendor: str, rank: int | None, world_size: int | None, local_rank: int | None, init_method: str | None,
     timeout: _dt.timedelta | float | None, simulate: bool | None, fallback: Fallback, check: bool, registry: Registry,
 ) -> World:
-    rank_, size, local, _ = resolve_ranks(rank, world_size, local_rank)
+    STATE.phases.clear()
+    t = time.perf_counter()
+    job = job_env()
+    rank_, size, local, _ = resolve_ranks(rank, world_size, local_rank, job)
     tmo = timeout_of(timeout)
+    t = STATE.lap("launcher variables", t)
     plugin, sim = _select(vendor, simulate, registry)
+    t = STATE.lap("plugin discovery", t)
     runtime = plugin.runtime(simulate=sim)
     name = _prepare(runtime, fallback, check)
+    t = STATE.lap("runtime and backend registration", t)
     device = runtime.setup_device(local)
     kwargs: dict[str, Any] = {"rank": rank_, "world_size": size, "timeout": tmo}
     options = runtime.process_group_options(None)
     if options is not None:
         kwargs["pg_options"] = options
+    t = STATE.lap("device setup", t)
     started = time.monotonic()
     live = None
     try:
@@ -216,9 +228,11 @@ def _create_world(
         else:
             # xccl makes the store, and checks there that every rank was told the same world (_rendezvous).
             kwargs["store"], live = rendezvous(
-                init_method or env_init_method(), rank_, size, local, tmo, plugin=plugin.name,
-                backend=runtime.backend, simulate=sim, check=check, fallback=fallback, started=started)
+                init_method or env_init_method(job), rank_, size, local, tmo, plugin=plugin.name,
+                backend=runtime.backend, simulate=sim, check=check, fallback=fallback, started=started, job=job)
+        t = time.perf_counter()
         dist.init_process_group(backend=name, **kwargs)
+        STATE.lap("process group", t)
     except XcclError:
         close_quietly(live)
         STATE.reset()
@@ -226,7 +240,7 @@ def _create_world(
     except Exception as exc:
         close_quietly(live)
         STATE.reset()
-        raise rendezvous_error(exc, rank_, size, time.monotonic() - started) from exc
+        raise rendezvous_error(exc, rank_, size, time.monotonic() - started, job.master_port) from exc
     STATE.liveness = live
     # A process group left alive at interpreter exit can abort the process (seen with simulated backends:
     # "terminate called without an active exception"); tear down in order unless the user already did.
@@ -250,7 +264,7 @@ def _adopt_world(
     STATE.groups.clear()
     STATE.runtime, STATE.fallback, STATE.check = runtime, fallback, check
     if local_rank is None:
-        local_rank = env_int(("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"), "the rank within this node")
+        local_rank = job_env().local_rank
     rank = dist.get_rank()
     local = rank if local_rank is None else local_rank
     device = runtime.adopt_device(local)

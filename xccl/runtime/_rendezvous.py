@@ -46,8 +46,9 @@ from ..collectives._liveness import (
     parse_lines,
     route_address,
 )
+from ..collectives._state import STATE
 from ..errors import InitError, RendezvousTimeout
-from ._env import env_int
+from ..plugin._jobenv import JobEnv, job_env
 
 __all__ = ["Endpoint", "check_world", "facts_of", "open_store", "rendezvous"]
 
@@ -102,9 +103,11 @@ def _xccl_version() -> str:
 
 def facts_of(
     rank: int, size: int, local_rank: int, plugin: str, backend: str, simulate: bool, check: bool, fallback: str,
-    endpoint: Endpoint | None, port: int,
+    endpoint: Endpoint | None, port: int, job: JobEnv | None = None,
 ) -> Facts:
-    """This rank's Facts; ``port`` is its liveness port (0: none)."""
+    """This rank's Facts; ``port`` is its liveness port (0: none); ``job``: the launcher's (default
+    :func:`~xccl.plugin.job_env`)."""
+    job = job_env() if job is None else job
     addr = ""
     if endpoint is not None:
         try:
@@ -113,8 +116,7 @@ def facts_of(
             addr = ""
     return Facts(
         rank=rank, world_size=size, local_rank=local_rank,
-        local_world_size=_or_none(env_int(("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"), "ranks on this node")),
-        node=_or_none(env_int(("GROUP_RANK",), "this node's rank")),
+        local_world_size=_or_none(job.local_world_size), node=_or_none(job.node_rank),
         plugin=plugin, backend=backend, simulate=simulate, check=check, fallback=fallback, xccl=_xccl_version(),
         torch=torch.__version__.split("+")[0], host=socket.gethostname(), addr=addr, port=port, pid=os.getpid(),
     )
@@ -305,7 +307,7 @@ def _missing(s: Any, facts: Facts, endpoint: Endpoint | None, waited: float) -> 
 
 def rendezvous(
     url: str, rank: int, size: int, local_rank: int, timeout: _dt.timedelta, *, plugin: str, backend: str,
-    simulate: bool, check: bool, fallback: str, started: float,
+    simulate: bool, check: bool, fallback: str, started: float, job: JobEnv | None = None,
 ) -> tuple[Any, Liveness | None]:
     """The store for ``init_process_group`` once every rank has arrived and agrees, and this rank's
     :class:`~xccl.collectives._liveness.Liveness` (None for a world of one, or a store xccl did not make).
@@ -314,7 +316,9 @@ def rendezvous(
         InitError, RendezvousTimeout: see :func:`check_world`.
         RuntimeError: the store could not be made (``rendezvous_error`` explains it).
     """
+    t = time.perf_counter()
     store, endpoint = open_store(url, rank, size, timeout)
+    t = STATE.lap("store", t)
     if endpoint is None or size == 1:
         return store, None
     try:
@@ -322,14 +326,16 @@ def rendezvous(
         sock = open_port(family)
     except OSError:
         sock = None  # no liveness port: faults will not name the lost ranks, everything else works
+    t = STATE.lap("liveness port", t)
     try:
         port = sock.getsockname()[1] if sock is not None else 0
-        facts = facts_of(rank, size, local_rank, plugin, backend, simulate, check, fallback, endpoint, port)
+        facts = facts_of(rank, size, local_rank, plugin, backend, simulate, check, fallback, endpoint, port, job)
         prefix, peers = check_world(store, facts, endpoint, started, started + timeout.total_seconds())
     except BaseException:
         if sock is not None:
             sock.close()
         raise
+    STATE.lap("world check", t)
     if sock is None:
         return store, None
     return store, Liveness(sock, rank, (endpoint.addr, endpoint.port), prefix, endpoint.hosted_by, peers,

@@ -1,4 +1,5 @@
-"""``xccl doctor``'s checks of what the environment tells this rank: visible devices, rank table, rendezvous.
+"""``xccl doctor``'s checks of what the environment tells this rank: visible devices, rank table, rendezvous
+(which launcher started it, as :func:`xccl.plugin.job_env` reads it: torchrun, Slurm, LSF, Kubeflow, MPI).
 
 Each check takes the environment as a mapping (a test seam) and returns :class:`~.doctor_model.Finding` objects.
 """
@@ -11,14 +12,21 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from ...errors import InitError
+from ...plugin import JobEnv, job_env
 from .doctor_model import Finding, Status
 
 __all__ = ["LAUNCHER_ENV", "devices", "rank_table", "rendezvous"]
 
-#: The launcher's variables (torchrun, Open MPI) doctor reports.
+#: The launchers' variables doctor reports (torchrun, Slurm, LSF, Kubeflow, MPI: what ``job_env`` reads).
 LAUNCHER_ENV: Final = (
-    "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+    "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
     "TORCHELASTIC_RUN_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+    "SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID",
+    "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NODELIST", "SLURM_JOB_NODELIST",
+    "LSB_JOBID", "LSB_DJOB_RANKFILE", "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK",
+    "JSM_NAMESPACE_LOCAL_SIZE", "PET_NNODES", "PET_NPROC_PER_NODE",
 )
 
 # ----------------------------------------------------------------------------------------------------- devices
@@ -148,13 +156,22 @@ def rank_table(env: Mapping[str, str]) -> list[Finding]:
 def rendezvous(env: Mapping[str, str]) -> list[Finding]:
     present = {k: env[k] for k in LAUNCHER_ENV if k in env}
     out: list[Finding] = []
-    if not present:
-        out.append(Finding("rendezvous", "launcher", "info",
-                           "no launcher variables: xccl.init() makes a world of one (run under torchrun for more)"))
-    else:
-        out.append(Finding("rendezvous", "launcher", "info", "variables set", facts=present))
+    try:
+        job: JobEnv | None = job_env(env)
+    except InitError as exc:
+        job = None
+        out.append(Finding("rendezvous", "launcher", "fail", str(exc), "fix or unset the variable", facts=present))
+    if job is not None and job.source == "none":
+        out.append(Finding("rendezvous", "launcher", "info", "no launcher variables: xccl.init() makes a world of one "
+                           "(run under torchrun, srun, jsrun or mpirun for more)"))
+    elif job is not None:
+        out.append(Finding("rendezvous", "launcher", "ok", f"found {job.describe()}", facts=present))
     out += _ranks(env)
-    out += _master(env)
+    if job is not None and job.source in ("slurm", "lsf", "mpi") and job.master_addr and job.master_port:
+        out.append(Finding("rendezvous", "store", "ok", f"{job.master_addr}:{job.master_port}, by {job.source}'s "
+                           "conventions (xccl.init uses it)"))
+    else:
+        out += _master(env)
     out += _xccl_vars(env)
     return out
 

@@ -32,6 +32,8 @@ from typing import Any, Final, TextIO, final
 
 from torch.distributed import TCPStore
 
+from ...errors import InitError
+from ...plugin import job_env
 from .doctor_checks import collect
 from .doctor_facts import RankFacts, WorldVerdict, compare, gather, rank_list
 from .doctor_model import MARK
@@ -75,34 +77,24 @@ class Launch:
 def launch_of(env: Mapping[str, str]) -> Launch | str:
     """The launch this rank is part of, or why there is none (a message that says how to run ``--world``)."""
 
-    def number(*names: str) -> int | str | None:
-        for name in names:
-            raw = env.get(name, "").strip()
-            if raw:
-                try:
-                    return int(raw)
-                except ValueError:
-                    return f"{name}={raw!r} is not an integer"
-        return None
-
-    rank, size = number("RANK", "OMPI_COMM_WORLD_RANK"), number("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE")
-    local = number("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
+    try:
+        job = job_env(env)
+    except InitError as exc:
+        return f"{exc}: fix the launcher's variables (`xccl doctor` says more)"
+    rank, size, local = job.rank, job.world_size, job.local_rank
     if rank is None or size is None:
         unset = " and ".join(n for n, v in (("RANK", rank), ("WORLD_SIZE", size)) if v is None)
         return (USAGE + f"\nThis process has no {unset}: no launcher started it. `xccl doctor` (without --world) "
                 "checks this node alone.")
-    bad = [v for v in (rank, size, local) if isinstance(v, str)]
-    if bad or not isinstance(rank, int) or not isinstance(size, int):
-        return f"{'; '.join(map(str, bad))}: fix the launcher's variables (`xccl doctor` says more)"
-    if size < 1 or not 0 <= rank < size:
-        return f"RANK={rank} is not in [0, WORLD_SIZE={size}): fix the launcher's variables"
     addr, port = env.get("MASTER_ADDR", "").strip(), env.get("MASTER_PORT", "").strip()
+    if job.source in ("slurm", "lsf", "mpi") and job.master_addr and job.master_port:
+        addr, port = job.master_addr, str(job.master_port)
     if not addr or not port.isdigit() or not 0 < int(port) < 65536:
         return (f"MASTER_ADDR={addr or '(unset)'} MASTER_PORT={port or '(unset)'}: --world exchanges its findings "
                 "through the store at MASTER_ADDR:MASTER_PORT; set both (torchrun does)\n\n" + USAGE)
     run_id = env.get("TORCHELASTIC_RUN_ID", "") or "none"
     restart = env.get("TORCHELASTIC_RESTART_COUNT", "") or "0"
-    return Launch(rank, size, local if isinstance(local, int) else rank, addr, int(port),
+    return Launch(rank, size, rank if local is None else local, addr, int(port),
                   env.get("TORCHELASTIC_USE_AGENT_STORE") == "True", f"xccl.doctor/{run_id}/{restart}/")
 
 

@@ -1,0 +1,60 @@
+"""Every script in benchmarks/ runs in its small mode (``--quick``): it must finish, print its table and write valid
+JSON, so that none can break unseen (``benchmarks/fused.py`` once failed at import for months).
+
+Each runs in a subprocess as a user runs it. The figures are not judged: a smoke run on a shared machine measures
+nothing; only that the script still works. The scripts that compile a graph or kill a rank take longer and are
+marked ``slow`` (``make test`` skips them; run them with ``-m slow``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+
+#: script -> (a line its table prints, the launcher: "python" or "torchrun"). Every script of benchmarks/ is here
+#: (test_every_benchmark_is_covered checks).
+CASES: dict[str, tuple[str, str]] = {
+    "bench_vs_raw.py": (r"xccl/raw: median", "python"),
+    "detector.py": (r"size\s+torch\s+xccl", "python"),
+    "emulation.py": (r"ratios over 1 run", "python"),
+    "fused.py": (r"mm_reduce_scatter\s+64x32x64", "python"),
+    "graph.py": (r"compiled step", "torchrun"),
+    "import_time.py": (r"import xccl \(after torch\)", "python"),
+    "overhead.py": (r"ratio xccl/torch", "python"),
+    "soak.py": (r"== kill: 2 ranks", "python"),
+    "stacks.py": (r"ddp", "python"),
+    "startup.py": (r"\| cpu \| 2 \|", "python"),
+}
+SLOW = {"graph.py", "soak.py", "detector.py"}
+
+
+def test_every_benchmark_is_covered():
+    assert sorted(p.name for p in BENCH.glob("*.py")) == sorted(CASES)
+
+
+@pytest.mark.parametrize(
+    "script", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW else s for s in CASES]
+)
+def test_benchmark_runs_in_its_small_mode(script: str, tmp_path: Path) -> None:
+    table, launcher = CASES[script]
+    out = tmp_path / "out.json"
+    args = [str(BENCH / script), "--quick", "--json", str(out)]
+    if launcher == "torchrun":
+        args = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "XCCL_SIMULATE")}
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert re.search(table, proc.stdout), f"{script} printed no table:\n{proc.stdout[-3000:]}"
+    doc = json.loads(out.read_text())
+    assert isinstance(doc, dict) and doc, f"{script} wrote an empty JSON document"
