@@ -16,7 +16,8 @@ What is here, by concern:
 * the capability model: :class:`CapabilityTable` built with :func:`table_from` from :class:`Support` entries
   (:class:`Level`, :class:`Mode`, :class:`Collective`; :class:`Prefer` marks a native op that runs faster as a
   composition, by size and world size), :data:`PORTABLE` (the emulations any backend gets),
-  :func:`graph_entries` (a graph column for plugins without converters), reduce-op names;
+  :func:`graph_entries` (a graph column for plugins without converters), reduce-op names, vendor SDK versions
+  (:func:`version_key`, :func:`version_below`: the order ``Support.min_sdk`` floors are compared in);
 * discovery: :class:`Registry`, :class:`PluginInfo`, :class:`Status`, :func:`plugins`;
 * the CPU simulation: :class:`SimProfile` and the simulated process group;
 * rank tables: :class:`RankTableFormat` (a plugin's format for ``xccl rank-table``), the JSON reading kit that
@@ -100,6 +101,7 @@ from ._sim import (
     register_simulated_backend,
     simulated_backend_of,
 )
+from ._versions import version_below, version_key
 from ._work import Work, finish
 
 __all__ = [
@@ -179,4 +181,6 @@ __all__ = [
     "require",
     "simulated_backend_of",
     "table_from",
+    "version_below",
+    "version_key",
 ]

@@ -6,6 +6,8 @@ What is simulated, and how faithfully:
   parsing rules, so a launch that would find no device on the hardware fails here too;
 * the chip: ``XCCL_SIM_ASCEND_SOC`` is ``A2`` (default, ``Ascend910B1``), ``A3`` (``Ascend910_9391``) or any chip
   name (``Ascend910ProA`` simulates a chip without MC2 kernels);
+* CANN: ``XCCL_SIM_CANN_VERSION`` (default 9.0.0, the release torch_npu 2.13 installs with: Ascend/pytorch@462f4e1
+  README.md:71), read when asked, as the runtime's ``find_cann`` is on the hardware;
 * ``get_hccl_comm_name``: ``"group_name_" + <torch's group name>``, as torch_npu names the communicator
   (``ProcessGroupHCCL`` sets ``pg_name_`` to it and copies it into ``hcclCommName``; ``hccl_config["group_name"]``
   goes to ``hcclUdi`` instead). Rank 0 of the group broadcasts it, so, as on the hardware (which creates the
@@ -34,14 +36,16 @@ from xccl.plugin import Collective, InitError, KernelContext, c10d_kernel, finis
 
 from ._probe import parse_visible_devices
 from ._torchair_lower import GraphOps
-from ._torchair_sim import sim_graph_ops, simulated_torchair
+from ._torchair_sim import register_fx_node_ge_converter, sim_graph_ops, simulated_torchair
 
-__all__ = ["SIM_DEVICES_ENV", "SIM_SOC_ENV", "SimSdk", "sim_device_name"]
+__all__ = ["SIM_CANN_ENV", "SIM_DEVICES_ENV", "SIM_SOC_ENV", "SimSdk", "sim_cann_version", "sim_device_name"]
 
 #: Chip to simulate: ``A2``, ``A3`` or a chip name.
 SIM_SOC_ENV: Final = "XCCL_SIM_ASCEND_SOC"
 #: Physical NPUs of the simulated host.
 SIM_DEVICES_ENV: Final = "XCCL_SIM_ASCEND_DEVICES"
+#: CANN release to simulate (default: torch_npu 2.13's).
+SIM_CANN_ENV: Final = "XCCL_SIM_CANN_VERSION"
 _CHIPS: Final = {"A2": "Ascend910B1", "A3": "Ascend910_9391"}
 _NAME_BYTES: Final = 128  # HCCL's communicator names are char[128]
 
@@ -54,6 +58,11 @@ def sim_device_name(env: Mapping[str, str] | None = None) -> str:
     """The simulated chip name from ``XCCL_SIM_ASCEND_SOC`` (default A2)."""
     raw = (os.environ if env is None else env).get(SIM_SOC_ENV, "").strip() or "A2"
     return _CHIPS.get(raw.upper(), raw)
+
+
+def sim_cann_version(env: Mapping[str, str] | None = None) -> str:
+    """The simulated CANN version from ``XCCL_SIM_CANN_VERSION`` (default 9.0.0)."""
+    return (os.environ if env is None else env).get(SIM_CANN_ENV, "").strip() or "9.0.0"
 
 
 class SimSdk:
@@ -195,7 +204,11 @@ class SimSdk:
         return sim_graph_ops(self)
 
     def compile_backend(self, decompositions: Mapping[Any, Callable[..., Any]]) -> Callable[..., Any] | None:
-        return simulated_torchair(decompositions, self.graph_ops().names)
+        return simulated_torchair(decompositions, self.graph_ops().names, cann=sim_cann_version())
+
+    def register_graph_converters(self, converters: Mapping[Any, Callable[..., Any]]) -> None:
+        for op, converter in converters.items():
+            register_fx_node_ge_converter(op)(converter)
 
 
 def _check_mc2_world_size(world_size: int) -> None:
