@@ -22,9 +22,8 @@ import torch
 import torch.distributed as dist
 from xccl_ascend import sim_npu_backend
 from xccl_ascend._capabilities import ascend_table
-from xccl_ascend._sdk_sim import sim_cann_version
 from xccl_ascend._torchair import target_name, vocabulary
-from xccl_ascend._torchair_sim import simulated_torchair
+from xccl_ascend._torchair_sim import sim_cann_version, simulated_torchair
 
 import xccl
 from xccl.plugin import Collective as C

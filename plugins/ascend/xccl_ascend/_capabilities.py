@@ -21,13 +21,15 @@ Eager mode (manifest A3, ``ProcessGroupHCCL.cpp``):
 * the MC2 fused kernels back xccl's fused API; their constraints (``_constraints``) are checked per call, and a
   violation falls back to the portable version under the fallback policy.
 
-Graph mode: what TorchAir compiles (``_torchair``, ``_torchair_lower``). Standard collectives enter the graph as
-``_c10d_functional`` ops, which TorchAir converts from torch 2.3.1 (``min_torch`` (2, 3)); xccl's own graph ops
-(send/recv, the uneven and fused ops, all_to_all_v, the order join) are lowered to the ops TorchAir emits for the
-same calls. The seeds' floors apply on top (send/recv, reduce_scatter_tensor and the uneven ops from 2.6). Reduce
-ops are GE's (sum, min, max, product; avg as sum then a divide); reduce, gather, scatter, barrier and the
-non-blocking point-to-point ops have no graph form TorchAir converts. Each claim's source is in
-:data:`GRAPH_SOURCES`; the simulation checks every compiled graph against TorchAir's vocabulary.
+Graph mode: what TorchAir compiles and GE takes (``_torchair``, ``_torchair_lower``). Standard collectives enter
+the graph as ``_c10d_functional`` ops, which TorchAir converts from torch 2.3.1 (``min_torch`` (2, 3, 1)); xccl's
+own graph ops (send/recv, the uneven and fused ops, all_to_all_v) are lowered to the ops TorchAir emits for the
+same calls. The seeds' floors apply on top (send/recv, reduce_scatter_tensor and the uneven ops from 2.6), and
+send/recv need CANN 8.6.0 (``min_sdk``). Reduce ops are GE's (sum, min, max, product; avg as sum then a divide);
+dtypes are those the HCCL operator's IR prototype lists, the eager dtypes it lacks cast in the graph where a
+conversion is exact (:func:`_ir_dtypes`); reduce, gather, scatter, barrier and the non-blocking point-to-point ops
+have no graph form TorchAir converts. Each claim's source is in :data:`GRAPH_SOURCES` and the entry's note; the
+simulation checks every compiled graph against TorchAir's vocabulary and GE's dtype lists.
 """
 
 from __future__ import annotations
@@ -292,12 +294,12 @@ def _ir_dtypes(op: Collective, claim: _GraphClaim, eager: Support) -> Support:
     if op.reduces:
         wanted = REDUCED_DTYPES | frozenset(_CAST)
         dtypes = listed & REDUCED_DTYPES
-        casts = {d: c for d, c in GRAPH_REDUCE_CASTS.items() if d in wanted - dtypes and c in dtypes}
+        casts = {d: c for d, c in GRAPH_REDUCE_CASTS.items() if d in wanted - dtypes and c in dtypes}  # in order
         how = "converted, and back; a bool sum is a logical or"
     else:
         wanted = eager.dtypes if eager.dtypes is not None else MOVED_DTYPES
         dtypes = listed & wanted
-        casts = {d: c for d in wanted - dtypes if (c := _move_cast(d, dtypes)) is not None}
+        casts = {d: c for d in sorted(wanted - dtypes, key=str) if (c := _move_cast(d, dtypes)) is not None}
         how = "converted exactly, and back"
     refused = wanted - dtypes - set(casts)
     note = f"dtypes: {where}"

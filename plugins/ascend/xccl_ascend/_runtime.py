@@ -66,7 +66,7 @@ class AscendRuntime(Runtime):
         """The CANN version: found on the host, or ``XCCL_SIM_CANN_VERSION`` in simulation (read when asked)."""
         if not self.simulate:
             return self._hardware_cann
-        from ._sdk_sim import sim_cann_version
+        from ._torchair_sim import sim_cann_version
 
         return sim_cann_version()
 

@@ -36,16 +36,14 @@ from xccl.plugin import Collective, InitError, KernelContext, c10d_kernel, finis
 
 from ._probe import parse_visible_devices
 from ._torchair_lower import GraphOps
-from ._torchair_sim import register_fx_node_ge_converter, sim_graph_ops, simulated_torchair
+from ._torchair_sim import register_fx_node_ge_converter, sim_cann_version, sim_graph_ops, simulated_torchair
 
-__all__ = ["SIM_CANN_ENV", "SIM_DEVICES_ENV", "SIM_SOC_ENV", "SimSdk", "sim_cann_version", "sim_device_name"]
+__all__ = ["SIM_DEVICES_ENV", "SIM_SOC_ENV", "SimSdk", "sim_device_name"]
 
 #: Chip to simulate: ``A2``, ``A3`` or a chip name.
 SIM_SOC_ENV: Final = "XCCL_SIM_ASCEND_SOC"
 #: Physical NPUs of the simulated host.
 SIM_DEVICES_ENV: Final = "XCCL_SIM_ASCEND_DEVICES"
-#: CANN release to simulate (default: torch_npu 2.13's).
-SIM_CANN_ENV: Final = "XCCL_SIM_CANN_VERSION"
 _CHIPS: Final = {"A2": "Ascend910B1", "A3": "Ascend910_9391"}
 _NAME_BYTES: Final = 128  # HCCL's communicator names are char[128]
 
@@ -58,11 +56,6 @@ def sim_device_name(env: Mapping[str, str] | None = None) -> str:
     """The simulated chip name from ``XCCL_SIM_ASCEND_SOC`` (default A2)."""
     raw = (os.environ if env is None else env).get(SIM_SOC_ENV, "").strip() or "A2"
     return _CHIPS.get(raw.upper(), raw)
-
-
-def sim_cann_version(env: Mapping[str, str] | None = None) -> str:
-    """The simulated CANN version from ``XCCL_SIM_CANN_VERSION`` (default 9.0.0)."""
-    return (os.environ if env is None else env).get(SIM_CANN_ENV, "").strip() or "9.0.0"
 
 
 class SimSdk:

@@ -26,6 +26,7 @@ export paths.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -44,7 +45,8 @@ from ._torchair_lower import GraphOps
 if TYPE_CHECKING:
     from ._sdk_sim import SimSdk
 
-__all__ = ["NS", "get_npu_backend", "register_fx_node_ge_converter", "sim_graph_ops", "simulated_torchair"]
+__all__ = ["NS", "SIM_CANN_ENV", "get_npu_backend", "register_fx_node_ge_converter", "sim_cann_version", "sim_graph_ops",
+           "simulated_torchair"]
 
 #: The simulation's namespace for the vendor's graph ops.
 NS: Final = "xccl_ascend_sim"
@@ -79,6 +81,8 @@ _OPS: Final[Mapping[str, tuple[str, str]]] = {
         "npu_mm_all_reduce_base(Tensor x1, Tensor x2, str hcom, *, str reduce_op='sum', Tensor? bias=None, "
         "int comm_turn=0) -> Tensor"),
 }
+#: CANN release to simulate (default: the one torch_npu 2.13 installs with, Ascend/pytorch@462f4e1 README.md:71).
+SIM_CANN_ENV: Final = "XCCL_SIM_CANN_VERSION"
 _LOCK: Final = threading.Lock()
 _STATE: dict[str, Any] = {}  # "lib": the torch.library (one per process), "sdk": weakref to the active SimSdk
 #: Converters registered at run time, by target name (TorchAir keeps them on the op: one per op, the last wins).
@@ -221,6 +225,11 @@ def sim_graph_ops(sdk: SimSdk) -> GraphOps:
     )
 
 
+def sim_cann_version(env: Mapping[str, str] | None = None) -> str:
+    """The simulated CANN version: ``XCCL_SIM_CANN_VERSION``, default 9.0.0 (read when asked, so a test may set it)."""
+    return (os.environ if env is None else env).get(SIM_CANN_ENV, "").strip() or "9.0.0"
+
+
 def register_fx_node_ge_converter(op: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """TorchAir's public ``register_fx_node_ge_converter(op)(converter)``, into the simulated registry."""
 
@@ -245,8 +254,6 @@ def get_npu_backend(*, compiler_config: Any = None, custom_decompositions: Mappi
         cann: the CANN version the simulated GE checks against (default: the simulated runtime's,
             ``XCCL_SIM_CANN_VERSION``).
     """
-    from ._sdk_sim import sim_cann_version  # lazy: _sdk_sim imports this module
-
     return simulated_torchair(custom_decompositions or {}, _aliases(), cann=cann or sim_cann_version())
 
 
