@@ -123,6 +123,8 @@ def _claim(op: Collective, sup: Support) -> str:
             parts.append(f"casts: {_render._casts(sup)}")
     if sup.min_torch is not None:
         parts.append(f"torch >= {'.'.join(map(str, sup.min_torch))}")
+    if sup.min_sdk is not None:
+        parts.append(f"{sup.min_sdk[0]} >= {sup.min_sdk[1]}")
     if sup.world_sizes is not None:
         parts.append(f"world sizes {', '.join(map(str, sorted(sup.world_sizes)))}")
     return "; ".join(parts)

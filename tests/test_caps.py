@@ -124,6 +124,31 @@ def test_text_cells_and_footnotes() -> None:
     assert "  toy: a table-wide remark" in text.splitlines()
 
 
+def test_vendor_sdk_floor_refuses_below_it_and_renders() -> None:
+    """``Support.min_sdk`` holds against the installed versions the runtime names; an unknown version passes."""
+    floor = Support(Level.NATIVE, min_torch=(2, 3, 1), min_sdk=("CANN", "8.6.0"))
+    table = table_from("toy", {Collective.SEND: Support(Level.NATIVE)}, {Collective.SEND: floor})
+    level = lambda **kw: table.resolve(Collective.SEND, mode=Mode.GRAPH, **kw).level  # noqa: E731
+    assert level(sdk_versions={"CANN": "8.5.0"}) is Level.UNSUPPORTED
+    assert "needs CANN >= 8.6.0, and CANN 8.5.0 is installed" in table.resolve(
+        Collective.SEND, mode=Mode.GRAPH, sdk_versions={"CANN": "8.5.0"}).reason
+    for version in ("8.6.0", "8.6", "9.0.0", "9.0.RC1"):
+        assert level(sdk_versions={"CANN": version}) is Level.NATIVE, version
+    assert level(sdk_versions={"CANN": "8.6.RC1"}) is Level.UNSUPPORTED  # a release candidate of 8.6 is below 8.6.0
+    assert level(sdk_versions={}) is level(sdk_versions={"CANN": "unreadable"}) is level() is Level.NATIVE
+    assert table.resolve(Collective.SEND, sdk_versions={"CANN": "1.0.0"}).level is Level.NATIVE  # eager: no floor
+    assert footnote(Collective.SEND, floor) == "torch >= 2.3.1; CANN >= 8.6.0"
+    assert table.to_dict()["send"]["graph"]["min_sdk"] == "CANN 8.6.0"  # type: ignore[index]
+
+
+def test_vendor_versions_order_release_candidates_before_releases() -> None:
+    from xccl.plugin import version_key
+
+    ordered = ["8.0.RC1", "8.0.RC2", "8.0.0", "8.1.RC1.alpha001", "8.1.RC1.beta1", "8.1.RC1", "8.1.0", "8.6.0", "9.0.0"]
+    assert sorted(ordered, key=version_key) == ordered  # type: ignore[arg-type]
+    assert version_key("garbage") is None and version_key("") is None and version_key("8.x-1") is None
+
+
 def test_text_wraps_plugins_into_blocks() -> None:
     tables = {name: _toy_table() for name in ("one", "two", "three")}
     single = render_text(tables)

@@ -58,11 +58,12 @@ def _table(backend: str, **eager: Support) -> CapabilityTable:
         ({"all_reduce": Support(Level.NATIVE, world_sizes=frozenset({0, 2}))}, "non-empty set of positive integers"),
         ({"all_reduce": Support(Level.NATIVE, dtypes=frozenset({torch.float32}), cast_to={torch.bool: torch.uint8})},
          "cast_to maps torch.bool to torch.uint8, which the kernel does not accept either"),
-        ({"all_reduce": Support(Level.NATIVE, min_torch=(2,))}, "(major, minor) tuple"),  # type: ignore[arg-type]
+        ({"all_reduce": Support(Level.NATIVE, min_torch=(2,))}, "(major, minor, patch) tuple"),  # type: ignore[arg-type]
+        ({"all_reduce": Support(Level.NATIVE, min_sdk=("CANN", "soon"))}, "min_sdk ('CANN', 'soon') must be"),
         ({"all_reduce": Support(Level.NATIVE, dtypes={torch.float32})}, "frozenset of torch.dtype"),  # type: ignore[arg-type]
     ],
     ids=["unknown-via", "no-via", "reduce-op-typo", "reduce-ops-on-broadcast", "world-size-0", "cast-to-unsupported",
-         "min-torch", "dtypes-not-frozen"],
+         "min-torch", "min-sdk", "dtypes-not-frozen"],
 )
 def test_table_check_names_what_is_wrong(entry, phrase):
     problems = table_problems(_Named(), _table("named", **entry))

@@ -80,7 +80,8 @@ def plan(st: GroupState, op: Collective, dtype: torch.dtype | None, reduce_op: A
     if kernel is not None:
         return kernel
     redop = None if reduce_op is None else reduce_op_name(reduce_op)
-    res = st.table.require(op, dtype=dtype, reduce_op=redop, world_size=st.size,
+    versions = st.runtime.sdk_versions()
+    res = st.table.require(op, dtype=dtype, reduce_op=redop, world_size=st.size, sdk_versions=versions,
                            allow_emulated=st.fallback != "error")
     native = native_kernel(st, op)
     kernel = _kernel(st, op, res, native, dtype)
@@ -88,7 +89,7 @@ def plan(st: GroupState, op: Collective, dtype: torch.dtype | None, reduce_op: A
     # size (the same on every rank, so every rank chooses alike).
     bounds = st.table.size_bounds(op, world_size=st.size)
     if bounds:
-        shape = {"dtype": dtype, "reduce_op": redop, "world_size": st.size}
+        shape = {"dtype": dtype, "reduce_op": redop, "world_size": st.size, "sdk_versions": versions}
         kernels = [_kernel(st, op, st.table.resolve(op, nbytes=lo, **shape), native, dtype) for lo in (0, *bounds)]
         kernel = _emulate.by_size(op, bounds, kernels)
     st.plans[key] = kernel

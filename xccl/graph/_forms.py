@@ -31,7 +31,8 @@ import torch
 from ..collectives import _specs as S
 from ..collectives._state import STATE
 from ..plugin._capabilities import Collective
-from ._group import GroupInfo, fail, group_info, redop, resolve
+from ._group import GroupInfo, emittable, fail, group_info, order_joins, redop, resolve
+from ._layers import carry
 
 __all__ = ["GraphWork", "run"]
 
@@ -50,7 +51,7 @@ class _P2PWork:
 
     def wait(self, timeout: Any = None) -> bool:
         received = [self.received] if self.received is not None else []
-        outs = _chained(self.g, _X.wait, received)
+        outs = _chained(self.g, "wait", received)
         if self.buffer is not None:
             self.buffer.copy_(outs[0])
         return True
@@ -97,8 +98,9 @@ def _waited(g: GroupInfo, t: torch.Tensor) -> torch.Tensor:
     in a graph where one rank sends and its peer receives, and the two ranks deadlocked.
     """
     out: torch.Tensor = _F.wait_tensor(t)
-    token = STATE.tokens[g.name]
-    token.copy_(_X.order(token, [out.detach()]))
+    if order_joins():
+        token = STATE.tokens[g.name]
+        token.copy_(_X.order(token, [out.detach()]))
     return out
 
 
@@ -110,14 +112,16 @@ def _detached(a: Any) -> Any:
     return a
 
 
-def _chained(g: GroupInfo, op: Any, *args: Any) -> Any:
-    """Call xccl graph op ``op(*args, group_name, token)`` and thread the group's order token through it.
+def _chained(g: GroupInfo, name: str, *args: Any) -> Any:
+    """Call xccl graph op ``name`` as ``op(*args, group_name, token)`` and thread the group's order token
+    through it, once the plugin's graph compiler is known to take it (``emittable``).
 
     Inputs are detached: xccl's own ops are not differentiable, and a token computed from a tensor that
     requires grad would make the global token require grad.
     """
+    emittable(g.name, name)
     token = STATE.tokens[g.name]
-    out = op(*[_detached(a) for a in args], g.name, token)
+    out = getattr(_X, name)(*[_detached(a) for a in args], g.name, token)
     if isinstance(out, tuple):
         token.copy_(out[1])
         return out[0]
@@ -140,28 +144,28 @@ def _like(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 def _all_reduce(g: GroupInfo, standard: bool, x: torch.Tensor, red: str) -> torch.Tensor:
     if standard:
         return _like(_waited(g, _F.all_reduce(_real(x), red, g.name)), x)
-    out: torch.Tensor = _chained(g, _X.all_reduce, x, red)
+    out: torch.Tensor = _chained(g, "all_reduce", x, red)
     return out
 
 
 def _all_gather(g: GroupInfo, standard: bool, x: torch.Tensor) -> torch.Tensor:
     if standard:
         return _like(_waited(g, _F.all_gather_into_tensor(_real(x), g.size, g.name)), x)
-    out: torch.Tensor = _chained(g, _X.all_gather_into_tensor, x)
+    out: torch.Tensor = _chained(g, "all_gather_into_tensor", x)
     return out
 
 
 def _reduce_scatter(g: GroupInfo, standard: bool, x: torch.Tensor, red: str) -> torch.Tensor:
     if standard:
         return _like(_waited(g, _F.reduce_scatter_tensor(_real(x), red, g.size, g.name)), x)
-    out: torch.Tensor = _chained(g, _X.reduce_scatter_tensor, x, red)
+    out: torch.Tensor = _chained(g, "reduce_scatter_tensor", x, red)
     return out
 
 
 def _all_to_all(g: GroupInfo, standard: bool, x: torch.Tensor, osz: list[Any], isz: list[Any]) -> torch.Tensor:
     if standard:
         return _like(_waited(g, _F.all_to_all_single(_real(x), osz, isz, g.name)), x)
-    out: torch.Tensor = _chained(g, _X.all_to_all_single, x, osz, isz)
+    out: torch.Tensor = _chained(g, "all_to_all_single", x, osz, isz)
     return out
 
 
@@ -200,8 +204,9 @@ def run(spec: S.Spec, group: Any, async_op: bool, *args: Any) -> Any:
     form, resolves = _FORMS[spec.name]
     idx = spec.reduce_op_index
     red = None if idx is None else redop(kargs[idx])
-    standard = resolves and resolve(g.name, key, spec.dtype_of(kargs), red)
-    return form(g, standard, red, async_op, *kargs)
+    if not resolves:
+        return form(g, False, red, async_op, *kargs)
+    return carry(spec, g, resolve(g.name, key, spec.dtype_of(kargs), red), form, red, async_op, kargs)
 
 
 @_form(S.ALL_REDUCE)
@@ -215,7 +220,7 @@ def _f_all_reduce(g: GroupInfo, standard: bool, red: str, async_op: bool, t: tor
 def _f_all_reduce_coalesced(g: GroupInfo, _: bool, red: str, async_op: bool, ts: list[torch.Tensor], rop: Any) -> Any:
     """One all_reduce per tensor (the compiler may bucket them)."""
     for t in ts:
-        t.copy_(_all_reduce(g, resolve(g.name, C.ALL_REDUCE, t.dtype, red), t, red))
+        carry(S.ALL_REDUCE, g, resolve(g.name, C.ALL_REDUCE, t.dtype, red), _f_all_reduce, red, False, (t, rop))
     return _work(async_op)
 
 
@@ -239,7 +244,8 @@ def _f_all_gather_coalesced(
 ) -> Any:
     """One all_gather per input tensor."""
     for i, t in enumerate(ins):
-        _gather_into(g, resolve(g.name, C.ALL_GATHER, t.dtype, None), [row[i] for row in outs], t)
+        carry(S.ALL_GATHER, g, resolve(g.name, C.ALL_GATHER, t.dtype, None), _f_all_gather, None, False,
+              ([row[i] for row in outs], t))
     return _work(async_op)
 
 
@@ -310,7 +316,7 @@ def _f_broadcast(g: GroupInfo, standard: bool, _: None, async_op: bool, t: torch
     if standard:
         out = _like(_waited(g, _F.broadcast(_real(t), root, g.name)), t)
     else:
-        out = _chained(g, _X.broadcast, t, root)
+        out = _chained(g, "broadcast", t, root)
     t.copy_(out)
     return _work(async_op)
 
@@ -318,7 +324,7 @@ def _f_broadcast(g: GroupInfo, standard: bool, _: None, async_op: bool, t: torch
 @_form(S.REDUCE)
 def _f_reduce(g: GroupInfo, _: bool, red: str, async_op: bool, t: torch.Tensor, root: int, rop: Any) -> Any:
     """``xccl.reduce`` (torch has no functional reduce)."""
-    t.copy_(_chained(g, _X.reduce, t, root, red))
+    t.copy_(_chained(g, "reduce", t, root, red))
     return _work(async_op)
 
 
@@ -327,7 +333,7 @@ def _f_gather(
     g: GroupInfo, _: bool, __: None, async_op: bool, t: torch.Tensor, lst: list[torch.Tensor] | None, root: int
 ) -> Any:
     """``xccl.gather``, copied into ``gather_list`` on the root."""
-    outs = _chained(g, _X.gather, t, root)
+    outs = _chained(g, "gather", t, root)
     if lst is not None:
         for x, o in zip(lst, outs, strict=True):
             x.copy_(o)
@@ -339,34 +345,34 @@ def _f_scatter(
     g: GroupInfo, _: bool, __: None, async_op: bool, t: torch.Tensor, lst: list[torch.Tensor] | None, root: int
 ) -> Any:
     """``xccl.scatter``, copied into ``tensor``."""
-    t.copy_(_chained(g, _X.scatter, t, lst or [], root))
+    t.copy_(_chained(g, "scatter", t, lst or [], root))
     return _work(async_op)
 
 
 @_form(S.BARRIER)
 def _f_barrier(g: GroupInfo, _: bool, __: None, async_op: bool) -> Any:
     """``xccl.barrier``, ordered with the group's other xccl ops."""
-    _chained(g, _X.barrier)
+    _chained(g, "barrier")
     return _work(async_op)
 
 
 @_form(S.SEND)
 def _f_send(g: GroupInfo, _: bool, __: None, async_op: bool, t: torch.Tensor, peer: int, tag: int) -> None:
     """``xccl.send``, in program order with the group's other xccl ops."""
-    _chained(g, _X.send, t, peer)
+    _chained(g, "send", t, peer)
 
 
 @_form(S.RECV)
 def _f_recv(g: GroupInfo, _: bool, __: None, async_op: bool, t: torch.Tensor, peer: int, tag: int) -> int:
     """``xccl.recv``, copied into ``tensor``; returns ``src``'s global rank."""
-    t.copy_(_chained(g, _X.recv, t, peer))
+    t.copy_(_chained(g, "recv", t, peer))
     return g.ranks[peer]
 
 
 @_form(S.ISEND)
 def _f_isend(g: GroupInfo, _: bool, __: None, async_op: bool, t: torch.Tensor, peer: int, tag: int) -> Any:
     """``xccl.isend`` starts it, the handle's ``wait()`` emits ``xccl.wait``."""
-    _chained(g, _X.isend, t, peer)
+    _chained(g, "isend", t, peer)
     return _P2PWork(g, None, None)
 
 
@@ -374,7 +380,7 @@ def _f_isend(g: GroupInfo, _: bool, __: None, async_op: bool, t: torch.Tensor, p
 def _f_irecv(g: GroupInfo, _: bool, __: None, async_op: bool, t: torch.Tensor, peer: int, tag: int) -> Any:
     """``xccl.irecv`` starts it; the handle's ``wait()`` emits ``xccl.wait`` and copies the result into ``tensor``
     (whose content is undefined until then, as in eager mode)."""
-    received = _chained(g, _X.irecv, t, peer)
+    received = _chained(g, "irecv", t, peer)
     return _P2PWork(g, t, received)
 
 
@@ -383,7 +389,7 @@ def _f_all_gather_uneven(
     g: GroupInfo, _: bool, __: None, async_op: bool, out: torch.Tensor, inp: torch.Tensor, sizes: list[int] | None
 ) -> Any:
     """``xccl.all_gather_into_tensor_uneven``."""
-    out.copy_(_chained(g, _X.all_gather_into_tensor_uneven, inp, sizes))
+    out.copy_(_chained(g, "all_gather_into_tensor_uneven", inp, sizes))
     return _work(async_op)
 
 
@@ -393,7 +399,7 @@ def _f_reduce_scatter_uneven(
     rop: Any,
 ) -> Any:
     """``xccl.reduce_scatter_tensor_uneven``."""
-    out.copy_(_chained(g, _X.reduce_scatter_tensor_uneven, inp, sizes, red))
+    out.copy_(_chained(g, "reduce_scatter_tensor_uneven", inp, sizes, red))
     return _work(async_op)
 
 
@@ -403,5 +409,5 @@ def _f_all_to_all_v(
 ) -> Any:
     """``xccl.all_to_all_v`` with the matrix flattened row-major."""
     counts = [c for row in matrix for c in row]
-    out.copy_(_chained(g, _X.all_to_all_v, inp, counts).view(out.shape))
+    out.copy_(_chained(g, "all_to_all_v", inp, counts).view(out.shape))
     return _work(async_op)

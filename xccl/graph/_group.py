@@ -13,6 +13,7 @@ Dynamo re-raises its own ``UserError`` as is but rewraps any other exception as 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any, NamedTuple, TypeVar
 
 import torch
@@ -22,18 +23,22 @@ import torch.distributed.distributed_c10d as c10d
 from ..collectives._state import STATE, state_of
 from ..collectives._validate import group_problem
 from ..errors import InvalidArgument, UnsupportedCollective, XcclError
-from ..plugin._capabilities import CapabilityTable, Collective, Level, Mode, reduce_op_name
+from ..plugin._capabilities import BOOL_REDUCE_AS, CapabilityTable, Collective, Level, Mode, reduce_op_name
 from ..plugin._registry import default_registry
 
 F = TypeVar("F")
 
 __all__ = [
+    "GraphPlan",
     "GroupInfo",
     "default_info",
+    "emittable",
     "fail",
     "group_info",
     "info_by_name",
+    "order_joins",
     "redop",
+    "refuse",
     "resolve",
     "trace_error",
 ]
@@ -72,6 +77,24 @@ class GroupInfo(NamedTuple):
     #: True when the group's c10d methods run xccl's dispatch (xccl's process group): a standard functional
     #: collective on it runs the emulation where the table says emulated, so the graph path can emit it.
     dispatches: bool
+
+
+class GraphPlan(NamedTuple):
+    """How a graph form carries one call, from the group's table in graph mode (constant, like ``GroupInfo``).
+
+    The local layers of the resolution are done in the graph itself (``_layers``), as eager dispatch does them
+    around the kernel: a graph compiler may run the collective without calling back into xccl (TorchAir turns a
+    ``_c10d_functional`` op into a GE operator), so an emulation left to the process group would not run.
+    """
+
+    #: True when the standard functional collective carries the call once the layers are applied (see
+    #: :func:`resolve`); False: xccl's graph op of the same name.
+    standard: bool
+    #: The dtype the tensors travel as (a view when the op moves bytes between dtypes of one size, else a
+    #: converting copy and a copy back); None: their own.
+    cast: torch.dtype | None
+    #: True when avg runs as sum then a divide of the written tensors.
+    avg: bool
 
 
 @functools.cache
@@ -170,30 +193,83 @@ def redop(op: Any) -> str:
 
 
 @_assume_constant
-def resolve(name: str, op: Collective, dtype: torch.dtype | None, reduce_op: str | None) -> bool:
+def resolve(name: str, op: Collective, dtype: torch.dtype | None, reduce_op: str | None) -> GraphPlan:
     """Consult the group's capability table in graph mode; raise at trace time when the op cannot run.
 
     Returns:
-        True when the op's standard graph form carries it: it runs natively, or the group is xccl's process group
-        (whose c10d methods run the emulation); False when it must be xccl's graph op (which runs the eager
-        emulation). A plain bool: Dynamo guards on the attributes of returned objects. A native op the table
-        prefers to compose at some sizes (``Prefer``) keeps the standard form: on xccl's process group its c10d
-        method runs dispatch, which makes the eager call's choice per call size; on a group created outside xccl
-        the backend's kernel runs (the same result), and nothing here depends on a size Dynamo may make symbolic.
+        The :class:`GraphPlan`: the layers (a dtype cast, avg as sum) the graph applies itself, and whether the
+        op's standard graph form carries the call after them: it does when that call runs natively, or when the
+        group is xccl's process group (whose c10d methods run the emulation); otherwise xccl's graph op (which
+        runs the eager emulation) does. A named tuple of constants: Dynamo folds it without guarding on an
+        object. A native op the table prefers to compose at some sizes (``Prefer``) keeps the standard form: on
+        xccl's process group its c10d method runs dispatch, which makes the eager call's choice per call size;
+        on a group created outside xccl the backend's kernel runs (the same result), and nothing here depends on
+        a size Dynamo may make symbolic.
 
     Raises:
-        UnsupportedCollective: the table says unsupported, or emulated under the ``"error"`` fallback policy.
+        UnsupportedCollective: the table says unsupported (the vendor SDK below the entry's floor included), or
+            emulated under the ``"error"`` fallback policy.
     """
     pg = c10d._resolve_process_group(name)  # type: ignore[arg-type]
     table, _, fallback = _table_of(pg)
+    shape = {"mode": Mode.GRAPH, "world_size": pg.size(), "sdk_versions": _sdk_versions()}
     try:
-        res = table.require(
-            op, mode=Mode.GRAPH, dtype=dtype, reduce_op=reduce_op, world_size=pg.size(),
-            allow_emulated=fallback != "error",
-        )
+        res = table.require(op, dtype=dtype, reduce_op=reduce_op, allow_emulated=fallback != "error", **shape)
     except UnsupportedCollective as exc:
         raise trace_error(UnsupportedCollective, exc.op, exc.backend, f"{exc.detail} (graph mode)") from None
-    return res.level is Level.NATIVE or hasattr(pg, "native")
+    dispatches = hasattr(pg, "native")
+    if res.cast is None and not res.avg_via_sum:
+        return GraphPlan(res.level is Level.NATIVE or dispatches, None, False)
+    # The call the form emits once the graph has cast the tensors and turned avg into sum.
+    inner = "sum" if res.avg_via_sum else reduce_op
+    if res.cast is not None and dtype == torch.bool and inner is not None:
+        inner = BOOL_REDUCE_AS.get(inner, inner)
+    after = table.resolve(op, dtype=res.cast or dtype, reduce_op=inner, **shape)  # type: ignore[arg-type]
+    return GraphPlan(after.level is Level.NATIVE or dispatches, res.cast, res.avg_via_sum)
+
+
+def _sdk_versions() -> Mapping[str, str]:
+    runtime = STATE.runtime
+    return runtime.sdk_versions() if runtime is not None else {}
+
+
+def _graph_ops() -> frozenset[str] | None:
+    runtime = STATE.runtime
+    return runtime.graph_ops() if runtime is not None else None
+
+
+@_assume_constant
+def order_joins() -> bool:
+    """Whether standard collectives join the order token chain: unless the plugin's graph compiler takes no
+    ``xccl.order`` (it keeps program order itself, ``Runtime.graph_ops``)."""
+    ops = _graph_ops()
+    return ops is None or "order" in ops
+
+
+@_assume_constant
+def emittable(name: str, op: str) -> bool:
+    """Return True when the graph compiler of group ``name``'s plugin takes xccl's graph op ``op``.
+
+    Raises:
+        UnsupportedCollective: it does not (``Runtime.graph_ops``): at trace time, before any rank communicates,
+            rather than from the compiler, or as a hang where the compiler would have reordered the op.
+    """
+    ops = _graph_ops()
+    if ops is None or op in ops:
+        return True
+    table, _, _ = _table_of(c10d._resolve_process_group(name))  # type: ignore[arg-type]
+    raise trace_error(
+        UnsupportedCollective, op, table.backend,
+        f"graph mode: the {table.backend} plugin's graph compiler has no lowering for xccl.{op}, the graph op this "
+        f"call compiles to (it takes {', '.join(sorted(ops)) or 'none'}); call it outside the compiled region, or "
+        "see the graph column of `xccl caps` and the plugin's documentation for the form that compiles",
+    )
+
+
+@_assume_constant
+def refuse(op: str, backend: str, detail: str) -> None:
+    """Raise ``UnsupportedCollective(op, backend, detail)`` from traced code."""
+    raise trace_error(UnsupportedCollective, op, backend, detail)
 
 
 @_assume_constant

@@ -32,7 +32,7 @@ from ..collectives._dispatch import dispatch
 from ..errors import InvalidArgument
 from ..plugin._capabilities import Collective
 from ._forms import _all_gather, _all_reduce, _reduce_scatter
-from ._group import fail, group_info, redop, resolve
+from ._group import GroupInfo, fail, group_info, redop, resolve
 
 __all__ = ["all_gather_into_tensor", "all_reduce", "reduce_scatter_tensor"]
 
@@ -94,11 +94,27 @@ class _ReduceScatter(torch.autograd.Function):
         return out, None
 
 
-def _differentiable(native: bool, op: str) -> bool:
+def _plan(g: GroupInfo, op: Collective, dtype: torch.dtype, red: str | None) -> tuple[bool, torch.dtype | None]:
+    """Whether the standard (differentiable) form carries the call, and the dtype to carry it as (None: its own).
+
+    A dtype the graph column casts travels as a converting ``.to()``, which autograd goes through. Where the cast
+    is a bit-for-bit view of a float as an integer (no gradient), it travels as float32 instead: exact for the
+    narrower floats, and the backward's collectives then run in float32 too.
+    """
+    plan = resolve(g.name, op, dtype, red)
+    cast = plan.cast
+    if cast is not None and dtype.is_floating_point and not cast.is_floating_point:
+        plan, cast = resolve(g.name, op, torch.float32, red), torch.float32
+        if plan.cast is not None:
+            fail(f"functional.{op.value}", f"{dtype} travels as {plan.cast} in graph mode, which has no gradient")
     # Only the standard forms carry torch's autograd formulas; xccl's own ops (the emulated form) do not.
-    if not native:
-        fail(f"functional.{op}", "this backend only emulates it in graph mode, where it is not differentiable")
-    return native
+    if not plan.standard:
+        fail(f"functional.{op.value}", "this backend only emulates it in graph mode, where it is not differentiable")
+    return plan.standard, cast
+
+
+def _as(x: torch.Tensor, cast: torch.dtype | None) -> torch.Tensor:
+    return x if cast is None else x.to(cast)
 
 
 def all_reduce(tensor: torch.Tensor, op: Any = SUM, group: Any = None) -> torch.Tensor:
@@ -120,9 +136,11 @@ def _all_reduce_graph(tensor: torch.Tensor, op: Any, group: Any) -> torch.Tensor
     name = redop(op)
     if name not in ("sum", "avg"):
         fail("functional.all_reduce", "only sum and avg are differentiable")
-    native = _differentiable(resolve(g.name, C.ALL_REDUCE, tensor.dtype, "sum"), "all_reduce")
-    # avg as sum then a divide: torch registers backward formulas for sum only, and both are linear.
-    out = _all_reduce(g, native, tensor, "sum")
+    native, cast = _plan(g, C.ALL_REDUCE, tensor.dtype, "sum")
+    # avg as sum then a divide: torch registers backward formulas for sum only, and both are linear. A bool sum
+    # is a logical or, run as max on the cast dtype (as the graph layers do).
+    red = "max" if tensor.dtype == torch.bool and cast is not None else "sum"
+    out = _all_reduce(g, native, _as(tensor, cast), red).to(tensor.dtype)
     return out / g.size if name == "avg" else out
 
 
@@ -130,8 +148,8 @@ def all_gather_into_tensor(tensor: torch.Tensor, group: Any = None) -> torch.Ten
     """Every rank's ``tensor`` concatenated along dim 0 (group-rank order); backward reduce-scatters."""
     if _compiling():
         g = group_info(group)
-        native = _differentiable(resolve(g.name, C.ALL_GATHER_INTO_TENSOR, tensor.dtype, None), "all_gather_into_tensor")
-        return _all_gather(g, native, tensor)
+        native, cast = _plan(g, C.ALL_GATHER_INTO_TENSOR, tensor.dtype, None)
+        return _all_gather(g, native, _as(tensor, cast)).to(tensor.dtype)
     return _AllGather.apply(tensor, group)  # type: ignore[no-any-return,no-untyped-call]
 
 
@@ -139,6 +157,7 @@ def reduce_scatter_tensor(tensor: torch.Tensor, group: Any = None) -> torch.Tens
     """The sum over ranks of ``tensor``, this rank's dim-0 chunk; backward all-gathers."""
     if _compiling():
         g = group_info(group)
-        native = _differentiable(resolve(g.name, C.REDUCE_SCATTER_TENSOR, tensor.dtype, "sum"), "reduce_scatter_tensor")
-        return _reduce_scatter(g, native, tensor, "sum")
+        native, cast = _plan(g, C.REDUCE_SCATTER_TENSOR, tensor.dtype, "sum")
+        red = "max" if tensor.dtype == torch.bool and cast is not None else "sum"
+        return _reduce_scatter(g, native, _as(tensor, cast), red).to(tensor.dtype)
     return _ReduceScatter.apply(tensor, group)  # type: ignore[no-any-return,no-untyped-call]

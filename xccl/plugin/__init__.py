@@ -16,7 +16,8 @@ What is here, by concern:
 * the capability model: :class:`CapabilityTable` built with :func:`table_from` from :class:`Support` entries
   (:class:`Level`, :class:`Mode`, :class:`Collective`; :class:`Prefer` marks a native op that runs faster as a
   composition, by size and world size), :data:`PORTABLE` (the emulations any backend gets),
-  :func:`graph_entries` (a graph column for plugins without converters), reduce-op names;
+  :func:`graph_entries` (a graph column for plugins without converters), reduce-op names, vendor SDK versions
+  (:func:`version_key`, :func:`version_below`: the order ``Support.min_sdk`` floors are compared in);
 * discovery: :class:`Registry`, :class:`PluginInfo`, :class:`Status`, :func:`plugins`;
 * the vendor's run-time behaviour as data (:class:`VendorRuntime`: :class:`Completion`, :class:`Watchdog` and
   :class:`ErrorHandling`, :class:`LazyConnect`, :class:`CommMemory`, :class:`TorchPatch`), which xccl acts on and
@@ -107,6 +108,7 @@ from ._sim import (
     simulated_backend_of,
 )
 from ._vendor_runtime import CommMemory, Completion, ErrorHandling, LazyConnect, TorchPatch, VendorRuntime, Watchdog
+from ._versions import version_below, version_key
 from ._work import Work, finish
 
 __all__ = [
@@ -195,4 +197,6 @@ __all__ = [
     "require",
     "simulated_backend_of",
     "table_from",
+    "version_below",
+    "version_key",
 ]

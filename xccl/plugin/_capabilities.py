@@ -18,6 +18,7 @@ import torch
 
 from ..errors import UnsupportedCollective
 from ._prefer import AGREED_SIZE, Prefer, edges, problems
+from ._versions import version_below
 from ._vocab import (
     ALL_DTYPES,
     ALL_REDUCE_OPS,
@@ -74,8 +75,8 @@ class Support:
     via: str = ""
     #: World sizes the kernel accepts; ``None`` means any.
     world_sizes: frozenset[int] | None = None
-    #: Oldest torch (major, minor) on which this holds.
-    min_torch: tuple[int, int] | None = None
+    #: Oldest torch on which this holds: (major, minor) or (major, minor, patch).
+    min_torch: tuple[int, ...] | None = None
     #: A sentence for humans: quirks, sources, why.
     note: str = ""
     #: Dtype cast map used to emulate dtypes the kernel lacks (e.g. ``{torch.bool: torch.uint8}``).
@@ -85,6 +86,10 @@ class Support:
     #: Compositions that measured faster than the native kernel, by call shape (native entries only; the first
     #: that applies is used): see :class:`~xccl.plugin.Prefer`.
     prefer: tuple[Prefer, ...] = ()
+    #: Oldest release of the vendor's SDK on which this holds: (SDK name, version), e.g. ``("CANN", "8.6.0")``.
+    #: :meth:`CapabilityTable.resolve` refuses the entry below it when told the installed versions
+    #: (``Runtime.sdk_versions()``; compared by :func:`~xccl.plugin.version_key`); an unknown version passes.
+    min_sdk: tuple[str, str] | None = None
 
     def reduce_ops_for(self, dtype: torch.dtype | None) -> frozenset[str] | None:
         """The reduce ops the native kernel accepts for ``dtype``."""
@@ -206,19 +211,24 @@ class CapabilityTable:
         reduce_op: str | None = None,
         world_size: int | None = None,
         nbytes: int | None = None,
+        sdk_versions: Mapping[str, str] | None = None,
     ) -> Resolution:
         """Decide how ``op`` runs for this call shape, without raising.
 
         Complex dtypes resolve as their real dtype (the tensors are viewed as real ones, as torch.distributed
         does), for the reduce ops defined on complex numbers only. ``nbytes`` is the call's agreed size
-        (:data:`AGREED_SIZE`); preferences bounded by size apply only when it is given.
+        (:data:`AGREED_SIZE`); preferences bounded by size apply only when it is given. ``sdk_versions`` are the
+        vendor SDK versions installed (SDK name -> version), checked against the entry's ``min_sdk``.
         """
         op = Collective(op)
         if dtype is not None and dtype.is_complex:
-            return self._resolve_complex(op, Mode(mode), dtype, reduce_op, world_size, nbytes)
+            return self._resolve_complex(op, Mode(mode), dtype, reduce_op, world_size, nbytes, sdk_versions)
         sup = self._entries[(op, Mode(mode))]
         if sup.level is Level.UNSUPPORTED:
             return Resolution(Level.UNSUPPORTED, reason=sup.note or "the backend has no such operation")
+        below = _below_sdk(sup, sdk_versions)
+        if below is not None:
+            return Resolution(Level.UNSUPPORTED, reason=below)
         if sup.world_sizes is not None and world_size is not None and world_size not in sup.world_sizes:
             sizes = ", ".join(map(str, sorted(sup.world_sizes)))
             return Resolution(Level.UNSUPPORTED, reason=f"world size {world_size} not in {{{sizes}}}")
@@ -245,7 +255,7 @@ class CapabilityTable:
             redop = reduce_op
             if cast is not None and dtype == torch.bool and redop is not None:
                 redop = BOOL_REDUCE_AS.get(redop, redop)
-            blocked = self._blocked(op, via, cast or dtype, "sum" if avg else redop, world_size)
+            blocked = self._blocked(op, via, cast or dtype, "sum" if avg else redop, world_size, sdk_versions)
             if blocked is not None:
                 return Resolution(Level.UNSUPPORTED, reason=blocked)
         res = Resolution(level, via=via, reason="; ".join(reasons) or sup.note, cast=cast, avg_via_sum=avg)
@@ -254,7 +264,7 @@ class CapabilityTable:
             redop = BOOL_REDUCE_AS.get(reduce_op, reduce_op)
         for p in sup.prefer:  # the first that applies and whose building blocks can run this call shape
             if p.applies(nbytes, world_size) and not self._blocked(op, p.via, cast or dtype, "sum" if avg else redop,
-                                                                   world_size):
+                                                                   world_size, sdk_versions):
                 why = f"{res.reason}; {p.describe()}" if level is Level.EMULATED else p.describe()
                 return replace(res, via=p.via, prefer=p, reason=why)
         return res
@@ -266,7 +276,8 @@ class CapabilityTable:
         return edges(self.entry(op, mode).prefer, world_size)
 
     def _blocked(
-        self, op: Collective, via: str, dtype: torch.dtype | None, redop: str | None, world_size: int | None
+        self, op: Collective, via: str, dtype: torch.dtype | None, redop: str | None, world_size: int | None,
+        sdk_versions: Mapping[str, str] | None = None,
     ) -> str | None:
         """Why the emulation ``via`` of ``op`` cannot run this call shape (a building block cannot), or None.
 
@@ -279,20 +290,20 @@ class CapabilityTable:
                     f"{', '.join(sorted(LOCAL_REDUCE_OPS))}; bitwise ops over integers, premul_sum over floats)")
         for block, block_dtype, block_redop in EMULATION_BLOCKS.get((op, via), ()):
             d, r = block_dtype or dtype, redop if block_redop == "=" else block_redop
-            sub = self.resolve(block, dtype=d, reduce_op=r, world_size=world_size)
+            sub = self.resolve(block, dtype=d, reduce_op=r, world_size=world_size, sdk_versions=sdk_versions)
             if sub.level is Level.UNSUPPORTED:
                 return f"emulated via {via}, which needs {block.value}, and there {sub.reason}"
         return None
 
     def _resolve_complex(
         self, op: Collective, mode: Mode, dtype: torch.dtype, reduce_op: str | None, world_size: int | None,
-        nbytes: int | None,
+        nbytes: int | None, sdk_versions: Mapping[str, str] | None,
     ) -> Resolution:
         if op.reduces and reduce_op is not None and reduce_op not in COMPLEX_REDUCE_OPS:
             return Resolution(Level.UNSUPPORTED, reason=f"reduce op {reduce_op!r} is not defined for complex numbers "
                               f"(they have {', '.join(sorted(COMPLEX_REDUCE_OPS))})")
         res = self.resolve(op, mode=mode, dtype=dtype.to_real(), reduce_op=reduce_op, world_size=world_size,
-                           nbytes=nbytes)
+                           nbytes=nbytes, sdk_versions=sdk_versions)
         if res.level is Level.UNSUPPORTED:
             return res
         why = f"{_dtype_name(dtype)} viewed as {_dtype_name(dtype.to_real())}"
@@ -312,7 +323,8 @@ class CapabilityTable:
         Args:
             op: the collective.
             allow_emulated: when False, an emulated op is refused too (the ``fallback="error"`` policy).
-            **shape: ``mode``, ``dtype``, ``reduce_op``, ``world_size``, ``nbytes`` as in :meth:`resolve`.
+            **shape: ``mode``, ``dtype``, ``reduce_op``, ``world_size``, ``nbytes``, ``sdk_versions`` as in
+                :meth:`resolve`.
 
         Raises:
             UnsupportedCollective: the op is unsupported, or emulated and ``allow_emulated`` is False.
@@ -340,6 +352,7 @@ class CapabilityTable:
                 "reduce_ops": None if sup.reduce_ops is None else sorted(sup.reduce_ops),
                 "world_sizes": None if sup.world_sizes is None else sorted(sup.world_sizes),
                 "min_torch": None if sup.min_torch is None else ".".join(map(str, sup.min_torch)),
+                "min_sdk": None if sup.min_sdk is None else " ".join(sup.min_sdk),
                 "cast_to": {_dtype_name(k): _dtype_name(v) for k, v in sup.cast_to.items()},
                 "dtype_reduce_ops": {_dtype_name(k): sorted(v) for k, v in sup.dtype_reduce_ops.items()},
                 "note": sup.note,
@@ -349,6 +362,17 @@ class CapabilityTable:
 
     def __repr__(self) -> str:
         return f"<CapabilityTable {self.backend}>"
+
+
+def _below_sdk(sup: Support, installed: Mapping[str, str] | None) -> str | None:
+    """Why ``sup`` does not hold with the ``installed`` SDK versions (below its ``min_sdk``), or None."""
+    if sup.min_sdk is None or not installed:
+        return None
+    name, floor = sup.min_sdk
+    have = installed.get(name)
+    if have is None or not version_below(have, floor):
+        return None
+    return f"needs {name} >= {floor}, and {name} {have} is installed"
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

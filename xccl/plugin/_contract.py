@@ -206,5 +206,22 @@ class Runtime:
         """The vendor's own ``torch.compile`` backend to hand off to (None: Inductor)."""
         return None
 
+    def graph_ops(self) -> frozenset[str] | None:
+        """The names of xccl's graph ops (``torch.ops.xccl.<name>``) this runtime's graph compiler takes; None:
+        every one (Inductor runs them as they are).
+
+        The graph forms ask while tracing, before they emit an xccl op: one outside the set raises
+        :class:`~xccl.UnsupportedCollective` at trace time instead of reaching a compiler that cannot take it.
+        Without ``"order"`` the forms leave out the joins of standard collectives to the order token: the
+        compiler keeps program order itself. A vendor whose own compile backend users may call directly can
+        register here, once, what that backend needs to recognise xccl's ops (Ascend: TorchAir converters).
+        """
+        return None
+
+    def sdk_versions(self) -> Mapping[str, str]:
+        """Versions of the vendor SDKs this runtime found (name -> version, e.g. ``{"CANN": "8.5.0"}``), checked
+        against the capability entries' ``min_sdk`` when a call is resolved; empty when unknown."""
+        return {}
+
     def shutdown(self) -> None:
         """Release vendor resources after the process group is destroyed."""

@@ -16,6 +16,7 @@ from typing import Any, Final
 from xccl.plugin._capabilities import ALL_REDUCE_OPS, CapabilityTable, Collective, Level, Mode, Support
 from xccl.plugin._contract import PLUGIN_API_VERSION, Plugin, ProbeResult
 from xccl.plugin._registry import PluginInfo
+from xccl.plugin._versions import version_key
 
 __all__ = [
     "KNOWN_SDKS",
@@ -79,9 +80,15 @@ def _entry_problems(op: Collective, mode: Mode, sup: Support, emulations: Mappin
     ):
         out.append(f"world_sizes {sorted(sup.world_sizes, key=str)} must be a non-empty set of positive integers")
     if sup.min_torch is not None and not (
-        isinstance(sup.min_torch, tuple) and len(sup.min_torch) == 2 and all(isinstance(v, int) for v in sup.min_torch)
+        isinstance(sup.min_torch, tuple) and len(sup.min_torch) in (2, 3)
+        and all(isinstance(v, int) for v in sup.min_torch)
     ):
-        out.append(f"min_torch {sup.min_torch!r} must be a (major, minor) tuple of integers")
+        out.append(f"min_torch {sup.min_torch!r} must be a (major, minor) or (major, minor, patch) tuple of integers")
+    if sup.min_sdk is not None and not (
+        isinstance(sup.min_sdk, tuple) and len(sup.min_sdk) == 2 and isinstance(sup.min_sdk[0], str)
+        and sup.min_sdk[0] and isinstance(sup.min_sdk[1], str) and version_key(sup.min_sdk[1]) is not None
+    ):
+        out.append(f"min_sdk {sup.min_sdk!r} must be (SDK name, version) with a version like '8.6.0' or '8.0.RC2'")
     for src, dst in sup.cast_to.items():
         if dtypes is not None and dst not in dtypes:
             out.append(f"cast_to maps {src} to {dst}, which the kernel does not accept either")

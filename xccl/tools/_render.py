@@ -92,10 +92,13 @@ def _cost(op: Collective, sup: Support) -> str:
 
 
 def footnote(op: Collective, sup: Support) -> str:
-    """The entry's note with its gates (oldest torch, world sizes) and, when emulated, the cost; ``""`` if none."""
+    """The entry's note with its gates (oldest torch and vendor SDK, world sizes) and, when emulated, the cost;
+    ``""`` if none."""
     parts = []
     if sup.min_torch is not None:
         parts.append(f"torch >= {'.'.join(map(str, sup.min_torch))}")
+    if sup.min_sdk is not None:
+        parts.append(f"{sup.min_sdk[0]} >= {sup.min_sdk[1]}")
     if sup.world_sizes is not None:
         parts.append(f"world sizes {', '.join(map(str, sorted(sup.world_sizes)))} only")
     if sup.note:

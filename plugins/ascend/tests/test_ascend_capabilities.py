@@ -75,14 +75,14 @@ def test_what_hccl_lacks_is_emulated_or_refused() -> None:
     ("op", "since"),
     [
         # _c10d_functional converters: TorchAir registers them from torch 2.3.1 (c10d_functional.py:73).
-        (C.ALL_REDUCE, (2, 3)), (C.ALL_GATHER, (2, 3)), (C.ALL_GATHER_INTO_TENSOR, (2, 3)), (C.ALL_TO_ALL, (2, 3)),
-        (C.ALL_TO_ALL_SINGLE, (2, 3)), (C.BROADCAST, (2, 3)),
+        (C.ALL_REDUCE, (2, 3, 1)), (C.ALL_GATHER, (2, 3, 1)), (C.ALL_GATHER_INTO_TENSOR, (2, 3, 1)),
+        (C.ALL_TO_ALL, (2, 3, 1)), (C.ALL_TO_ALL_SINGLE, (2, 3, 1)), (C.BROADCAST, (2, 3, 1)),
         (C.REDUCE_SCATTER_TENSOR, (2, 6)), (C.ALL_GATHER_INTO_TENSOR_UNEVEN, (2, 6)),
         (C.REDUCE_SCATTER_TENSOR_UNEVEN, (2, 6)), (C.SEND, (2, 6)), (C.RECV, (2, 6)),
         (C.MM_REDUCE_SCATTER, (2, 1)),
     ],
 )
-def test_graph_mode_version_gates(op: C, since: tuple[int, int]) -> None:
+def test_graph_mode_version_gates(op: C, since: tuple[int, ...]) -> None:
     entry = TABLE.entry(op, Mode.GRAPH)
     assert entry.level is Level.NATIVE and entry.min_torch == since
     assert entry.note.startswith("graph: ") and "Ascend/torchair@" in entry.note  # the form and its converter

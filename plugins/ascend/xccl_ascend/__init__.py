@@ -5,6 +5,9 @@
 Importing this package never imports torch_npu.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 from ._constraints import ProductLine, product_line
 from ._hccl_config import HCCL_CONFIG_KEYS, set_hccl_config, validate_hccl_config
 from ._plugin import AscendPlugin, plugin
@@ -22,6 +25,7 @@ __all__ = [
     "product_line",
     "reset_mc2_domain",
     "set_hccl_config",
+    "sim_npu_backend",
     "validate_hccl_config",
 ]
 
@@ -34,3 +38,13 @@ def reset_mc2_domain() -> None:
     from ._runtime import MC2_DOMAIN
 
     MC2_DOMAIN.reset()
+
+
+def sim_npu_backend(**kwargs: Any) -> Callable[..., Any]:
+    """``torchair.get_npu_backend(**kwargs)`` in simulation, for code that compiles the way Ascend's tutorials do,
+    ``torch.compile(model, backend=torchair.get_npu_backend())``: TorchAir's backend without xccl's lowering (see
+    docs/vendors/ascend.md, graph mode). On the hardware, call TorchAir's own.
+    """
+    from ._torchair_sim import get_npu_backend
+
+    return get_npu_backend(**kwargs)

@@ -21,13 +21,15 @@ Eager mode (manifest A3, ``ProcessGroupHCCL.cpp``):
 * the MC2 fused kernels back xccl's fused API; their constraints (``_constraints``) are checked per call, and a
   violation falls back to the portable version under the fallback policy.
 
-Graph mode: what TorchAir compiles (``_torchair``, ``_torchair_lower``). Standard collectives enter the graph as
-``_c10d_functional`` ops, which TorchAir converts from torch 2.3.1 (``min_torch`` (2, 3)); xccl's own graph ops
-(send/recv, the uneven and fused ops, all_to_all_v, the order join) are lowered to the ops TorchAir emits for the
-same calls. The seeds' floors apply on top (send/recv, reduce_scatter_tensor and the uneven ops from 2.6). Reduce
-ops are GE's (sum, min, max, product; avg as sum then a divide); reduce, gather, scatter, barrier and the
-non-blocking point-to-point ops have no graph form TorchAir converts. Each claim's source is in
-:data:`GRAPH_SOURCES`; the simulation checks every compiled graph against TorchAir's vocabulary.
+Graph mode: what TorchAir compiles and GE takes (``_torchair``, ``_torchair_lower``). Standard collectives enter
+the graph as ``_c10d_functional`` ops, which TorchAir converts from torch 2.3.1 (``min_torch`` (2, 3, 1)); xccl's
+own graph ops (send/recv, the uneven and fused ops, all_to_all_v) are lowered to the ops TorchAir emits for the
+same calls. The seeds' floors apply on top (send/recv, reduce_scatter_tensor and the uneven ops from 2.6), and
+send/recv need CANN 8.6.0 (``min_sdk``). Reduce ops are GE's (sum, min, max, product; avg as sum then a divide);
+dtypes are those the HCCL operator's IR prototype lists, the eager dtypes it lacks cast in the graph where a
+conversion is exact (:func:`_ir_dtypes`); reduce, gather, scatter, barrier and the non-blocking point-to-point ops
+have no graph form TorchAir converts. Each claim's source is in :data:`GRAPH_SOURCES` and the entry's note; the
+simulation checks every compiled graph against TorchAir's vocabulary and GE's dtype lists.
 """
 
 from __future__ import annotations
@@ -35,13 +37,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 import torch
 
 from xccl.plugin import CapabilityTable, Collective, Level, Support, table_from
 
 from . import _constraints as cons
+from ._torchair import GRAPH_P2P_CANN, vocabulary
 
 __all__ = [
     "FLOAT8_DTYPES", "GRAPH_REDUCE_OPS", "GRAPH_SOURCES", "MOVED_DTYPES", "NO_PRODUCT_DTYPES", "REDUCED_DTYPES",
@@ -163,50 +166,73 @@ _SEED_2_6: Final = "seed 000 (PyTorch >= 2.6 table); absent from seed 001 (PyTor
 
 @dataclasses.dataclass(frozen=True)
 class _GraphClaim:
-    since: tuple[int, int]
+    since: tuple[int, ...]
     #: How it reaches GE: xccl's graph form, what TorchAir converts it with.
     form: str
     sources: tuple[str, ...]
+    #: The HCCL operator it becomes and the IR input (or output) that carries its data: the dtypes of the entry
+    #: are what that operator's IR prototype lists (TorchAir passes dtypes through, GE checks them).
+    ir: tuple[str, str] | None = None
+    #: Oldest CANN that runs it in a graph.
+    min_sdk: tuple[str, str] | None = None
 
 
-def _standard(since: tuple[int, int], form: str, *sources: str) -> _GraphClaim:
-    return _GraphClaim(since, form, (*sources, _GATE, "seed 000 table 1"))
+def _standard(since: tuple[int, ...], form: str, ir: tuple[str, str], *sources: str) -> _GraphClaim:
+    return _GraphClaim(since, form, (*sources, _GATE, "seed 000 table 1"), ir)
 
 
+_V231: Final = (2, 3, 1)
 _A2A: Final = (f"{_TA}_utils/__init__.py:463 (default decomposition of _c10d_functional.all_to_all_single)",
                f"{_GC}experimental/hcom_alltoall.py:69 (npu_define.all_to_all_single_npu -> HcomAllToAll/AllToAllV)")
+_A2A_IR: Final = ("HcomAllToAllV", "input send_data")  # HcomAllToAll (even splits, CANN >= 8.2.RC1): the same list
+_AR: Final = ("HcomAllReduce", "input x")
+_AG: Final = ("HcomAllGather", "input x")
+_RS: Final = ("HcomReduceScatter", "input x")
+_P2P_CANN: Final = f"{_TA}npu_fx_compiler.py:846-851 (_process_send_recv: CANN >= 8.6.0, below it only a logged error)"
+_NO_ISEND: Final = (
+    "isend/irecv are not graph ops here: TorchAir has none (no isend/irecv anywhere in its source), and its "
+    "HcomSend/HcomReceive run in program order and block, so a symmetric isend/irecv exchange lowered to them "
+    "would deadlock; the graph form raises UnsupportedCollective while tracing: use send/recv"
+)
 _GRAPH_CLAIMS: Final[Mapping[Collective, _GraphClaim]] = {
-    C.ALL_REDUCE: _standard((2, 3), "_c10d_functional.all_reduce -> HcomAllReduce", f"{_C10D}:83", _REDUCE_SOURCE),
+    C.ALL_REDUCE: _standard(_V231, "_c10d_functional.all_reduce -> HcomAllReduce", _AR, f"{_C10D}:83", _REDUCE_SOURCE),
     C.ALL_REDUCE_COALESCED: _standard(
-        (2, 3), "one _c10d_functional.all_reduce per tensor -> HcomAllReduce", f"{_C10D}:83", _REDUCE_SOURCE),
-    C.ALL_GATHER: _standard((2, 3), "_c10d_functional.all_gather_into_tensor, sliced -> HcomAllGather", f"{_C10D}:98"),
+        _V231, "one _c10d_functional.all_reduce per tensor -> HcomAllReduce", _AR, f"{_C10D}:83", _REDUCE_SOURCE),
+    C.ALL_GATHER: _standard(_V231, "_c10d_functional.all_gather_into_tensor, sliced -> HcomAllGather", _AG,
+                            f"{_C10D}:98"),
     C.ALL_GATHER_COALESCED: _standard(
-        (2, 3), "one _c10d_functional.all_gather_into_tensor per tensor -> HcomAllGather", f"{_C10D}:98"),
-    C.ALL_GATHER_INTO_TENSOR: _standard((2, 3), "_c10d_functional.all_gather_into_tensor -> HcomAllGather",
+        _V231, "one _c10d_functional.all_gather_into_tensor per tensor -> HcomAllGather", _AG, f"{_C10D}:98"),
+    C.ALL_GATHER_INTO_TENSOR: _standard(_V231, "_c10d_functional.all_gather_into_tensor -> HcomAllGather", _AG,
                                         f"{_C10D}:98"),
     C.REDUCE_SCATTER: _standard(
-        (2, 6), "_c10d_functional.reduce_scatter_tensor over the concatenated list -> HcomReduceScatter",
+        (2, 6), "_c10d_functional.reduce_scatter_tensor over the concatenated list -> HcomReduceScatter", _RS,
         f"{_C10D}:113", _REDUCE_SOURCE, _SEED_2_6),
-    C.REDUCE_SCATTER_TENSOR: _standard((2, 6), "_c10d_functional.reduce_scatter_tensor -> HcomReduceScatter",
+    C.REDUCE_SCATTER_TENSOR: _standard((2, 6), "_c10d_functional.reduce_scatter_tensor -> HcomReduceScatter", _RS,
                                        f"{_C10D}:113", _REDUCE_SOURCE, _SEED_2_6),
-    C.ALL_TO_ALL: _standard((2, 3), "_c10d_functional.all_to_all_single over the concatenated list", *_A2A),
-    C.ALL_TO_ALL_SINGLE: _standard((2, 3), "_c10d_functional.all_to_all_single", *_A2A),
-    C.ALL_TO_ALL_SINGLE_UNEVEN: _standard((2, 3), "_c10d_functional.all_to_all_single with split sizes", *_A2A),
+    C.ALL_TO_ALL: _standard(_V231, "_c10d_functional.all_to_all_single over the concatenated list", _A2A_IR, *_A2A),
+    C.ALL_TO_ALL_SINGLE: _standard(_V231, "_c10d_functional.all_to_all_single", _A2A_IR, *_A2A),
+    C.ALL_TO_ALL_SINGLE_UNEVEN: _standard(_V231, "_c10d_functional.all_to_all_single with split sizes", _A2A_IR,
+                                          *_A2A),
     C.ALL_TO_ALL_V: _standard(
-        (2, 3), "xccl::all_to_all_v lowered to _c10d_functional.all_to_all_single with this rank's counts", *_A2A),
-    C.BROADCAST: _standard((2, 3), "_c10d_functional.broadcast -> HcomBroadcast", f"{_C10D}:130"),
+        _V231, "xccl::all_to_all_v lowered to _c10d_functional.all_to_all_single with this rank's counts", _A2A_IR,
+        *_A2A),
+    C.BROADCAST: _standard(_V231, "_c10d_functional.broadcast -> HcomBroadcast", ("_HcomBroadcast", "input x"),
+                           f"{_C10D}:130"),
     C.SEND: _GraphClaim((2, 6), "xccl::send lowered to npu_define._send -> HcomSend", (
-        f"{_GC}experimental/hcom_send_recv.py:51", _SEED_2_6,
-        "seed 000 note: send and recv in pairs; several in one graph need the StableRDFS order (xccl sets it)")),
+        f"{_GC}experimental/hcom_send_recv.py:51", _P2P_CANN, _SEED_2_6,
+        "seed 000 note: send and recv in pairs; several in one graph need the StableRDFS order (xccl sets it)"),
+        ("HcomSend", "input x"), ("CANN", GRAPH_P2P_CANN)),
     C.RECV: _GraphClaim((2, 6), "xccl::recv lowered to npu_define._recv -> HcomReceive", (
-        f"{_GC}experimental/hcom_send_recv.py:125", _SEED_2_6,
-        "seed 000 note: send and recv in pairs; several in one graph need the StableRDFS order (xccl sets it)")),
+        f"{_GC}experimental/hcom_send_recv.py:125", _P2P_CANN, _SEED_2_6,
+        "seed 000 note: send and recv in pairs; several in one graph need the StableRDFS order (xccl sets it)"),
+        ("HcomReceive", "output y"), ("CANN", GRAPH_P2P_CANN)),
     C.ALL_GATHER_INTO_TENSOR_UNEVEN: _GraphClaim(
         (2, 6), "xccl::all_gather_into_tensor_uneven lowered to npu_define.allgather_in_tensor_uneven -> HcomAllGatherV",
-        (f"{_GC}experimental/hcom_allgather.py:155", _SEED_2_6)),
+        (f"{_GC}experimental/hcom_allgather.py:155", _SEED_2_6), ("HcomAllGatherV", "input x")),
     C.REDUCE_SCATTER_TENSOR_UNEVEN: _GraphClaim(
         (2, 6), "xccl::reduce_scatter_tensor_uneven lowered to npu_define.reduce_scatter_tensor_uneven -> "
-        "HcomReduceScatterV", (f"{_GC}experimental/hcom_reducescatter.py:81", _REDUCE_SOURCE, _SEED_2_6)),
+        "HcomReduceScatterV", (f"{_GC}experimental/hcom_reducescatter.py:81", _REDUCE_SOURCE, _SEED_2_6),
+        ("HcomReduceScatterV", "input x")),
     C.MM_REDUCE_SCATTER: _GraphClaim(
         (2, 1), "xccl::mm_reduce_scatter lowered to npu.npu_mm_reduce_scatter_base -> MatmulReduceScatter",
         (f"{_GC}custom/matmul_reduce_scatter.py:4", "seed 004 (graph mode documented)")),
@@ -232,16 +258,71 @@ GRAPH_SOURCES: Final[Mapping[Collective, tuple[str, ...]]] = {
     **{op: claim.sources for op, claim in _GRAPH_CLAIMS.items()},
     **{op: (source,) for op, (_, source) in _GRAPH_UNSUPPORTED.items()},
 }
+#: What a moved dtype travels as where the IR prototype lacks it: a dtype it converts to and back exactly (TorchAir
+#: has no converter for a bit-cast view, ``aten.view.dtype``, so the graph converts): bool as uint8 (the same
+#: bytes), a float as the narrowest wider float the prototype lists (bfloat16 as float32, float8 as float16: twice
+#: the bytes on the wire).
+_MOVE_AS: Final = (torch.uint8, torch.float16, torch.float32, torch.float64)
+
+
+def _move_cast(dtype: torch.dtype, listed: frozenset[torch.dtype]) -> torch.dtype | None:
+    for target in _MOVE_AS:
+        if target in listed and (dtype == torch.bool if target == torch.uint8 else
+                                 dtype.is_floating_point and target.itemsize > dtype.itemsize):
+            return target
+    return None
+
+#: How a reduction takes a dtype the IR prototype lacks: bool and uint8 as int32, as eager mode casts them (a bool
+#: sum is then a max: logical or); bfloat16 through float32 (exact on the way in, one rounding on the way back, twice
+#: the bytes on the wire; a reduction in float32 is at least as accurate as HCCL's in bfloat16). int64 has no exact
+#: cast, so it is refused rather than silently narrowed.
+GRAPH_REDUCE_CASTS: Final[Mapping[torch.dtype, torch.dtype]] = {
+    torch.bool: torch.int32, torch.uint8: torch.int32, torch.bfloat16: torch.float32,
+}
+
+
+def _names(dtypes: Any) -> str:
+    return ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
+
+
+def _ir_dtypes(op: Collective, claim: _GraphClaim, eager: Support) -> Support:
+    """The graph entry of an HCCL collective: the dtypes of its operator's IR prototype, casts for the rest."""
+    v = vocabulary()  # 150 kB of JSON, read when the table is first built
+    ge, io = claim.ir  # type: ignore[misc]
+    listed = v.dtypes_of(ge, io)
+    where = f"{ge}'s IR prototype [{v.cite_ir(ge)}]"
+    if op.reduces:
+        wanted = REDUCED_DTYPES | frozenset(_CAST)
+        dtypes = listed & REDUCED_DTYPES
+        casts = {d: c for d, c in GRAPH_REDUCE_CASTS.items() if d in wanted - dtypes and c in dtypes}  # in order
+        how = "converted, and back; a bool sum is a logical or"
+    else:
+        wanted = eager.dtypes if eager.dtypes is not None else MOVED_DTYPES
+        dtypes = listed & wanted
+        casts = {d: c for d in sorted(wanted - dtypes, key=str) if (c := _move_cast(d, dtypes)) is not None}
+        how = "converted exactly, and back"
+    refused = wanted - dtypes - set(casts)
+    note = f"dtypes: {where}"
+    if casts:
+        moved = ", ".join(f"{_names([d])} as {_names([c])}" for d, c in sorted(casts.items(), key=str))
+        note += f"; the graph casts {moved} ({how})"
+    if refused:
+        note += f"; refused: {_names(refused)} (not in the prototype, no exact cast)"
+    reduce_ops = GRAPH_REDUCE_OPS if op.reduces else None
+    return Support(
+        Level.NATIVE, dtypes=dtypes, reduce_ops=reduce_ops, cast_to=casts,
+        dtype_reduce_ops={d: GRAPH_REDUCE_OPS - {"product"} for d in NO_PRODUCT_DTYPES & dtypes} if op.reduces else {},
+        world_sizes=eager.world_sizes, min_torch=claim.since, min_sdk=claim.min_sdk, note=note,
+    )
 
 
 def _graph(eager: Mapping[Collective, Support]) -> dict[Collective, Support]:
-    """The graph column: what TorchAir converts, with GE's reduce ops and no eager-only casts.
+    """The graph column: what TorchAir converts and GE takes.
 
-    Reductions take :data:`GRAPH_REDUCE_OPS` (avg then runs as sum and a divide, the table's rule, which the
-    plugin's graph converters apply) over the dtypes HCCL reduces: the bool/uint8 -> int32 casts of eager mode are
-    done by torch_npu's and xccl's eager code, which a GE graph does not run. Other ops keep the eager dtypes
-    (TorchAir's bundled IR prototypes list fewer, e.g. no bfloat16 for HcomAllGather: unconfirmed against current
-    CANN, see docs/vendors/ascend.md).
+    Each HCCL collective takes the dtypes its GE operator's IR prototype lists (the prototypes TorchAir bundles,
+    ``auto_generated_ge_raw_ops.py``): the eager dtypes it lacks travel cast where a cast is exact (the graph form
+    casts, ``xccl.graph._layers``), and are refused otherwise. Reductions take :data:`GRAPH_REDUCE_OPS` (avg runs
+    as sum then a divide, in the graph). Send and receive need CANN 8.6.0 (``min_sdk``).
     """
     out: dict[Collective, Support] = {}
     for op in C:
@@ -252,23 +333,19 @@ def _graph(eager: Mapping[Collective, Support]) -> dict[Collective, Support]:
             continue
         note = f"graph: {claim.form} [{claim.sources[0]}]"
         e = eager[op]
-        if op in (C.MM_REDUCE_SCATTER, C.ALL_GATHER_MM, C.MM_ALL_REDUCE):
+        if claim.ir is None:  # the MC2 operators: their own checks
             out[op] = dataclasses.replace(
                 e, min_torch=claim.since,
                 note=f"{note}; the MC2 constraints are checked at compile time: where they fail the graph gets the "
                 "unfused matmul and collective (a GE graph cannot fall back at run time), under the fallback policy",
             )
-        elif op.reduces:
-            out[op] = Support(
-                Level.NATIVE, dtypes=REDUCED_DTYPES, reduce_ops=GRAPH_REDUCE_OPS,
-                dtype_reduce_ops={d: GRAPH_REDUCE_OPS - {"product"} for d in NO_PRODUCT_DTYPES},
-                world_sizes=e.world_sizes, min_torch=claim.since,
-                note=f"{note}; GE reduces sum/min/max/product ({_REDUCE_SOURCE}), avg as sum then a divide; no "
-                "bool/uint8 (their int32 cast is eager-only); no product over int16/bfloat16 (CANN)",
-            )
-        else:
-            out[op] = Support(Level.NATIVE, dtypes=e.dtypes if e.level is Level.NATIVE else MOVED_DTYPES,
-                              world_sizes=e.world_sizes, min_torch=claim.since, note=note)
+            continue
+        entry = _ir_dtypes(op, claim, e)
+        extra = [f"GE reduces sum/min/max/product ({_REDUCE_SOURCE}), avg as sum then a divide in the graph; no "
+                 "product over int16 (CANN)"] if op.reduces else []
+        if claim.min_sdk is not None:
+            extra.append(f"CANN >= {claim.min_sdk[1]} [{_P2P_CANN}]; {_NO_ISEND}")
+        out[op] = dataclasses.replace(entry, note="; ".join([note, entry.note, *extra]))
     return out
 
 

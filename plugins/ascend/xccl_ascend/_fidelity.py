@@ -20,7 +20,7 @@ from xccl.plugin import Collective, Level, Mode, Support
 from ._capabilities import GRAPH_SOURCES
 from ._constraints import RULES
 
-__all__ = ["CLAIMS", "ENTRY_SOURCES", "SUMMARY", "Claim", "entry_simulation"]
+__all__ = ["CLAIMS", "ENTRY_SOURCES", "GRAPH_CLAIMS", "SUMMARY", "Claim", "entry_simulation"]
 
 #: What the sources are, for the ledger's section.
 SUMMARY: Final = (
@@ -120,7 +120,8 @@ def entry_simulation(op: Collective, mode: Mode, support: Support) -> str | None
         return None
     if mode is Mode.GRAPH:
         return ("simulated: compiled as TorchAir would be, every node checked against TorchAir's converter "
-                "vocabulary (xccl_ascend._torchair_sim), then run on CPU; GE itself is not simulated")
+                "vocabulary and the HCCL operators against GE's IR dtype lists and CANN floor "
+                "(xccl_ascend._torchair_sim), then run on CPU; GE's own passes are not simulated")
     if op in _FUSED:
         return ("checked: the MC2 constraints (below), by xccl before the call; simulated: SimSdk computes the matmul "
                 "and the collective on CPU and finds the group by its hcom name, as the kernel does")
@@ -128,6 +129,46 @@ def entry_simulation(op: Collective, mode: Mode, support: Support) -> str | None
         return "simulated: SimSdk gives torch_npu's semantics through padding or split sizes on the simulated group"
     return None
 _BOTH: Final = "checked and simulated: xccl refuses it first; the simulated group refuses it too"
+_TA: Final = "Ascend/torchair@fced8842d149 python/torchair/"
+_RAW: Final = f"{_TA}_ge_concrete_graph/auto_generated_ge_raw_ops.py"
+_FX: Final = f"{_TA}npu_fx_compiler.py"
+#: The graph-mode behaviours of TorchAir and GE the simulation reproduces (item 6 of issue 20).
+GRAPH_CLAIMS: Final[tuple[Claim, ...]] = (
+    Claim("graph dtypes: HCCL operators' IR", "GE takes the dtypes an HCCL operator's IR prototype lists: "
+          "HcomAllReduce, HcomReduceScatter(V) float32/float16/int32/int16/int8 (no int64, bfloat16, bool, uint8); "
+          "HcomAllGather, _HcomBroadcast, HcomAllToAll(V), HcomSend/Receive no bool, bfloat16 or float8 "
+          "(HcomAllGatherV has bfloat16); TorchAir's converters pass the dtype through unchecked",
+          (f"{_RAW}:24351 (HcomAllReduce)", f"{_RAW}:24567 (HcomReduceScatter)", f"{_RAW}:24610 (HcomReduceScatterV)",
+           f"{_RAW}:24257 (HcomAllGather)", f"{_RAW}:24298 (HcomAllGatherV)", f"{_RAW}:24392 (_HcomBroadcast)",
+           f"{_RAW}:24889 (HcomAllToAllV)", f"{_RAW}:24940 (HcomAllToAll)", f"{_RAW}:24660 (HcomSend)",
+           f"{_RAW}:24696 (HcomReceive)",
+           f"{_TA}_ge_concrete_graph/ge_converter/c10d_functional/c10d_functional.py:83-143 (no dtype check)"),
+          "simulated: the simulated GE refuses the node with the prototype's list; checked: the graph column takes "
+          "the lists, the graph forms cast what is missing where a cast is exact (bool as uint8 or int32, bfloat16 "
+          "as float32, float8 as float16) and refuse int64 reductions while tracing"),
+    Claim("graph send/recv: CANN floor", "send and recv in a graph need CANN 8.6.0; TorchAir only logs 'not "
+          "supported in graph, you need upgrade cann version' below it, and only for npu_define._send/_recv in the "
+          "Dynamo graph (xccl's are still xccl.send there)", (f"{_FX}:832-851 (_process_send_recv)",),
+          "checked: the graph column's min_sdk, against the CANN the runtime found, raises at trace time; "
+          "simulated: XCCL_SIM_CANN_VERSION (default 9.0.0, torch_npu 2.13's: Ascend/pytorch@462f4e1 README.md:71)"),
+    Claim("graph isend/irecv", "TorchAir has no non-blocking point-to-point (no isend/irecv in its source); its "
+          "HcomSend/HcomReceive block in program order", (f"{_TA} (no isend/irecv)",
+          f"{_TA}_ge_concrete_graph/ge_converter/experimental/hcom_send_recv.py:51-141"),
+          "checked: the graph forms raise UnsupportedCollective while tracing (Runtime.graph_ops has no "
+          "isend/irecv/wait); simulated: the simulated TorchAir has no converter for them either"),
+    Claim("TorchAir's own backend", "torch.compile(backend=torchair.get_npu_backend()) applies TorchAir's "
+          "decompositions and the caller's only, converts registered targets (public register_fx_node_ge_converter) "
+          "and normalize_reduceop_type has no avg",
+          (f"{_FX}:890 (get_npu_backend)", f"{_TA}__init__.py:49 (register_fx_node_ge_converter)",
+           f"{_TA}_ge_concrete_graph/utils.py:179 (normalize_reduceop_type)"),
+          "simulated: xccl_ascend.sim_npu_backend(); checked: graphs of standard collectives compile (avg and casts "
+          "are done in the graph), xccl's own ops meet converters xccl registers that raise UnsupportedCollective "
+          "naming xccl.compile"),
+    Claim("bundled TorchAir", "torch_npu 2.13 bundles TorchAir at 76ce3004 (submodule third_party/torchair/torchair), "
+          "which is not public; the vocabulary and IR prototypes are read at fced8842",
+          ("Ascend/pytorch@462f4e1 .gitmodules:8-10, third_party/torchair/torchair (submodule commit 76ce3004)",),
+          "not simulated: unverifiable without the hardware (docs/fidelity.md, first hour on real hardware)"),
+)
 
 #: Claims beyond the table's entries.
 CLAIMS: Final[tuple[Claim, ...]] = (
@@ -176,4 +217,5 @@ CLAIMS: Final[tuple[Claim, ...]] = (
             _CHECKED + ("; the simulated kernels also make op-plugin's own world-size check" if r.name == "world size"
                         else ""))
       for r in RULES),
+    *GRAPH_CLAIMS,
 )

@@ -24,7 +24,7 @@ from . import _constraints as cons
 from ._hccl_config import config_for
 from ._probe import find_cann
 from ._ranktable import load_hccl
-from ._torchair_lower import graph_converters, lowering
+from ._torchair_lower import LOWERED, converters, lowering
 
 if TYPE_CHECKING:
     from ._sdk import HcclSdk
@@ -58,7 +58,17 @@ class AscendRuntime(Runtime):
 
                 sdk = NpuSdk()
         self.sdk: HcclSdk = sdk
-        self._cann: str | None = None if simulate else find_cann().version
+        self._hardware_cann: str | None = None if simulate else find_cann().version
+        self._converters_registered = False
+
+    @property
+    def _cann(self) -> str | None:
+        """The CANN version: found on the host, or ``XCCL_SIM_CANN_VERSION`` in simulation (read when asked)."""
+        if not self.simulate:
+            return self._hardware_cann
+        from ._torchair_sim import sim_cann_version
+
+        return sim_cann_version()
 
     # ------------------------------------------------------------------------------------------------- setup
 
@@ -95,9 +105,19 @@ class AscendRuntime(Runtime):
         """
         return self.sdk.comm_name(group, dist.get_rank())
 
-    def graph_converters(self) -> Mapping[Any, Callable[..., Any]]:
-        """avg as sum then a divide in the standard collectives (TorchAir's GE ops have no avg)."""
-        return graph_converters()
+    def sdk_versions(self) -> Mapping[str, str]:
+        """``{"CANN": <version>}`` where known: the graph column's floors (send/recv need 8.6.0) are checked with it."""
+        return {} if self._cann is None else {"CANN": self._cann}
+
+    def graph_ops(self) -> frozenset[str]:
+        """The xccl ops the lowering takes (``_torchair_lower.LOWERED``): no isend/irecv/wait, no order joins
+        (StableRDFS keeps program order). On first call, registers with TorchAir the converters that make its own
+        backend (``torchair.get_npu_backend()`` as users call it) refuse those ops with a typed error naming
+        ``xccl.compile``."""
+        if not self._converters_registered:
+            self.sdk.register_graph_converters(converters())
+            self._converters_registered = True
+        return LOWERED
 
     def compile_backend(self) -> Callable[..., Any] | None:
         """TorchAir's NPU backend on the hardware, the simulated TorchAir in simulation: both trace with the

@@ -99,6 +99,11 @@ class HcclSdk(Protocol):
         """The ``torch.compile`` backend graphs go to, tracing with ``decompositions`` (the lowering)."""
         ...
 
+    def register_graph_converters(self, converters: Mapping[Any, Callable[..., Any]]) -> None:
+        """Register GE converters with TorchAir (its public ``register_fx_node_ge_converter``), for the graphs
+        users compile with TorchAir's own backend."""
+        ...
+
 
 def _hccl_backend(group: Any) -> Any:
     """The ProcessGroupHCCL behind ``group``, the way the manifest describes for this torch (A2)."""
@@ -239,3 +244,10 @@ class NpuSdk:
             compiler_config=config, custom_decompositions=dict(decompositions)
         )
         return backend
+
+    def register_graph_converters(self, converters: Mapping[Any, Callable[..., Any]]) -> None:
+        import torch_npu  # noqa: F401, TID251 - installs the lazy ``torchair`` module (manifest A5)
+        import torchair  # noqa: TID251
+
+        for op, converter in converters.items():
+            torchair.register_fx_node_ge_converter(op)(converter)

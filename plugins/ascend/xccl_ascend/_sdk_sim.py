@@ -6,6 +6,8 @@ What is simulated, and how faithfully:
   parsing rules, so a launch that would find no device on the hardware fails here too;
 * the chip: ``XCCL_SIM_ASCEND_SOC`` is ``A2`` (default, ``Ascend910B1``), ``A3`` (``Ascend910_9391``) or any chip
   name (``Ascend910ProA`` simulates a chip without MC2 kernels);
+* CANN: ``XCCL_SIM_CANN_VERSION`` (default 9.0.0, the release torch_npu 2.13 installs with: Ascend/pytorch@462f4e1
+  README.md:71), read when asked, as the runtime's ``find_cann`` is on the hardware;
 * ``get_hccl_comm_name``: ``"group_name_" + <torch's group name>``, as torch_npu names the communicator
   (``ProcessGroupHCCL`` sets ``pg_name_`` to it and copies it into ``hcclCommName``; ``hccl_config["group_name"]``
   goes to ``hcclUdi`` instead). Rank 0 of the group broadcasts it, so, as on the hardware (which creates the
@@ -34,7 +36,7 @@ from xccl.plugin import Collective, InitError, KernelContext, c10d_kernel, finis
 
 from ._probe import parse_visible_devices
 from ._torchair_lower import GraphOps
-from ._torchair_sim import sim_graph_ops, simulated_torchair
+from ._torchair_sim import register_fx_node_ge_converter, sim_cann_version, sim_graph_ops, simulated_torchair
 
 __all__ = ["SIM_DEVICES_ENV", "SIM_SOC_ENV", "SimSdk", "sim_device_name"]
 
@@ -195,7 +197,11 @@ class SimSdk:
         return sim_graph_ops(self)
 
     def compile_backend(self, decompositions: Mapping[Any, Callable[..., Any]]) -> Callable[..., Any] | None:
-        return simulated_torchair(decompositions, self.graph_ops().names)
+        return simulated_torchair(decompositions, self.graph_ops().names, cann=sim_cann_version())
+
+    def register_graph_converters(self, converters: Mapping[Any, Callable[..., Any]]) -> None:
+        for op, converter in converters.items():
+            register_fx_node_ge_converter(op)(converter)
 
 
 def _check_mc2_world_size(world_size: int) -> None:

@@ -17,11 +17,22 @@ every forward, backward and inference graph, node by node, as TorchAir's convert
   with none fails with the error TorchAir's converter generator raises (``Failed to auto-generated converter for
   ...``, or ``No AscendIR ... was found to be registered`` for a custom op);
 * the reduce op of a collective passes TorchAir's ``normalize_reduceop_type`` (sum, min, max, product only), and
-  the MC2 matmul + collective operators get float16 or bfloat16, as their converters assert.
+  the MC2 matmul + collective operators get float16 or bfloat16, as their converters assert;
+* a converter registered at run time (``register_fx_node_ge_converter``, as the plugin does for xccl's own ops,
+  ``_torchair_lower.converters``) is called, as TorchAir calls it.
 
-A failing node raises :class:`~xccl.UnsupportedCollective` naming the node, TorchAir's error text and its source
-line. The check knows TorchAir's conversion, not CANN: whether GE then accepts the graph (IR dtype lists, kernel
-limits) is for the hardware to say (``Vocabulary.ir_dtypes`` records the IR prototypes TorchAir bundles).
+Then what GE does with the converted operators, for the HCCL operators xccl's graphs reach:
+
+* the tensor's dtype is one the operator's IR prototype lists (``Vocabulary.dtypes_of``: the prototypes TorchAir
+  bundles, ``auto_generated_ge_raw_ops.py``). TorchAir's converters pass the dtype through unchecked (the lists
+  are only the raw ops' docstrings), so on the hardware it is GE that refuses the graph when it compiles it; the
+  simulation refuses it at the node, with the prototype's list and line;
+* send and receive need CANN 8.6.0 (``npu_fx_compiler.py``: TorchAir only logs "not supported in graph, you need
+  upgrade cann version", and only for ``npu_define._send`` nodes in the Dynamo graph, which xccl's graphs have only
+  after lowering): below it the simulation refuses HcomSend / HcomReceive with TorchAir's text.
+
+A failing node raises :class:`~xccl.UnsupportedCollective` naming the node, the error text and its source
+line. Kernel limits and GE's own graph passes are for the hardware to say.
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ import functools
 import json
 import math
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Final, final
@@ -38,9 +49,10 @@ from typing import Any, Final, final
 import torch
 import torch.distributed as dist
 
-from xccl.plugin import UnsupportedCollective
+from xccl.plugin import UnsupportedCollective, version_below
 
-__all__ = ["Vocabulary", "check_graph", "normalize_reduce_op", "target_name", "vocabulary"]
+__all__ = ["GRAPH_P2P_CANN", "IR_DTYPE", "Vocabulary", "check_graph", "normalize_reduce_op", "target_name",
+           "vocabulary"]
 
 BACKEND: Final = "ascend"
 _RESOURCE: Final = "torchair_vocabulary.json"
@@ -62,6 +74,32 @@ _MC2: Final = frozenset({
     "npu.npu_mm_all_reduce_base.default",
 })
 _HALF: Final = (torch.float16, torch.bfloat16)
+#: The GE operator each converted collective becomes, the IR input (or output) that holds its data, and which
+#: argument of the node that is (None: the node's output): TorchAir's converters (c10d_functional.py,
+#: hcom_send_recv.py, hcom_allgather.py, hcom_reducescatter.py; all_to_all_single through its decomposition to
+#: HcomAllToAllV, or HcomAllToAll for even splits on CANN >= 8.2.RC1, whose lists are the same).
+_IR_NODES: Final[Mapping[str, tuple[str, str, int | None]]] = {
+    "_c10d_functional.all_reduce.default": ("HcomAllReduce", "input x", 0),
+    "_c10d_functional.reduce_scatter_tensor.default": ("HcomReduceScatter", "input x", 0),
+    "_c10d_functional.all_gather_into_tensor.default": ("HcomAllGather", "input x", 0),
+    "_c10d_functional.broadcast.default": ("_HcomBroadcast", "input x", 0),
+    "_c10d_functional.all_to_all_single.default": ("HcomAllToAllV", "input send_data", 0),
+    "npu_define._send.default": ("HcomSend", "input x", 0),
+    "npu_define._recv.default": ("HcomReceive", "output y", None),
+    "npu_define.allgather_in_tensor_uneven.default": ("HcomAllGatherV", "input x", 0),
+    "npu_define.reduce_scatter_tensor_uneven.default": ("HcomReduceScatterV", "input x", 0),
+}
+#: GE's dtype names (IR prototypes) -> torch's.
+IR_DTYPE: Final[Mapping[str, torch.dtype]] = {
+    "FLOAT": torch.float32, "FLOAT16": torch.float16, "BF16": torch.bfloat16, "BFLOAT16": torch.bfloat16,
+    "FLOAT64": torch.float64, "DOUBLE": torch.float64, "INT8": torch.int8, "INT16": torch.int16,
+    "INT32": torch.int32, "INT64": torch.int64, "UINT8": torch.uint8, "UINT16": torch.uint16,
+    "UINT32": torch.uint32, "UINT64": torch.uint64, "BOOL": torch.bool, "FLOAT8_E5M2": torch.float8_e5m2,
+    "FLOAT8_E4M3FN": torch.float8_e4m3fn,
+}
+#: The CANN release graph send/recv need (npu_fx_compiler.py ``_process_send_recv``).
+GRAPH_P2P_CANN: Final = "8.6.0"
+_P2P: Final = frozenset({"npu_define._send.default", "npu_define._recv.default"})
 
 
 @final
@@ -101,6 +139,14 @@ class Vocabulary:
     def cite(self, key: str) -> str:
         """``Ascend/torchair@<commit> <path:line>`` of anchor ``key``."""
         return f"Ascend/torchair@{self.commit[:12]} {self.anchors[key]['at']}"
+
+    def dtypes_of(self, op: str, io: str) -> frozenset[torch.dtype]:
+        """The dtypes GE operator ``op``'s IR prototype lists for ``io`` (e.g. ``"input x"``), as torch dtypes."""
+        return frozenset(IR_DTYPE[n] for n in self.ir_dtypes[op]["dtypes"][io] if n in IR_DTYPE)
+
+    def cite_ir(self, op: str) -> str:
+        """Where GE operator ``op``'s IR prototype is, as a citation."""
+        return f"Ascend/torchair@{self.commit[:12]} {self.ir_dtypes[op]['at']}"
 
     def cite_converter(self, name: str) -> str:
         """Where ``name``'s converter is registered, as a citation."""
@@ -247,19 +293,52 @@ def _semantic_problem(node: torch.fx.Node, name: str) -> tuple[str, str] | None:
     return None
 
 
-def check_graph(gm: torch.fx.GraphModule, *, phase: str, aliases: Mapping[str, str] | None = None) -> None:
-    """Fail, as TorchAir's conversion would, on the first node of ``gm`` it cannot convert.
+def _ge_problem(node: torch.fx.Node, name: str, cann: str | None) -> tuple[str, str] | None:
+    """What GE would refuse in the HCCL operator a converted collective becomes: a dtype its IR prototype does not
+    list, or send/receive below CANN 8.6.0."""
+    ir = _IR_NODES.get(name)
+    if ir is None:
+        return None
+    op, io, index = ir
+    v = vocabulary()
+    if name in _P2P and cann is not None and version_below(cann, GRAPH_P2P_CANN):
+        return ("torch.distributed.send and torch.distributed.recv are not supported in graph, you need upgrade cann "
+                f"version. (CANN {cann} is installed; TorchAir only logs this, GE then cannot run {op})",
+                v.cite("send_recv_cann_version"))
+    holder = node.args[index] if index is not None else node
+    value = holder.meta.get("val") if isinstance(holder, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor):
+        return None
+    allowed = v.dtypes_of(op, io)
+    if value.dtype in allowed:
+        return None
+    ge: dict[torch.dtype, str] = {}
+    for n, d in IR_DTYPE.items():
+        ge.setdefault(d, n)  # GE's own name first (DT_BF16, not the DT_BFLOAT16 alias)
+    listed = ", ".join(f"DT_{n}" for n in v.ir_dtypes[op]["dtypes"][io])
+    return (f"GE refuses {op}: its IR prototype lists no DT_{ge.get(value.dtype, value.dtype)} for {io} (it has "
+            f"{listed}); TorchAir's converter passes the dtype through unchecked, and GE refuses the graph when it "
+            "compiles it", v.cite_ir(op))
+
+
+def check_graph(gm: torch.fx.GraphModule, *, phase: str, aliases: Mapping[str, str] | None = None,
+                cann: str | None = None, registered: Mapping[str, Callable[..., Any]] | None = None) -> None:
+    """Fail, as TorchAir's conversion (and GE's compilation) would, on the first node of ``gm`` it cannot convert.
 
     Args:
         gm: a graph after AOTAutograd (what TorchAir's compiler receives).
         phase: ``"forward"``, ``"backward"`` or ``"inference"``, for the message.
         aliases: target names that stand for TorchAir's (the simulation's stand-ins for ``npu_define`` and
             ``npu`` ops, by their real names).
+        cann: the CANN version installed (None: unknown, not checked).
+        registered: converters registered at run time, by target name: called with the node's arguments, as
+            TorchAir calls a converter (one that raises fails the compilation with its error).
 
     Raises:
-        UnsupportedCollective: naming the node, TorchAir's error text and where it comes from.
+        UnsupportedCollective: naming the node, the error text and where it comes from.
     """
     aliases = aliases or {}
+    registered = registered or {}
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "output", "get_attr"):
             continue
@@ -274,7 +353,11 @@ def check_graph(gm: torch.fx.GraphModule, *, phase: str, aliases: Mapping[str, s
             name = aliases.get(name, name)
             if _all_empty(node) and name not in vocabulary().dont_empty_tensor_opt_ops:
                 continue
-            problem = conversion_problem(node.target, name) or _semantic_problem(node, name)
+            if name in registered:
+                registered[name](*node.args, **node.kwargs)
+                continue
+            problem = (conversion_problem(node.target, name) or _semantic_problem(node, name)
+                       or _ge_problem(node, name, cann))
         if problem is not None:
             text, where = problem
             raise UnsupportedCollective(

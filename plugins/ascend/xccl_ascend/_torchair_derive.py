@@ -129,7 +129,7 @@ SPECIAL_TARGETS: Final = (
 )
 #: GE operators whose IR dtype lists the vocabulary records (what xccl's graphs lower to on Ascend).
 IR_OPS: Final = (
-    "HcomAllReduce", "HcomAllGather", "HcomReduceScatter", "_HcomBroadcast", "HcomAllToAllV", "HcomSend",
+    "HcomAllReduce", "HcomAllGather", "HcomReduceScatter", "_HcomBroadcast", "HcomAllToAll", "HcomAllToAllV", "HcomSend",
     "HcomReceive", "HcomAllGatherV", "HcomReduceScatterV", "MatmulReduceScatter", "AllGatherMatmul",
     "MatmulAllReduce", "Identity",
 )

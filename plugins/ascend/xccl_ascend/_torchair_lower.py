@@ -9,9 +9,6 @@ torch.distributed / torch_npu calls:
 ==================================  ============================================  ==============================
 xccl op                             lowered to                                    GE operator (TorchAir)
 ==================================  ============================================  ==============================
-``order`` (the token join)          ``aten.clone`` of the token                   Identity
-``all_reduce``, ``reduce_scatter_   the ``_c10d_functional`` op (avg as sum       HcomAllReduce /
-tensor`` (emulated forms)           then a divide)                                HcomReduceScatter
 ``all_to_all_v``                    ``_c10d_functional.all_to_all_single``        HcomAllToAllV (decomposed)
 ``send`` / ``recv``                 ``npu_define._send`` / ``_recv``              HcomSend / HcomReceive
 ``all_gather_into_tensor_uneven``   ``npu_define.allgather_in_tensor_uneven``     HcomAllGatherV
@@ -23,20 +20,33 @@ tensor`` (emulated forms)           then a divide)                              
 reduce_scatter`` (fused backward)   reduce_scatter + ``wait_tensor``               HcomReduceScatter
 ==================================  ============================================  ==============================
 
+:data:`LOWERED` is the set the runtime reports as its graph compiler's (``Runtime.graph_ops``), so the graph
+forms raise :class:`~xccl.UnsupportedCollective` at trace time for any other xccl op: ``isend`` / ``irecv`` /
+``wait`` above all (TorchAir has no non-blocking point-to-point; its HcomSend / HcomReceive block in program
+order, which would deadlock the symmetric exchange isend/irecv exist for). ``order`` (the join of a standard
+collective's result to the token chain) is not among them: a GE graph keeps the program order of its
+communication under the StableRDFS topological sort, which the compile backend sets (TorchAir forces it itself
+for more than one send/recv), so the forms leave the joins out; the tokens xccl's own ops pass along become
+copies.
+
 Decompositions run below autograd, so xccl's own gradient formulas stay in force (the backward of a fused op
-calls the other fused ops, and those are lowered too). The order join becomes a plain copy: a GE graph keeps the
-program order of its communication only under the StableRDFS topological sort, which the compile backend sets
-(TorchAir forces it itself for more than one send/recv; xccl sets it for every graph, since its graphs rely on
-program order where Inductor needed the token chain).
+calls the other fused ops, and those are lowered too).
 
 A fused op is lowered to its MC2 operator only where the kernel's documented constraints hold (the same checks
 as in eager mode, on the traced shapes); elsewhere, since a GE graph cannot fall back at run time, the lowering
 picks the unfused sequence (matmul, then the ``_c10d_functional`` collective) at compile time under the fallback
 policy: ``"error"`` raises :class:`~xccl.ConstraintViolation`, ``"warn"`` warns once per op and constraint.
 
-Reduce ops: TorchAir's ``normalize_reduceop_type`` takes sum, min, max and product only. xccl's graph column
-computes avg as sum then a divide; :func:`graph_converters` makes the ``_c10d_functional`` collectives do so
-(the graph path passes avg through), and the uneven reduce-scatter's lowering likewise.
+Reduce ops and dtypes: TorchAir's ``normalize_reduceop_type`` takes sum, min, max and product only, and GE's
+HCCL operators the dtypes of their IR prototypes; the graph forms apply avg (as sum then a divide) and the
+column's dtype casts in the graph itself (``xccl.graph._layers``), so the collectives reaching TorchAir already
+have a reduce op and a dtype it takes.
+
+TorchAir's own backend: a user who compiles with ``torch.compile(backend=torchair.get_npu_backend())``, as the
+Ascend tutorials do, gets no lowering. :func:`converters` are GE converters the runtime registers with TorchAir
+(its public ``register_fx_node_ge_converter``) for the lowered xccl ops, which raise
+:class:`~xccl.UnsupportedCollective` saying to compile with ``xccl.compile``; graphs of standard collectives
+only need none of this and compile there as they are.
 
 The vendor ops come from the SDK (``HcclSdk.graph_ops()``): TorchAir's and torch_npu's on the hardware, the
 simulation's stand-ins (same schemas, computed on CPU) in simulation, so the lowering is one code path.
@@ -56,13 +66,15 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 import xccl
-from xccl.plugin import Collective, ConstraintViolation
+from xccl.plugin import Collective, ConstraintViolation, Mode
+
+from ._capabilities import ascend_table
 
 if TYPE_CHECKING:
     from ._constraints import DomainTracker
     from ._runtime import AscendRuntime, FusedKernel
 
-__all__ = ["GraphOps", "graph_converters", "lowering"]
+__all__ = ["LOWERED", "GraphOps", "converters", "lowering"]
 
 C = Collective
 _F: Final[Any] = torch.ops._c10d_functional
@@ -131,38 +143,32 @@ def _divide(t: torch.Tensor, n: int) -> torch.Tensor:
     return t / n if t.is_floating_point() or t.is_complex() else torch.div(t, n, rounding_mode="trunc")
 
 
+def _as(op: Collective, x: torch.Tensor) -> torch.Tensor:
+    """``x`` in the dtype the graph column moves it as (GE's IR dtypes: bfloat16 as float32, ...): the collectives
+    the lowering emits itself (unfused fallbacks, the fused ops' backward) take the column's casts as the graph
+    forms do."""
+    cast = ascend_table().entry(op, Mode.GRAPH).cast_to.get(x.dtype)
+    return x if cast is None else x.to(cast)
+
+
 def _reduce_scatter(x: torch.Tensor, red: str, n: int, group_name: str) -> torch.Tensor:
-    out = _F.wait_tensor(_F.reduce_scatter_tensor(x, "sum" if red == "avg" else red, n, group_name))
-    return _divide(out, n) if red == "avg" else out
+    y = _as(C.REDUCE_SCATTER_TENSOR, x)
+    out = _F.wait_tensor(_F.reduce_scatter_tensor(y, "sum" if red == "avg" else red, n, group_name))
+    return (_divide(out, n) if red == "avg" else out).to(x.dtype)
 
 
 def _all_reduce(x: torch.Tensor, red: str, group_name: str) -> torch.Tensor:
-    out = _F.wait_tensor(_F.all_reduce(x, "sum" if red == "avg" else red, group_name))
-    return _divide(out, _group(group_name).size()) if red == "avg" else out
+    y = _as(C.ALL_REDUCE, x)
+    out = _F.wait_tensor(_F.all_reduce(y, "sum" if red == "avg" else red, group_name))
+    return (_divide(out, _group(group_name).size()) if red == "avg" else out).to(x.dtype)
 
 
 def _all_gather(x: torch.Tensor, n: int, group_name: str) -> torch.Tensor:
-    return _F.wait_tensor(_F.all_gather_into_tensor(x.contiguous(), n, group_name))
+    y = _as(C.ALL_GATHER_INTO_TENSOR, x.contiguous())
+    return _F.wait_tensor(_F.all_gather_into_tensor(y, n, group_name)).to(x.dtype)
 
 
 # ------------------------------------------------------------------------------------------ point-to-point, uneven
-
-
-def _order(token: torch.Tensor, after: Sequence[torch.Tensor]) -> torch.Tensor:
-    return token.clone()
-
-
-def _xccl_all_reduce(input: torch.Tensor, reduce_op: str, group_name: str, token: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    # xccl's own form of a standard collective appears where the table says emulated on a group created outside
-    # xccl; in this plugin's graph column the only emulation is avg (as sum then a divide), done here.
-    return _all_reduce(input.contiguous(), reduce_op, group_name), token.clone()
-
-
-def _xccl_reduce_scatter(input: torch.Tensor, reduce_op: str, group_name: str, token: torch.Tensor
-                         ) -> tuple[torch.Tensor, torch.Tensor]:
-    n = _group(group_name).size()
-    return _reduce_scatter(input.contiguous(), reduce_op, n, group_name), token.clone()
 
 
 def _all_to_all_v(input: torch.Tensor, send_counts: Sequence[int], group_name: str, token: torch.Tensor
@@ -199,9 +205,10 @@ def _all_gather_uneven(ops: GraphOps, input: torch.Tensor, sizes: Sequence[int],
 def _reduce_scatter_uneven(ops: GraphOps, input: torch.Tensor, sizes: Sequence[int], reduce_op: str,
                            group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     pg, tag, ranks = _tag_ranks(group_name)
-    red = "sum" if reduce_op == "avg" else reduce_op
-    out = ops.reduce_scatter_uneven(input.contiguous(), list(sizes), sizes[pg.rank()], red, tag, ranks, len(ranks), [])
-    return (_divide(out, len(ranks)) if reduce_op == "avg" else out), token.clone()
+    # The graph form turned avg into sum already (the column's rule); the reduce op reaches TorchAir as it is.
+    out = ops.reduce_scatter_uneven(input.contiguous(), list(sizes), sizes[pg.rank()], reduce_op, tag, ranks,
+                                    len(ranks), [])
+    return out, token.clone()
 
 
 # ------------------------------------------------------------------------------------------------------- fused
@@ -302,9 +309,6 @@ def lowering(rt: AscendRuntime, ops: GraphOps, domain: DomainTracker) -> dict[An
     the process's MC2 communication domain (Atlas A2 allows one per model), checked and claimed at compile time."""
     x = _xccl_ops()
     return {
-        x.order.default: _order,
-        x.all_reduce.default: _xccl_all_reduce,
-        x.reduce_scatter_tensor.default: _xccl_reduce_scatter,
         x.all_to_all_v.default: _all_to_all_v,
         x.send.default: functools.partial(_send, ops),
         x.recv.default: functools.partial(_recv, ops),
@@ -318,34 +322,30 @@ def lowering(rt: AscendRuntime, ops: GraphOps, domain: DomainTracker) -> dict[An
     }
 
 
-#: The xccl ops :func:`lowering` handles, by qualified name (what the docs and the capability notes cite).
-LOWERED: Final = (
-    "xccl::order", "xccl::all_reduce", "xccl::reduce_scatter_tensor", "xccl::all_to_all_v", "xccl::send", "xccl::recv", "xccl::all_gather_into_tensor_uneven",
-    "xccl::reduce_scatter_tensor_uneven", "xccl::mm_reduce_scatter", "xccl::all_gather_mm", "xccl::mm_all_reduce",
-    "xccl::_fused_all_gather", "xccl::_fused_reduce_scatter",
-)
+#: The xccl ops :func:`lowering` handles, by name (``torch.ops.xccl.<name>``): what the runtime's graph compiler
+#: takes (``Runtime.graph_ops``).
+LOWERED: Final = frozenset({
+    "all_to_all_v", "send", "recv", "all_gather_into_tensor_uneven", "reduce_scatter_tensor_uneven",
+    "mm_reduce_scatter", "all_gather_mm", "mm_all_reduce", "_fused_all_gather", "_fused_reduce_scatter",
+})
 
 
-def _avg_all_reduce(input: torch.Tensor, reduce_op: str, group_name: str) -> torch.Tensor:
-    if reduce_op != "avg":
-        return _F.all_reduce(input, reduce_op, group_name)  # type: ignore[no-any-return]
-    return _all_reduce(input, "avg", group_name)
+def _needs_xccl_compile(name: str) -> Callable[..., Any]:
+    def convert(*args: Any, **kwargs: Any) -> Any:
+        raise xccl.UnsupportedCollective(
+            name, "ascend",
+            f"TorchAir's own backend (torchair.get_npu_backend()) got xccl.{name}, an xccl graph op it has no "
+            "converter for: compile with xccl.compile(model) (or torch.compile(model, backend='xccl')), which hands "
+            "the graph to TorchAir with xccl's lowering to TorchAir's own ops; graphs of the standard collectives "
+            "alone (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast) compile either way",
+        )
+
+    convert.__name__ = f"convert_xccl_{name}"
+    return convert
 
 
-def _avg_reduce_scatter(input: torch.Tensor, reduce_op: str, group_size: int, group_name: str) -> torch.Tensor:
-    if reduce_op != "avg":
-        return _F.reduce_scatter_tensor(input, reduce_op, group_size, group_name)  # type: ignore[no-any-return]
-    return _reduce_scatter(input, "avg", group_size, group_name)
-
-
-def graph_converters() -> dict[str, Callable[..., Any]]:
-    """xccl's graph converters for TorchAir: avg as sum then a divide (``normalize_reduceop_type`` has no avg).
-
-    Applied to the Dynamo graph, before autograd, so the rewritten collectives keep torch's gradient formulas.
-    The graph's own ``wait_tensor`` then waits on the divided result, a tensor no collective is pending on,
-    which returns it unchanged.
-    """
-    return {
-        "_c10d_functional::all_reduce": _avg_all_reduce,
-        "_c10d_functional::reduce_scatter_tensor": _avg_reduce_scatter,
-    }
+def converters() -> dict[Any, Callable[..., Any]]:
+    """GE converters for TorchAir's registry, one per lowered xccl op, that raise the error above: what a graph
+    of xccl's own ops meets when it reaches TorchAir's backend without xccl's lowering."""
+    x = _xccl_ops()
+    return {getattr(x, name).default: _needs_xccl_compile(name) for name in sorted(LOWERED)}

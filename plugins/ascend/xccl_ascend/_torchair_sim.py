@@ -6,7 +6,12 @@ GE graph. The simulation does the same up to the conversion, then runs the FX gr
 
 * :func:`simulated_torchair`: AOTAutograd as TorchAir configures it (``default_partition``, inference input
   mutations kept, the lowering as decompositions), then, for the forward, backward and inference graph,
-  ``_torchair.check_graph`` (the conversion TorchAir would attempt, node by node), then the graph as Python;
+  ``_torchair.check_graph`` (the conversion TorchAir would attempt, node by node, and GE's dtype and CANN checks
+  of the HCCL operators), then the graph as Python;
+* :func:`get_npu_backend`: ``torchair.get_npu_backend()`` as users call it (every Ascend tutorial compiles with
+  ``torch.compile(model, backend=torchair.get_npu_backend())``): the same, with TorchAir's decompositions only,
+  so none of xccl's lowering; converters registered with :func:`register_fx_node_ge_converter` (TorchAir's public
+  registry, ``torchair.register_fx_node_ge_converter``) take part as they would there;
 * :func:`sim_graph_ops`: stand-ins for the ops the lowering targets, TorchAir's ``npu_define._send``,
   ``_recv``, ``allgather_in_tensor_uneven``, ``reduce_scatter_tensor_uneven`` and torch_npu's MC2 operators, under
   the namespace ``xccl_ascend_sim`` (never ``npu_define`` or ``npu``, which belong to the vendor). Each has the
@@ -15,12 +20,13 @@ GE graph. The simulation does the same up to the conversion, then runs the FX gr
   ranks and call ``torch.distributed``; the uneven ops and MC2 kernels run torch_npu's (simulated) calls. The
   conversion check knows each by the vendor's name.
 
-Not simulated: GE itself (its IR type checks, graph optimisations, memory planning), the CANN version rules
-(send/recv in a graph need CANN 8.6.0), and TorchAir's debug and export paths.
+Not simulated: GE's graph optimisations and memory planning, CANN's other version rules, and TorchAir's debug and
+export paths.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -33,13 +39,14 @@ import torch.distributed.distributed_c10d as c10d
 import xccl
 from xccl.plugin import reduce_op_of
 
-from ._torchair import check_graph
+from ._torchair import check_graph, target_name
 from ._torchair_lower import GraphOps
 
 if TYPE_CHECKING:
     from ._sdk_sim import SimSdk
 
-__all__ = ["NS", "sim_graph_ops", "simulated_torchair"]
+__all__ = ["NS", "SIM_CANN_ENV", "get_npu_backend", "register_fx_node_ge_converter", "sim_cann_version", "sim_graph_ops",
+           "simulated_torchair"]
 
 #: The simulation's namespace for the vendor's graph ops.
 NS: Final = "xccl_ascend_sim"
@@ -74,8 +81,12 @@ _OPS: Final[Mapping[str, tuple[str, str]]] = {
         "npu_mm_all_reduce_base(Tensor x1, Tensor x2, str hcom, *, str reduce_op='sum', Tensor? bias=None, "
         "int comm_turn=0) -> Tensor"),
 }
+#: CANN release to simulate (default: the one torch_npu 2.13 installs with, Ascend/pytorch@462f4e1 README.md:71).
+SIM_CANN_ENV: Final = "XCCL_SIM_CANN_VERSION"
 _LOCK: Final = threading.Lock()
 _STATE: dict[str, Any] = {}  # "lib": the torch.library (one per process), "sdk": weakref to the active SimSdk
+#: Converters registered at run time, by target name (TorchAir keeps them on the op: one per op, the last wins).
+_REGISTERED: dict[str, Callable[..., Any]] = {}
 
 
 def _group(tag: str, ranks: Sequence[int]) -> Any:
@@ -210,8 +221,40 @@ def sim_graph_ops(sdk: SimSdk) -> GraphOps:
         mm_reduce_scatter=ns.npu_mm_reduce_scatter_base.default,
         all_gather_mm=ns.npu_all_gather_base_mm.default,
         mm_all_reduce=ns.npu_mm_all_reduce_base.default,
-        names={f"{NS}.{name}.default": real for name, (real, _) in _OPS.items()},
+        names=_aliases(),
     )
+
+
+def sim_cann_version(env: Mapping[str, str] | None = None) -> str:
+    """The simulated CANN version: ``XCCL_SIM_CANN_VERSION``, default 9.0.0 (read when asked, so a test may set it)."""
+    return (os.environ if env is None else env).get(SIM_CANN_ENV, "").strip() or "9.0.0"
+
+
+def register_fx_node_ge_converter(op: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """TorchAir's public ``register_fx_node_ge_converter(op)(converter)``, into the simulated registry."""
+
+    def register(converter: Callable[..., Any]) -> Callable[..., Any]:
+        _REGISTERED[target_name(op)] = converter
+        return converter
+
+    return register
+
+
+def _aliases() -> dict[str, str]:
+    return {f"{NS}.{name}.default": real for name, (real, _) in _OPS.items()}
+
+
+def get_npu_backend(*, compiler_config: Any = None, custom_decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+                    cann: str | None = None) -> Callable[..., Any]:
+    """``torchair.get_npu_backend()`` in simulation: TorchAir's backend as a user calls it, without xccl's lowering.
+
+    Args:
+        compiler_config: accepted for the signature's sake (the simulation has one mode, max-autotune).
+        custom_decompositions: as TorchAir's (the user's own).
+        cann: the CANN version the simulated GE checks against (default: the simulated runtime's,
+            ``XCCL_SIM_CANN_VERSION``).
+    """
+    return simulated_torchair(custom_decompositions or {}, _aliases(), cann=cann or sim_cann_version())
 
 
 def simulated_torchair(
@@ -220,6 +263,7 @@ def simulated_torchair(
     *,
     check: bool = True,
     observe: Callable[[str, torch.fx.GraphModule], None] | None = None,
+    cann: str | None = None,
 ) -> Callable[..., Any]:
     """A ``torch.compile`` backend that traces as TorchAir does, checks every graph with TorchAir's conversion
     rules and runs it on CPU.
@@ -229,6 +273,7 @@ def simulated_torchair(
         aliases: the stand-in ops' names -> the vendor's, for the check.
         check: run the conversion check (False: skip it; what the tests compare against).
         observe: called with the phase and each graph that passed, before it runs (a test seam).
+        cann: the CANN version GE's checks assume (None: unknown, send/recv not checked).
     """
     # Lazy: Dynamo and AOTAutograd load only when something is compiled.
     from torch._dynamo.backends.common import aot_autograd
@@ -238,7 +283,7 @@ def simulated_torchair(
     def compiler(phase: str) -> Callable[..., Any]:
         def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
             if check:
-                check_graph(gm, phase=phase, aliases=aliases)
+                check_graph(gm, phase=phase, aliases=aliases, cann=cann, registered=dict(_REGISTERED))
             if observe is not None:
                 observe(phase, gm)
             return make_boxed_func(gm.forward)  # CPU runs what GE would
