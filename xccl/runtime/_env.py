@@ -13,8 +13,13 @@ from collections.abc import Sequence
 
 from ..collectives._state import DEFAULT_TIMEOUT
 from ..errors import InitError, RendezvousTimeout, XcclError
+from ..plugin._job import Job
 
-__all__ = ["env_init_method", "env_int", "rendezvous_error", "resolve_ranks", "timeout_of"]
+__all__ = ["env_init_method", "env_int", "job_of", "rendezvous_error", "resolve_ranks", "timeout_of"]
+
+#: The launcher's variables for the local rank and the node's size, first match wins (torchrun's, Open MPI's).
+_LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
+_LOCAL_WORLD_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
 
 
 def env_int(names: Sequence[str], what: str) -> int | None:
@@ -44,7 +49,7 @@ def resolve_ranks(
     if world_size is None:
         world_size = env_int(("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"), "the number of ranks")
     if local_rank is None:
-        local_rank = env_int(("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"), "the rank within this node")
+        local_rank = env_int(_LOCAL_RANK_VARS, "the rank within this node")
     if rank is None and world_size is None:
         rank, world_size = 0, 1  # a plain `python script.py`: a world of one
     if rank is None or world_size is None:
@@ -61,6 +66,22 @@ def resolve_ranks(
     if local_rank < 0:
         raise InitError(f"local rank must be >= 0, got {local_rank}")
     return rank, world_size, local_rank, from_env
+
+
+def job_of(rank: int, world_size: int, local_rank: int | None = None) -> Job:
+    """The :class:`~xccl.plugin.Job` a runtime is placed for: ``rank`` of ``world_size``, the node's size from the
+    launcher (None when it says nothing), the local rank given, else the launcher's, else the rank's place on its
+    node (``rank`` itself on a single node).
+
+    Raises:
+        InitError: a variable is not an integer, or the values contradict each other.
+    """
+    local_world = env_int(_LOCAL_WORLD_VARS, "the number of ranks on this node")
+    if local_rank is None:
+        local_rank = env_int(_LOCAL_RANK_VARS, "the rank within this node")
+    if local_rank is None:
+        local_rank = rank if local_world is None else rank % local_world
+    return Job(rank, world_size, local_rank, local_world)
 
 
 def timeout_of(timeout: _dt.timedelta | float | None) -> _dt.timedelta:

@@ -21,8 +21,10 @@ import gc
 import os
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, Final
 
+import torch
 import torch.distributed as dist
 
 from ..collectives._liveness import close_quietly
@@ -31,9 +33,10 @@ from ..collectives._state import DEFAULT_TIMEOUT, STATE, Fallback, World, state_
 from ..errors import BackendUnavailable, InitError, InvalidArgument, XcclError
 from ..plugin._capabilities import CapabilityTable
 from ..plugin._contract import Plugin, Runtime
+from ..plugin._job import Job
 from ..plugin._registry import Registry, default_registry
 from ..plugin._sim import register_simulated_backend, simulated_backend_of
-from ._env import env_init_method, env_int, rendezvous_error, resolve_ranks, timeout_of
+from ._env import env_init_method, job_of, rendezvous_error, resolve_ranks, timeout_of
 from ._rendezvous import rendezvous
 
 __all__ = [
@@ -85,7 +88,15 @@ def _prepare(runtime: Runtime, fallback: Fallback, check: bool) -> str:
         if profile is not None:
             register_simulated_backend(profile)
     STATE.runtime, STATE.fallback, STATE.check = runtime, fallback, check
+    STATE.job = STATE.device = STATE.job_at = None
     return register_backend(runtime)
+
+
+def _place(runtime: Runtime, job: Job, *, adopted: bool = False) -> torch.device:
+    """Place this process for ``job`` (:meth:`Runtime.place`) and remember where."""
+    STATE.device = runtime.place(job, adopted=adopted)
+    STATE.job = job
+    return STATE.device
 
 
 def process_group_backend(
@@ -99,13 +110,20 @@ def process_group_backend(
 ) -> str:
     """Prepare xccl's torch.distributed backend for a framework that creates the process group itself.
 
-    Selects the plugin as :func:`init` does, sets this rank's device, registers the backend and returns its name,
-    to pass where the framework takes one. Every group created on it runs through xccl's dispatch; call
-    :func:`init` afterwards (it adopts the world) to use ``xccl.*`` as well.
+    Selects the plugin as :func:`init` does, registers the backend and returns its name, to pass where the
+    framework takes one. Every group created on it runs through xccl's dispatch; call :func:`init` afterwards (it
+    adopts the world) to use ``xccl.*`` as well.
+
+    This rank's device is chosen and made current when the framework creates the world on the backend, not here:
+    a framework may call this before its launcher has told the process its place (Lightning's launcher runs the
+    script on rank 0 before it sets ``WORLD_SIZE``; Ray Train's worker hooks run before it sets any variable).
+    When the world is created, its rank and size are known, and so are the launcher's variables. Create no device
+    tensor before that; the vendor's first group is created after the device is set.
 
     Args:
         vendor: as :func:`init`.
-        local_rank: this rank's local rank (default ``LOCAL_RANK``, else 0), to set its device.
+        local_rank: this rank's local rank (default ``LOCAL_RANK`` when the world is created, else the rank's
+            place on its node), to choose its device.
         simulate: as :func:`init`.
         fallback: as :func:`init`.
         check: as :func:`init`.
@@ -123,9 +141,7 @@ def process_group_backend(
     plugin, sim = _select(vendor, simulate, registry or default_registry())
     runtime = plugin.runtime(simulate=sim)
     name = _prepare(runtime, fallback, check)
-    if local_rank is None:
-        local_rank = env_int(("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"), "the rank within this node") or 0
-    runtime.setup_device(local_rank)
+    STATE.job_at = partial(job_of, local_rank=local_rank)
     return name
 
 
@@ -198,12 +214,13 @@ def _create_world(
     vendor: str, rank: int | None, world_size: int | None, local_rank: int | None, init_method: str | None,
     timeout: _dt.timedelta | float | None, simulate: bool | None, fallback: Fallback, check: bool, registry: Registry,
 ) -> World:
-    rank_, size, local, _ = resolve_ranks(rank, world_size, local_rank)
+    rank_, size, _, _ = resolve_ranks(rank, world_size, local_rank)
+    job = job_of(rank_, size, local_rank)
     tmo = timeout_of(timeout)
     plugin, sim = _select(vendor, simulate, registry)
     runtime = plugin.runtime(simulate=sim)
     name = _prepare(runtime, fallback, check)
-    device = runtime.setup_device(local)
+    device = _place(runtime, job)
     kwargs: dict[str, Any] = {"rank": rank_, "world_size": size, "timeout": tmo}
     options = runtime.process_group_options(None)
     if options is not None:
@@ -216,7 +233,7 @@ def _create_world(
         else:
             # xccl makes the store, and checks there that every rank was told the same world (_rendezvous).
             kwargs["store"], live = rendezvous(
-                init_method or env_init_method(), rank_, size, local, tmo, plugin=plugin.name,
+                init_method or env_init_method(), rank_, size, job.local_rank, tmo, plugin=plugin.name,
                 backend=runtime.backend, simulate=sim, check=check, fallback=fallback, started=started)
         dist.init_process_group(backend=name, **kwargs)
     except XcclError:
@@ -231,7 +248,8 @@ def _create_world(
     # A process group left alive at interpreter exit can abort the process (seen with simulated backends:
     # "terminate called without an active exception"); tear down in order unless the user already did.
     atexit.register(_shutdown_at_exit)
-    return World(rank_, size, local, device, plugin.name, runtime.backend, sim, fallback, check, tmo, name, False)
+    return World(rank_, size, job.local_rank, device, plugin.name, runtime.backend, sim, fallback, check, tmo, name,
+                 False)
 
 
 def _adopt_world(
@@ -241,6 +259,8 @@ def _adopt_world(
     """A :class:`World` over the torch.distributed world someone else created; sets nothing that is set."""
     backend = str(dist.get_backend())
     runtime = STATE.runtime
+    # A world created on xccl's backend placed this process when its group was created (_process_group._Creator).
+    placed = runtime is not None and backend == backend_name(runtime) and STATE.job is not None
     if runtime is None or backend != backend_name(runtime):
         plugin = _plugin_for(backend, vendor, registry)
         sim = simulated_backend_of() is not None if simulate is None else simulate
@@ -249,13 +269,13 @@ def _adopt_world(
     # settings of process_group_backend; rebuild them under init's.
     STATE.groups.clear()
     STATE.runtime, STATE.fallback, STATE.check = runtime, fallback, check
-    if local_rank is None:
-        local_rank = env_int(("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"), "the rank within this node")
-    rank = dist.get_rank()
-    local = rank if local_rank is None else local_rank
-    device = runtime.adopt_device(local)
-    return World(rank, dist.get_world_size(), local, device, runtime.plugin.name, runtime.backend, runtime.simulate,
-                 fallback, check, timeout_of(timeout), backend, True)
+    if placed and STATE.job is not None and STATE.device is not None:
+        job, device = STATE.job, STATE.device
+    else:
+        job = job_of(dist.get_rank(), dist.get_world_size(), local_rank)
+        device = _place(runtime, job, adopted=True)
+    return World(job.rank, job.world_size, job.local_rank, device, runtime.plugin.name, runtime.backend,
+                 runtime.simulate, fallback, check, timeout_of(timeout), backend, True)
 
 
 def _plugin_for(backend: str, vendor: str, registry: Registry) -> Plugin:
