@@ -22,7 +22,7 @@ from xccl_sophgo._c2c import SG2260, board, vendor_chip_map
 from xccl_sophgo._chipmap import Placement, resolve_placement
 from xccl_sophgo._ranktable import generate_sophgo
 from xccl_sophgo._runtime import SophgoRuntime
-from xccl_sophgo._sdk import SimulatedSCCLOptions, current_simulated_chip
+from xccl_sophgo._sdk import SimulatedSCCLOptions, SimulatedTpu, current_simulated_chip
 
 import xccl
 from xccl.plugin import Job, dump
@@ -307,6 +307,34 @@ def test_runtime_replaces_a_map_that_is_no_ring(monkeypatch: pytest.MonkeyPatch,
 
     assert os.environ["CHIP_MAP"] == "0,1,3,2"
     assert "chip map 0,1,2,3 from the CHIP_MAP is not a C2C ring" in caplog.text
+
+
+def test_simulated_set_chip_map_reads_what_torch_tpu_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch_tpu/tpu/utils.py:193-229: the node's size from LOCAL_WORLD_SIZE only (default 1), CHIP_MAP before the
+    argument; the size the caller passes is not read."""
+    sdk = SimulatedTpu()
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.delenv("CHIP_MAP", raising=False)
+    assert sdk.chip_map(None, 4) == (0, 1)  # one rank as far as set_chip_map knows: [0, 1]
+    assert sdk.chip_map([0, 1, 2, 3], 4) == (0, 1, 2, 3)  # and a given map unchecked
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert sdk.chip_map([0, 1, 2, 3], 1) == (0, 1, 3, 2)
+    monkeypatch.setenv("CHIP_MAP", "7,6,2,3")
+    assert sdk.chip_map([0, 1, 2, 3], 4) == (7, 6, 2, 3)
+
+
+def test_runtime_tells_set_chip_map_the_nodes_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under mpirun no LOCAL_WORLD_SIZE exists: the runtime sets it (and clears CHIP_MAP) for the call only, so a
+    map that is no ring is still replaced, then restores both."""
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK_TABLE_FILE", raising=False)
+    monkeypatch.setenv("CHIP_MAP", "0,1,2,3")
+    runtime = SophgoRuntime(plugin, simulate=True)
+    runtime.place(Job(1, 4, 1, 4))
+    import os
+
+    assert (os.environ["CHIP_MAP"], current_simulated_chip()) == ("0,1,3,2", 1)
+    assert "LOCAL_WORLD_SIZE" not in os.environ
 
 
 def test_simulated_chip_must_exist(monkeypatch: pytest.MonkeyPatch) -> None:

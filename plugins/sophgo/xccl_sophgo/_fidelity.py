@@ -118,6 +118,11 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "[inferred: [0,1,3,2]]"),
     Claim("chip map: defaults", "no map and 1 or 2 ranks on the node: [0, 1], unchecked; 1 rank: a given map is "
           "taken as it is; otherwise the ring", (f"{UTILS}:204-213",), _RING),
+    Claim("chip map: LOCAL_WORLD_SIZE", "set_chip_map reads the node's size from LOCAL_WORLD_SIZE only (default 1: a "
+          "given map is then taken unchecked and no map gives [0, 1]) and CHIP_MAP before its argument; mpirun sets "
+          "no LOCAL_WORLD_SIZE", (f"{UTILS}:193-213 (set_chip_map)",),
+          "simulated (the simulated set_chip_map reads the same variables) and checked: the runtime sets "
+          "LOCAL_WORLD_SIZE (and clears CHIP_MAP) for the call, from the job xccl knows, then restores them"),
     Claim("chip map: CHIP_MAP", "set_device(local_rank) selects CHIP_MAP[local_rank], CHIP_MAP being comma-separated "
           "chip ids", (f"{UTILS}:142-160 (map_local_rank_to_device_idx, set_device)", "manifest gotcha 7"),
           "checked (a list literal is refused) and simulated (SimulatedTpu.set_device)"),

@@ -12,9 +12,10 @@ One code path for hardware and simulation; only the SDK object differs (:mod:`xc
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -128,8 +129,15 @@ class SophgoRuntime(Runtime):
         return self.sdk.device(placement.chip)
 
     def _vendor_chip_map(self, given: Sequence[int] | None, local_world_size: int, local_rank: int) -> tuple[int, ...]:
-        """What ``set_chip_map`` settles on for this node (:data:`~xccl_sophgo._chipmap.ChipMapRule`)."""
-        return self.sdk.chip_map(given, local_world_size)
+        """What ``set_chip_map`` settles on for this node (:data:`~xccl_sophgo._chipmap.ChipMapRule`).
+
+        ``set_chip_map`` reads the node's size from ``LOCAL_WORLD_SIZE`` only (default 1, which takes any map
+        unchecked and makes no map ``[0, 1]``) and ``CHIP_MAP`` before its argument (``torch_tpu/tpu/utils.py:
+        193-204``). xccl knows the size from whichever launcher started the job (mpirun sets no
+        ``LOCAL_WORLD_SIZE``), so the variables say what xccl decided, for the call only.
+        """
+        with _environ(LOCAL_WORLD_SIZE=str(local_world_size), LOCAL_RANK=str(local_rank), CHIP_MAP=None):
+            return self.sdk.chip_map(given, local_world_size)
 
     def process_group_options(self, ranks: Sequence[int] | None) -> Any:
         """``ProcessGroupSCCLOptions`` with the chip of each member in group-rank order; always given.
@@ -156,6 +164,25 @@ class SophgoRuntime(Runtime):
             self._warned_nodes = True
             LOG.warning("an sccl group spans %d nodes; Sophgo documents SCCL for the TPUs of one machine",
                         len(nodes))
+
+
+@contextlib.contextmanager
+def _environ(**values: str | None) -> Iterator[None]:
+    """Set (or, for None, unset) environment variables for the block, then restore them as they were."""
+    saved = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _all_gather_equal(ctx: KernelContext, outs: list[torch.Tensor], tensor: torch.Tensor, async_op: bool) -> Any:

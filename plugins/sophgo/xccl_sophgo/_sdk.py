@@ -54,7 +54,12 @@ class TpuSdk(Protocol):
 
     def chip_map(self, given: Sequence[int] | None, local_world_size: int) -> tuple[int, ...]:
         """The node's chip map as ``torch_tpu.tpu.set_chip_map`` settles it: ``given`` if it is a C2C ring of the
-        board (or needs no check), else the driver's ring (:func:`xccl_sophgo._c2c.vendor_chip_map`)."""
+        board (or needs no check), else the driver's ring (:func:`xccl_sophgo._c2c.vendor_chip_map`).
+
+        Like ``set_chip_map`` (``torch_tpu/tpu/utils.py:193-229``) it reads the node's size from
+        ``LOCAL_WORLD_SIZE`` only (default 1: then a given map is taken unchecked and no map is ``[0, 1]``) and
+        prefers ``CHIP_MAP`` to ``given``: the runtime sets both for the call. ``local_world_size`` is for
+        messages."""
         ...
 
 
@@ -134,5 +139,12 @@ class SimulatedTpu:
         return options
 
     def chip_map(self, given: Sequence[int] | None, local_world_size: int) -> tuple[int, ...]:
-        """``set_chip_map``'s decision on the simulated node: SG2260's links among its chips."""
-        return vendor_chip_map(given, local_world_size, board(self._count))
+        """``set_chip_map``'s decision on the simulated node (SG2260's links among its chips), from what it reads:
+        ``LOCAL_WORLD_SIZE`` (default 1) for the node's size, and ``CHIP_MAP`` before ``given``
+        (``torch_tpu/tpu/utils.py:193-204``); ``local_world_size`` is what the caller believes, unused, as there.
+        """
+        size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        raw = os.environ.get("CHIP_MAP")
+        if raw:
+            given = [int(c) for c in raw.split(",")]
+        return vendor_chip_map(given, size, board(self._count))
