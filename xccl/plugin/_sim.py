@@ -182,18 +182,22 @@ class SimProfile:
     #: None; asked for each dtype of a call after the checks above, so a vendor can refuse what its dtype and
     #: reduce-op lists cannot say (HCCL: fewer dtypes reduced than moved, no product over bfloat16).
     check_call: CallCheck | None = field(default=None, compare=False)
+    #: Reduce op (lower case) -> the exact message the vendor raises for it, for ops not in :attr:`reduce_ops`;
+    #: ops not listed raise ``"<vendor_name>: unsupported reduce op ReduceOp.<OP> (supported: ...)"``.
+    reduce_op_messages: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = set(self.native_ops) - NATIVE_OP_KEYS
         if unknown:
             raise ValueError(f"SimProfile {self.backend!r}: unknown native_ops keys {sorted(unknown)}; "
                              f"expected c10d Backend method names: {sorted(NATIVE_OP_KEYS)}")
-        bad_ops = set(self.reduce_ops) - REDUCE_OP_NAMES
+        bad_ops = (set(self.reduce_ops) | set(self.reduce_op_messages)) - REDUCE_OP_NAMES
         if bad_ops:
             raise ValueError(f"SimProfile {self.backend!r}: unknown reduce ops {sorted(bad_ops)}; "
                              f"expected some of {sorted(REDUCE_OP_NAMES)}")
         # Freeze the table so a profile shared by every group cannot change under them.
         object.__setattr__(self, "native_ops", MappingProxyType(dict(self.native_ops)))
+        object.__setattr__(self, "reduce_op_messages", MappingProxyType(dict(self.reduce_op_messages)))
 
     def refusal(self, key: str) -> str | None:
         """The message the vendor raises for ``Backend.<key>``, or None if it implements it."""
@@ -337,9 +341,8 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         op = _reduce_op_name(args, kwargs) if key in _REDUCING else None
         if op is not None and op not in profile.reduce_ops:
             allowed = ", ".join(sorted(profile.reduce_ops)) or "none"
-            raise SimulatedVendorError(
-                profile.backend, key,
-                f"{profile.vendor_name}: unsupported reduce op ReduceOp.{op.upper()} (supported: {allowed})")
+            raise SimulatedVendorError(profile.backend, key, profile.reduce_op_messages.get(op) or (
+                f"{profile.vendor_name}: unsupported reduce op ReduceOp.{op.upper()} (supported: {allowed})"))
         if profile.check_call is not None:
             for dtype in dict.fromkeys(t.dtype for t in _tensors((args, kwargs))):
                 message = profile.check_call(key, dtype, op)

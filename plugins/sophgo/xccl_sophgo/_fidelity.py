@@ -29,7 +29,7 @@ TUTORIAL: Final = _TT + "docs/quick_start/source_zh/03_Tutorial.rst"
 SUPPORT_TABLE: Final = f"{TUTORIAL}:18-45 (SCCL support table)"
 UTILS: Final = _TT + "torch_tpu/tpu/utils.py"
 DTYPES: Final = f"{PG}:87-116 (toSCCLDtype)"
-REDUCE_OPS: Final = f"{PG}:345-370 (toSCCLReduceOp)"
+REDUCE_OPS: Final = f"{PG}:345-380 (toSCCLReduceOp)"
 C_API: Final = "manifest B3 (third_party/sccl/include/sccl.h: no ReduceScatter)"
 NO_FUSED: Final = "manifest B4 (no MC2 equivalent; torch_tpu.dynamo is an MLIR/bmodel compiler, no TorchAir)"
 
@@ -95,8 +95,9 @@ _RING: Final = ("checked before the process group exists (xccl_sophgo._chipmap):
 CLAIMS: Final[tuple[Claim, ...]] = (
     Claim("dtypes", "float32, float16, bfloat16, int8, uint8, int32, int64, bool; any other raises 'Invalid scalar "
           "type' (float64 moves as int64 through xccl)", (DTYPES,), _SIM),
-    Claim("reduce ops", "sum, product, min, max; band/bor/bxor raise 'Cannot use ReduceOp.BAND with SCCL'; avg and "
-          "premul_sum are not mapped", (REDUCE_OPS,), _SIM),
+    Claim("reduce ops", "sum, product, min, max; every other op raises its own message, 'Cannot use ReduceOp.<OP> "
+          "with SCCL' (BAND, BOR, BXOR, PREMUL_SUM, AVG: one message each; xccl runs AVG as SUM and a divide)",
+          (f"{PG}:345-380 (toSCCLReduceOp)",), _SIM + " (SimProfile.reduce_op_messages)"),
     Claim("methods", "ProcessGroupSCCL overrides broadcast, allreduce, reduce, allgather, _allgather_base, gather, "
           "scatter, reduce_scatter (raises), alltoall_base, send, recv, barrier; the rest raise c10d's 'Backend sccl "
           "does not support ...'", (OVERRIDES, f"{PG}:708-712"), _SIM),

@@ -21,7 +21,7 @@ from ._c2c import SG2260
 from ._sdk import SimulatedSCCLOptions, current_simulated_chip
 from ._table import NATIVE_REDUCE_OPS, SCCL_DTYPES
 
-__all__ = ["BOARD", "NATIVE_OPS", "check_sccl_options", "sccl_profile"]
+__all__ = ["BOARD", "NATIVE_OPS", "REDUCE_OP_MESSAGES", "check_sccl_options", "sccl_profile"]
 
 #: The board the simulation runs on (its first ``XCCL_SOPHGO_SIM_DEVICES`` chips).
 BOARD: Final = SG2260
@@ -45,6 +45,12 @@ NATIVE_OPS: Final = {
     "recv": None,
     "reduce_scatter": "ProcessGroupSCCL does not support reduce_scatter",
 }
+
+
+#: What ``toSCCLReduceOp`` raises for each reduce op it does not map (``ProcessGroupSCCL.cpp:361-375``): one
+#: message per op, AVG and PREMUL_SUM included.
+REDUCE_OP_MESSAGES: Final = {op: f"Cannot use ReduceOp.{op.upper()} with SCCL"
+                             for op in ("band", "bor", "bxor", "premul_sum", "avg")}
 
 
 def check_sccl_options(options: object | None, group_rank: int, group_size: int) -> None:
@@ -92,4 +98,5 @@ def sccl_profile() -> SimProfile:
         reduce_ops=NATIVE_REDUCE_OPS,
         uneven_all_to_all=False,
         check_options=check_sccl_options,
+        reduce_op_messages=REDUCE_OP_MESSAGES,
     )
