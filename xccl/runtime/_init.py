@@ -36,6 +36,7 @@ from ..plugin._contract import Plugin, Runtime
 from ..plugin._job import Job
 from ..plugin._registry import Registry, default_registry
 from ..plugin._sim import register_simulated_backend, simulated_backend_of
+from ._backend_check import all_arrived, wrong_backend
 from ._env import env_init_method, job_of, rendezvous_error, resolve_ranks, timeout_of
 from ._rendezvous import rendezvous
 
@@ -244,6 +245,17 @@ def _create_world(
         close_quietly(live)
         STATE.reset()
         raise rendezvous_error(exc, rank_, size, time.monotonic() - started) from exc
+    got = str(dist.get_backend())
+    if got != name:
+        # Something replaced init_process_group and chose another backend (Sophgo's torch adaptor: "sccl"): the
+        # world is not xccl's. Take it down rather than run without xccl's dispatch.
+        error = wrong_backend(name, got, plugin)  # while the replacement is in place, to name it
+        all_arrived(kwargs["store"], rank_, size, tmo)
+        close_quietly(live)
+        STATE.reset()
+        dist.destroy_process_group()
+        runtime.shutdown()
+        raise error
     STATE.liveness = live
     # A process group left alive at interpreter exit can abort the process (seen with simulated backends:
     # "terminate called without an active exception"); tear down in order unless the user already did.
@@ -259,6 +271,13 @@ def _adopt_world(
     """A :class:`World` over the torch.distributed world someone else created; sets nothing that is set."""
     backend = str(dist.get_backend())
     runtime = STATE.runtime
+    if runtime is not None and STATE.job_at is not None and backend != backend_name(runtime):
+        # process_group_backend gave the framework xccl's name, yet the world is on another backend and xccl's
+        # creator never ran: something between them chose the backend. The world is the framework's: left alone.
+        error = wrong_backend(backend_name(runtime), backend, runtime.plugin)
+        STATE.reset()
+        runtime.shutdown()
+        raise error
     # A world created on xccl's backend placed this process when its group was created (_process_group._Creator).
     placed = runtime is not None and backend == backend_name(runtime) and STATE.job is not None
     if runtime is None or backend != backend_name(runtime):

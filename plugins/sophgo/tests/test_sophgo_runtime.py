@@ -127,12 +127,31 @@ def case_torch_adaptor(rank: int, n: int, port: int) -> dict[str, Any]:
     return out
 
 
+def case_torch_adaptor_framework(rank: int, n: int, port: int) -> dict[str, Any]:
+    """The same under a framework given xccl's backend name: the world it creates is the vendor's."""
+    os.environ.update(ENABLE_TORCH_ADAPTOR="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    name = xccl.process_group_backend(vendor="sophgo", simulate=True)
+    dist.init_process_group(name, rank=rank, world_size=n, timeout=INIT_TIMEOUT)
+    dist.all_reduce(torch.ones(1))  # every rank's group is connected before any rank destroys its own
+    out: dict[str, Any] = {"backend": str(dist.get_backend())}
+    try:
+        xccl.init()
+        out["raised"] = None
+        xccl.shutdown()
+    except xccl.InitError as exc:
+        out["raised"] = str(exc)
+    out["initialized"] = dist.is_initialized()  # the framework's world: left to the framework
+    dist.destroy_process_group()
+    return out
+
+
 CASES: Mapping[str, Callable[[int, int, int], dict[str, Any]]] = {
     "lightning": case_lightning_order,
     "ray": case_ray_order,
     "init-arguments": case_init_arguments,
     "mpirun": case_mpirun,
     "torch-adaptor": case_torch_adaptor,
+    "torch-adaptor-framework": case_torch_adaptor_framework,
 }
 
 
@@ -243,6 +262,15 @@ def test_torch_adaptor_backend_rewrite_is_an_init_error() -> None:
         assert "'sccl', not on xccl's backend 'xccl_sccl'" in out["raised"], out
         assert "ENABLE_TORCH_ADAPTOR=0" in out["raised"], out
         assert out["initialized"] is False, out  # xccl destroyed the world it did not want
+
+
+def test_torch_adaptor_under_a_framework_is_an_init_error_at_adoption() -> None:
+    for out in _values(_run("torch-adaptor-framework", 2)):
+        assert out["backend"] == "sccl", out
+        assert out["raised"] is not None, f"xccl adopted the adaptor's world as its own: {out}"
+        assert "'sccl', not on xccl's backend 'xccl_sccl'" in out["raised"], out
+        assert "ENABLE_TORCH_ADAPTOR=0" in out["raised"], out
+        assert out["initialized"] is True, out
 
 
 @pytest.fixture(autouse=True)

@@ -28,6 +28,7 @@ OVERRIDES: Final = _TT + "torch_tpu/csrc/distributed/c10d/ProcessGroupSCCL.hpp:7
 TUTORIAL: Final = _TT + "docs/quick_start/source_zh/03_Tutorial.rst"
 SUPPORT_TABLE: Final = f"{TUTORIAL}:18-45 (SCCL support table)"
 UTILS: Final = _TT + "torch_tpu/tpu/utils.py"
+ADAPTOR: Final = _TT + "torch_tpu/accelerator/adaptor/torch_adaptor/distributed.py"
 DTYPES: Final = f"{PG}:87-116 (toSCCLDtype)"
 REDUCE_OPS: Final = f"{PG}:345-380 (toSCCLReduceOp)"
 C_API: Final = "manifest B3 (third_party/sccl/include/sccl.h: no ReduceScatter)"
@@ -132,6 +133,16 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "checked: xccl parses and validates the table (Sophgo's reader is broken, manifest gotcha 7)"),
     Claim("one machine", "Sophgo documents SCCL for the TPUs of one machine (单机多卡)", (f"{TUTORIAL}:12-13",),
           "not simulated: a group spanning nodes logs a warning"),
+    Claim("torch adaptor", "`import torch_tpu.accelerator` loads the torch adaptor unless ENABLE_TORCH_ADAPTOR=0, "
+          "DISABLE_ADAPTOR=1 or DS_DISABLE_TPU=1 (environ_flag defaults to 1); it replaces init_process_group by a "
+          "wrapper that passes backend='sccl' whatever it is given, new_group (a one-rank group on gloo), "
+          "all_reduce/reduce (bool, int8, uint8, int64 as int32; float64 as float32) and the one-rank cases of "
+          "broadcast, all_gather_into_tensor, isend, irecv",
+          (f"{ADAPTOR}:83-97,102-133", f"{_TT}torch_tpu/accelerator/adaptor/__init__.py:1-3",
+           f"{_TT}torch_tpu/accelerator/utils.py (environ_flag)"),
+          "simulated: the init_process_group rewrite (ENABLE_TORCH_ADAPTOR=1 stands for the import; "
+          "xccl_sophgo._adaptor_sim); checked: xccl.init raises InitError naming the replacement when the world is "
+          "not on its backend; the other replacements are declared (Plugin.vendor_runtime), not simulated"),
     Claim("async work", "every op creates and destroys a communicator; Work.wait() returns at once (the op is queued "
           "on the TPU stream)", ("manifest B3",), "not simulated"),
 )

@@ -158,6 +158,10 @@ class SophgoRuntime(Runtime):
         """The list all_gather with SCCL's equal-size constraint checked before communicating."""
         return {Collective.ALL_GATHER: _all_gather_equal}
 
+    def shutdown(self) -> None:
+        """Undo what the SDK object did to the process (in simulation, the torch adaptor's patch)."""
+        self.sdk.close()
+
     def _warn_if_multi_node(self, ranks: Sequence[int] | range) -> None:
         nodes = {self.placement.node_of(r) for r in ranks}
         if len(nodes) > 1 and not self._warned_nodes:

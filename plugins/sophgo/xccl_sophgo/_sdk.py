@@ -21,6 +21,7 @@ import torch
 
 from xccl.plugin import InitError
 
+from . import _adaptor_sim
 from ._c2c import board, vendor_chip_map
 
 __all__ = ["SIM_DEVICES_ENV", "SimulatedSCCLOptions", "SimulatedTpu", "TpuSdk", "current_simulated_chip"]
@@ -62,6 +63,11 @@ class TpuSdk(Protocol):
         messages."""
         ...
 
+    def close(self) -> None:
+        """Undo what this SDK object did to the process (the simulated torch adaptor's patch). What the real
+        torch_tpu patched when imported stays patched, as it does without xccl."""
+        ...
+
 
 class SimulatedSCCLOptions:
     """Stands in for ``torch_tpu.ProcessGroupSCCLOptions`` in simulation: the same two fields.
@@ -99,6 +105,13 @@ class SimulatedTpu:
         if not raw.isdigit() or int(raw) < 1:
             raise InitError(f"{SIM_DEVICES_ENV}={raw!r}: expected the number of simulated TPUs per node, e.g. 8")
         self._count: Final = int(raw)
+        if _adaptor_sim.adaptor_requested():
+            # Stands for `import torch_tpu.accelerator` with the torch adaptor on (xccl_sophgo._adaptor_sim).
+            _adaptor_sim.apply(SimulatedSCCLOptions)
+
+    def close(self) -> None:
+        """Remove the simulated torch adaptor's patch, if applied."""
+        _adaptor_sim.remove()
 
     def device_count(self) -> int:
         """The simulated chip count."""

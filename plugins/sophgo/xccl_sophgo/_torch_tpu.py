@@ -76,6 +76,10 @@ class TorchTpu:
         return tuple(int(c) for c in options.chip_map)
 
 
+    def close(self) -> None:
+        """Nothing: what importing torch_tpu patched stays, as it does without xccl."""
+
+
 def _options_class() -> Any:
     """``ProcessGroupSCCLOptions``: exported at top level on sg2260/sg2260e, always in ``torch_tpu._C``."""
     if hasattr(torch_tpu, "ProcessGroupSCCLOptions"):
