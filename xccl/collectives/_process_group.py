@@ -38,6 +38,7 @@ from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 from ..errors import InitError
 from ..plugin._capabilities import Collective
 from ..plugin._contract import Runtime
+from ..plugin._vendor_runtime import Completion
 from ..plugin._work import Work
 from . import _specs as S
 from ._dispatch import all_reduce, dispatch
@@ -59,7 +60,10 @@ def backend_name(runtime: Runtime) -> str:
 
 
 def needs_host_side(runtime: Runtime) -> bool:
-    """Whether the plugin's table stages point-to-point through a host-side gloo group."""
+    """Whether the plugin needs a host-side gloo group: its table stages point-to-point through one, or its works
+    complete at once, so the barrier blocks the host on one (``_host_barrier``)."""
+    if runtime.plugin.vendor_runtime().completion is Completion.AT_ONCE:
+        return True
     table = runtime.plugin.capabilities()
     return any(table.entry(op).via == "host_gloo" for op in (Collective.SEND, Collective.RECV))
 

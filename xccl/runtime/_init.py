@@ -87,7 +87,7 @@ def _prepare(runtime: Runtime, fallback: Fallback, check: bool) -> str:
     if runtime.simulate:
         profile = runtime.plugin.simulation()
         if profile is not None:
-            register_simulated_backend(profile)
+            register_simulated_backend(profile, runtime.plugin.vendor_runtime())
     STATE.runtime, STATE.fallback, STATE.check = runtime, fallback, check
     STATE.job = STATE.device = STATE.job_at = None
     return register_backend(runtime)

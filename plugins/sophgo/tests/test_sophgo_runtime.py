@@ -24,6 +24,7 @@ import os
 import queue
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 import xccl
+from xccl.runtime import vendor_group
 from xccl.testing import Outcome, free_port
 from xccl.testing._pool import _describe
 
@@ -271,6 +273,87 @@ def test_torch_adaptor_under_a_framework_is_an_init_error_at_adoption() -> None:
         assert "'sccl', not on xccl's backend 'xccl_sccl'" in out["raised"], out
         assert "ENABLE_TORCH_ADAPTOR=0" in out["raised"], out
         assert out["initialized"] is True, out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# SCCL's works complete at once (bodies run in the shared 2-rank pool of simulated Sophgo)
+# ---------------------------------------------------------------------------------------------------------------
+
+SIM = {"XCCL_SIMULATE": "sophgo"}
+#: The vendor's own group of each pool process, made once (every rank makes it at its first call).
+_RAW: dict[str, Any] = {}
+
+
+def _await(path: Path, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def sccl_barrier_returns_at_once(tmp: str, case: str) -> dict[str, Any]:
+    """On SCCL's own group: rank 1 passes the barrier and says so; only then does rank 0 enter it. A barrier that
+    blocks until the peers arrived keeps rank 1 in it, and rank 0 enters after waiting 10 s in vain."""
+    if "sccl" not in _RAW:
+        _RAW["sccl"] = vendor_group()
+    raw, rank = _RAW["sccl"], dist.get_rank()
+    passed = Path(tmp) / f"{case}.rank1-passed"
+    out: dict[str, Any] = {}
+    if rank == 0:
+        out["peer_passed_first"] = _await(passed, 10.0)
+        dist.barrier(group=raw)
+    else:
+        work = dist.barrier(group=raw, async_op=True)
+        out["is_completed"] = work.is_completed()
+        work.wait()
+        passed.touch()
+    # Data collectives: right values (the device's stream orders them), reported complete at once as SCCL does.
+    t = torch.full((3,), float(rank + 1))
+    work = dist.all_reduce(t, group=raw, async_op=True)
+    out["all_reduce_completed"] = work.is_completed()
+    work.wait()
+    out["all_reduce"] = t.tolist()
+    return out
+
+
+def barrier_orders_host_steps(tmp: str, case: str) -> bool:
+    """Rank 0 writes a file after a while, then enters the barrier; rank 1 reads it after the barrier."""
+    flag = Path(tmp) / case
+    if "sub" not in _RAW:  # created first: creating a group synchronises the ranks
+        _RAW["sub"], _RAW["sccl"] = xccl.new_group([0, 1]), _RAW.get("sccl") or vendor_group()
+    sub, raw = _RAW["sub"], _RAW["sccl"]
+    if dist.get_rank() == 0:
+        time.sleep(0.5)
+        flag.write_text("written")
+    barrier: Callable[[], Any] = {
+        "xccl.barrier": lambda: xccl.barrier(),
+        "xccl.barrier-async": lambda: xccl.barrier(async_op=True).wait(),
+        "dist.barrier": lambda: dist.barrier(),
+        "xccl-sub-group": lambda: xccl.barrier(group=sub),
+        "dist-sub-group": lambda: dist.barrier(group=sub),
+        # SCCL's own group, made outside xccl: no host-side group, so an all_reduce read back on the host.
+        "xccl-on-vendor-group": lambda: xccl.barrier(group=raw),
+    }[case]
+    barrier()
+    return flag.exists()
+
+
+def test_simulated_sccl_completes_at_once(rank_pools: Any, tmp_path: Path) -> None:
+    """The stand-in itself (ProcessGroupSCCL.cpp:183-191): a barrier's wait returns before the peers arrived."""
+    outs = rank_pools.get(2, env=SIM).run_ok(sccl_barrier_returns_at_once, str(tmp_path), "raw", timeout=60)
+    assert outs[0]["peer_passed_first"] is True, outs
+    assert outs[1]["is_completed"] is True, outs
+    assert all(o["all_reduce_completed"] is True and o["all_reduce"] == [3.0] * 3 for o in outs), outs
+
+
+@pytest.mark.parametrize("case", ["xccl.barrier", "xccl.barrier-async", "dist.barrier", "xccl-sub-group",
+                                  "dist-sub-group", "xccl-on-vendor-group"])
+def test_barrier_orders_host_steps(rank_pools: Any, tmp_path: Path, case: str) -> None:
+    """xccl's barrier (and torch's on xccl's groups) blocks the host until every rank arrived, on SCCL too."""
+    seen = rank_pools.get(2, env=SIM).run_ok(barrier_orders_host_steps, str(tmp_path), case, timeout=60)
+    assert seen == [True, True], f"rank 1 passed the barrier before rank 0 reached it: {seen}"
 
 
 @pytest.fixture(autouse=True)

@@ -143,6 +143,17 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "simulated: the init_process_group rewrite (ENABLE_TORCH_ADAPTOR=1 stands for the import; "
           "xccl_sophgo._adaptor_sim); checked: xccl.init raises InitError naming the replacement when the world is "
           "not on its backend; the other replacements are declared (Plugin.vendor_runtime), not simulated"),
-    Claim("async work", "every op creates and destroys a communicator; Work.wait() returns at once (the op is queued "
-          "on the TPU stream)", ("manifest B3",), "not simulated"),
+    Claim("completion", "WorkSCCL::isCompleted() and wait() return true at once for every op, barrier included (an "
+          "all_reduce of one uninitialised float queued on the current TPU stream): nothing holds the host after a "
+          "collective; a copy to the host synchronises the stream first, so data read on the host is right",
+          (f"{PG}:183-191 (WorkSCCL)", f"{PG}:745-782 (barrier)",
+           f"{_TT}torch_tpu/csrc/core/TPUDeviceManager.cpp:413-431 (CopyDeviceToHost)"),
+          "simulated (Completion.AT_ONCE: a barrier's wait returns before the peers arrived; data ops wait for gloo, "
+          "is_completed() reports True) and checked: xccl's barrier (xccl.barrier, dist.barrier on xccl's groups) "
+          "also waits on the host-side gloo group, or reads an all_reduce back on a group xccl did not create; the "
+          "conformance suite checks that no rank leaves a barrier before the last entered"),
+    Claim("communicator per op", "every op creates a communicator (scclCommInitRank with the group's chip map) and "
+          "destroys it right after enqueueing the op; whether the destroy waits for the op is not in the source",
+          (f"{PG}:131-154 (collective)", f"{PG}:235-246 (getSCCLcomm)", "manifest B3"),
+          "not simulated [inferred: the hardware decides; first-hour checklist]"),
 )

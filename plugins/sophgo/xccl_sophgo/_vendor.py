@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from xccl.plugin import TorchPatch, VendorRuntime
+from xccl.plugin import Completion, TorchPatch, VendorRuntime
 
 __all__ = ["ADAPTOR_PATCHES", "SCCL_RUNTIME"]
 
@@ -57,5 +57,6 @@ ADAPTOR_PATCHES: Final = (
     _one_rank_noop("irecv", "18-25,131,133"),
 )
 
-#: SCCL's run-time behaviour.
-SCCL_RUNTIME: Final = VendorRuntime(patches=ADAPTOR_PATCHES)
+#: SCCL's run-time behaviour. Completion: WorkSCCL::isCompleted() and wait() return true at once, for every op,
+#: barrier included (ProcessGroupSCCL.cpp:183-191, 745-782); the op is queued on the current TPU stream.
+SCCL_RUNTIME: Final = VendorRuntime(completion=Completion.AT_ONCE, patches=ADAPTOR_PATCHES)
