@@ -17,12 +17,14 @@ from typing import Any
 
 import pytest
 import torch
+from xccl_sophgo import _sdk as sdk_module
 from xccl_sophgo import plugin
 from xccl_sophgo._c2c import SG2260, board, vendor_chip_map
 from xccl_sophgo._chipmap import Placement, resolve_placement
 from xccl_sophgo._ranktable import generate_sophgo
 from xccl_sophgo._runtime import SophgoRuntime
 from xccl_sophgo._sdk import SimulatedSCCLOptions, SimulatedTpu, current_simulated_chip
+from xccl_sophgo._simulation import check_sccl_options
 
 import xccl
 from xccl.plugin import Job, dump
@@ -81,6 +83,8 @@ def test_generated_two_node_table(tmp_path: Path) -> None:
     assert (p.node_chips, p.chip) == ((1, 0), 0)
     assert [p.node_of(r) for r in range(4)] == [0, 0, 1, 1]
     assert p.chip_map(range(4)) == (0, 1, 1, 0)
+    # The options: a node's own groups get that node's map; a group across nodes its members' chips.
+    assert (p.group_chip_map([3]), p.group_chip_map([0, 1]), p.group_chip_map([1, 2])) == ((1, 0), (0, 1), (1, 1))
 
 
 def test_rank_table_takes_precedence_over_chip_map(tmp_path: Path) -> None:
@@ -294,7 +298,7 @@ def test_runtime_sets_chip_map_and_device(tmp_path: Path, monkeypatch: pytest.Mo
     world = runtime.process_group_options(None)
     sub = runtime.process_group_options([3, 0])
     assert isinstance(world, SimulatedSCCLOptions) and world.chip_map == [7, 6, 2, 3]
-    assert isinstance(sub, SimulatedSCCLOptions) and sub.chip_map == [7, 3]
+    assert isinstance(sub, SimulatedSCCLOptions) and sub.chip_map == [7, 6, 2, 3]  # the node's map, whole
 
 
 def test_runtime_replaces_a_map_that_is_no_ring(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
@@ -335,6 +339,47 @@ def test_runtime_tells_set_chip_map_the_nodes_size(monkeypatch: pytest.MonkeyPat
 
     assert (os.environ["CHIP_MAP"], current_simulated_chip()) == ("0,1,3,2", 1)
     assert "LOCAL_WORLD_SIZE" not in os.environ
+
+
+#: Tensor parallelism 4 x data parallelism 2 on the eight-chip ring [0, 2, 6, 7, 3, 1, 5, 4].
+TP4 = ([0, 1, 2, 3], [4, 5, 6, 7])
+DP2 = ([0, 4], [1, 5], [2, 6], [3, 7])
+
+
+def test_tp4_and_dp2_groups_on_eight_ranks_get_maps_sccl_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranks 0-3 drive chips 0, 2, 6, 7: 7 and 0 are not linked, so their own chips are no ring; 0 and 3 (ranks 0
+    and 4) are not linked either. Each group gets the node's map, which the simulated creator takes. This process
+    plays each of the eight ranks in turn (the simulated current chip follows)."""
+    monkeypatch.setenv("CHIP_MAP", "")
+    monkeypatch.delenv("RANK_TABLE_FILE", raising=False)
+    runtime = SophgoRuntime(plugin, simulate=True)
+    for rank in range(8):
+        runtime.place(Job(rank, 8, rank, 8))
+        for ranks in (*TP4, *DP2):
+            if rank in ranks:
+                options = runtime.process_group_options(ranks)
+                assert list(options.chip_map) == [0, 2, 6, 7, 3, 1, 5, 4]
+                check_sccl_options(options, ranks.index(rank), len(ranks))
+
+
+@pytest.mark.parametrize(("chip_map", "group_rank", "size", "chip", "text"), [
+    ([0, 2, 6, 7], 0, 4, 0, "is not a C2C ring in map order"),  # the members' chips of ranks 0-3
+    ([0, 3], 0, 2, 0, "is not a C2C ring in map order"),
+    ([0, 2, 6, 7, 3, 1, 5, 4], 0, 4, 5, None),  # the node's map: a ring holding chip 5
+    ([0, 1, 3, 2], 1, 2, 6, "does not hold chip 6"),
+    ([2, 6], 0, 2, 6, "selected chip 6"),  # one chip per rank: group rank 0 is chip 2
+    ([0, 1, 0, 1], 2, 4, 0, None),  # two nodes (repeated chips): only this rank's entry
+], ids=["members-of-tp4", "unlinked-pair", "node-map", "not-on-map", "wrong-entry", "two-nodes"])
+def test_simulated_creator_reads_maps_as_inferred(chip_map: list[int], group_rank: int, size: int, chip: int,
+                                                 text: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sdk_module, "_current_chip", chip)
+    options = SimulatedSCCLOptions()
+    options.chip_map = chip_map
+    if text is None:
+        check_sccl_options(options, group_rank, size)
+    else:
+        with pytest.raises(RuntimeError, match=text):
+            check_sccl_options(options, group_rank, size)
 
 
 def test_simulated_chip_must_exist(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -309,15 +309,65 @@ def sub_group(ranks: list[int]) -> dict[str, Any] | None:
     return {"chip_map": list(group.pg_options.chip_map), "comm_name": xccl.comm_name(group)}
 
 
-def test_sub_groups_get_their_members_chips(rank_pools: Any) -> None:
+def test_sub_groups_get_the_nodes_chip_map(rank_pools: Any) -> None:
+    """Ranks 1 and 3 drive chips 1 and 2 of the ring [0, 1, 3, 2], which are not linked: the members' chips are no
+    ring, and SCCL runs a ring. Every group gets the node's whole map, as Sophgo's own code gives it."""
     pool = rank_pools.get(4, env=SIM)
-    # Given out of order: torch orders a group's ranks ascending, and so must the chip map.
+    # Given out of order: torch orders a group's ranks ascending.
     facts = pool.run_ok(sub_group, [3, 1])
     assert facts[0] is None and facts[2] is None
-    assert facts[1]["chip_map"] == facts[3]["chip_map"] == [1, 2]  # ranks 1 and 3 drive chips 1 and 2 of the ring
+    assert facts[1]["chip_map"] == facts[3]["chip_map"] == [0, 1, 3, 2]
+    # The name still says the members' chips, in group-rank order.
     assert facts[1]["comm_name"] == facts[3]["comm_name"] and facts[1]["comm_name"].endswith(":1,2")
-    other = pool.run_ok(sub_group, [0, 1])
-    assert other[0]["comm_name"] != facts[1]["comm_name"]
+    other = pool.run_ok(sub_group, [0, 2])  # chips 0 and 3: not linked either
+    assert other[0]["chip_map"] == [0, 1, 3, 2] and other[0]["comm_name"] != facts[1]["comm_name"]
+
+
+def device_mesh_2x2() -> list[float]:
+    """DeviceMesh builds its groups with torch.distributed.new_group: xccl's creator gives them the node's map."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    rank, _ = _me()
+    out = []
+    for dim in ("dp", "tp"):
+        group = mesh.get_group(dim)
+        assert list(group.pg_options.chip_map) == [0, 1, 3, 2], (dim, group.pg_options.chip_map)
+        t = torch.full((2,), float(rank + 1))
+        dist.all_reduce(t, group=group)
+        out.append(t[0].item())
+    return out
+
+
+def test_device_mesh_groups_on_the_node_map(rank_pools: Any) -> None:
+    """A 2 x 2 mesh on the ring [0, 1, 3, 2]: the dp groups {0, 2} and {1, 3} are chips 0, 3 and 1, 2 (not
+    linked)."""
+    sums = rank_pools.get(4, env=SIM).run_ok(device_mesh_2x2)
+    assert sums == [[4.0, 3.0], [6.0, 3.0], [4.0, 7.0], [6.0, 7.0]]
+
+
+def tp4_dp2() -> dict[str, Any]:
+    """Tensor parallelism 4 x data parallelism 2 on 8 ranks, every group made on every rank."""
+    rank, _ = _me()
+    tp = [xccl.new_group(r) for r in ([0, 1, 2, 3], [4, 5, 6, 7])][rank // 4]
+    dp = [xccl.new_group([i, i + 4]) for i in range(4)][rank % 4]
+    sums = []
+    for group in (tp, dp):
+        t = torch.full((2,), float(rank + 1))
+        xccl.all_reduce(t, group=group)
+        sums.append(t[0].item())
+    return {"sums": sums, "maps": [list(g.pg_options.chip_map) for g in (tp, dp)]}
+
+
+@pytest.mark.slow
+def test_tp4_dp2_on_the_eight_chip_ring(rank_pools: Any) -> None:
+    """Ranks 0-3 drive chips 0, 2, 6, 7 of the ring [0, 2, 6, 7, 3, 1, 5, 4], 7 and 0 not linked; every group gets
+    the node's map (8 ranks: slow on a small machine)."""
+    out = rank_pools.get(8, env=SIM).run_ok(tp4_dp2, timeout=180)
+    for rank, o in enumerate(out):
+        tp_sum = sum(range(1, 5)) if rank < 4 else sum(range(5, 9))
+        assert o["sums"] == [tp_sum, (rank % 4 + 1) + (rank % 4 + 5)], o
+        assert o["maps"] == [[0, 2, 6, 7, 3, 1, 5, 4]] * 2, o
 
 
 def direct(call: str) -> None:

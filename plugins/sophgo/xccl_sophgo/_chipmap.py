@@ -76,12 +76,36 @@ class Placement:
         return rank // self.local_world_size
 
     def chip_map(self, ranks: Iterable[int]) -> tuple[int, ...]:
-        """``ProcessGroupSCCLOptions.chip_map`` for a group: the chip of each member, in group-rank order.
+        """The chip of each member of a group, in group-rank order (the group's communicator name says them).
 
         Args:
             ranks: the members' global ranks; torch orders a group's ranks ascending, so they are sorted here.
         """
         return tuple(self.chip_of(r) for r in sorted(ranks))
+
+    def group_chip_map(self, ranks: Iterable[int]) -> tuple[int, ...]:
+        """``ProcessGroupSCCLOptions.chip_map`` for a group: the chip map of the node its members run on, whole, in
+        local-rank order, as Sophgo's own code gives every group (sophgo/vllm-tpu@b010f67
+        ``vllm_tpu/hack/distributed.py``: ``set_chip_map`` per group; torch-tpu's adaptor,
+        ``torch_adaptor/distributed.py:102-116``: the world's map). For the world of one node that is every rank's
+        chip, as Sophgo's tutorial gives it. A sub-group's own chips need not be a ring: TP groups of 4 on the
+        eight-chip ring drive chips 0, 2, 6, 7, and 7 and 0 are not linked. How libsccl finds the members on the
+        node's map is closed source (the first thing to check on the hardware). A group spanning nodes, which
+        Sophgo does not document, gets its members' chips.
+        """
+        members = sorted(ranks)
+        nodes = {self.node_of(r) for r in members}
+        if len(nodes) > 1:
+            return self.chip_map(members)
+        node = nodes.pop()
+        return tuple(self.chip_of(r) for r in self._ranks_on(node))
+
+    def _ranks_on(self, node: int) -> range | list[int]:
+        """The global ranks on ``node``, in local-rank order."""
+        if self.rank_nodes is not None:
+            return [r for r, n in enumerate(self.rank_nodes) if n == node]
+        per_node = self.local_world_size
+        return range(node * per_node, min((node + 1) * per_node, self.job.world_size))
 
 
 def resolve_placement(

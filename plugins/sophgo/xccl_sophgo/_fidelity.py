@@ -107,9 +107,21 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "group refuses uneven splits rather than compute garbage)"),
     Claim("all_gather equal sizes", "the list all_gather takes equal-sized tensors only", (_pg("allgather", 468),
           "manifest B3"), "checked: xccl's kernel raises ConstraintViolation before communicating"),
-    Claim("options", "the creator takes ProcessGroupSCCLOptions& (no None) and requires len(chip_map) >= group size",
+    Claim("options", "the creator takes ProcessGroupSCCLOptions& (no None) and requires len(chip_map) >= group size "
+          "('chip map size must be same with the nranks')",
           (f"{PG}:792-796 (createProcessGroupSCCL)", "manifest gotcha 6"),
-          "simulated: check_sccl_options raises the creator's errors"),
+          "simulated: check_sccl_options raises the creator's errors, with its words"),
+    Claim("chip map: groups", "libsccl gets only the group's size, its rank and the map (scclCommInitRank); the "
+          "tutorial's maps give one chip per rank, in ring order; Sophgo's own code gives every sub-group the node's "
+          "(or world's) whole map. [inferred: a map of the group's size gives group rank i chip_map[i]; a longer "
+          "map is the node's ring, on which libsccl finds each member by its chip]",
+          (f"{PG}:235-246 (getSCCLcomm)", f"{TUTORIAL}:81-94,229",
+           "sophgo/vllm-tpu@b010f67 vllm_tpu/hack/distributed.py (GroupCoordinator.__init__: set_chip_map per group)",
+           f"{ADAPTOR}:102-116 (new_group inherits the world's chip_map)"),
+          "checked: every group xccl makes gets its node's whole map (a group across nodes its members' chips); "
+          "simulated: a map of the group's size must be a C2C ring holding this rank's chip at its group rank, a "
+          "longer one a ring holding it anywhere (TP groups of 4 on the 8-chip ring drive chips 0,2,6,7: no ring). "
+          "How libsccl reads a sub-group's map is the first thing to check on hardware"),
     Claim("chip map: ring", "SCCL runs a ring over C2C links: a node's chip map must list directly linked chips in "
           "ring order; torch_tpu.tpu.set_chip_map replaces an invalid map by the driver's ring",
           (f"{TUTORIAL}:81-94", f"{UTILS}:193-229 (set_chip_map)", "manifest B2"), _RING),

@@ -6,8 +6,8 @@ One code path for hardware and simulation; only the SDK object differs (:mod:`xc
                 against the C2C ring (xccl_sophgo._chipmap)
     os.environ["CHIP_MAP"] = "7,6,2,3"                                  (what set_device reads, comma-separated)
     torch_tpu.tpu.set_device(local_rank)                                -> chip CHIP_MAP[local_rank]
-    init_process_group("sccl", pg_options=ProcessGroupSCCLOptions(chip_map=<chips of the world's ranks>))
-    new_group(ranks, "sccl", pg_options=ProcessGroupSCCLOptions(chip_map=<chips of those ranks>))
+    init_process_group("sccl", pg_options=ProcessGroupSCCLOptions(chip_map=<chips of the node's ranks>))
+    new_group(ranks, "sccl", pg_options=ProcessGroupSCCLOptions(chip_map=<the same: the node's whole map>))
 """
 
 from __future__ import annotations
@@ -140,14 +140,16 @@ class SophgoRuntime(Runtime):
             return self.sdk.chip_map(given, local_world_size)
 
     def process_group_options(self, ranks: Sequence[int] | None) -> Any:
-        """``ProcessGroupSCCLOptions`` with the chip of each member in group-rank order; always given.
+        """``ProcessGroupSCCLOptions`` with the chip map of the members' node, whole; always given.
 
-        SCCL cannot be created without options (its creator takes ``Options&``), so this never returns None.
+        Every group gets its node's map, as Sophgo's own code builds them
+        (:meth:`~xccl_sophgo._chipmap.Placement.group_chip_map`). SCCL cannot be created without options (its
+        creator takes ``Options&``), so this never returns None.
         """
         placement = self.placement
         members = range(placement.job.world_size) if ranks is None else ranks
         self._warn_if_multi_node(members)
-        return self.sdk.options(placement.chip_map(members))
+        return self.sdk.options(placement.group_chip_map(members))
 
     def comm_name(self, group: dist.ProcessGroup) -> str:
         """``sccl:<group name>:<chips of its ranks>``: the same on every member, distinct per group."""
