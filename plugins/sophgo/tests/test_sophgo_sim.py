@@ -346,28 +346,36 @@ def test_device_mesh_groups_on_the_node_map(rank_pools: Any) -> None:
     assert sums == [[4.0, 3.0], [6.0, 3.0], [4.0, 7.0], [6.0, 7.0]]
 
 
-def tp4_dp2() -> dict[str, Any]:
-    """Tensor parallelism 4 x data parallelism 2 on 8 ranks, every group made on every rank."""
-    rank, _ = _me()
-    tp = [xccl.new_group(r) for r in ([0, 1, 2, 3], [4, 5, 6, 7])][rank // 4]
-    dp = [xccl.new_group([i, i + 4]) for i in range(4)][rank % 4]
-    sums = []
-    for group in (tp, dp):
-        t = torch.full((2,), float(rank + 1))
-        xccl.all_reduce(t, group=group)
-        sums.append(t[0].item())
-    return {"sums": sums, "maps": [list(g.pg_options.chip_map) for g in (tp, dp)]}
+#: The hardware check of sub-group chip maps (docs/vendors/sophgo.md), run here in simulation.
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sophgo_tp_dp.py"
 
 
-@pytest.mark.slow
-def test_tp4_dp2_on_the_eight_chip_ring(rank_pools: Any) -> None:
-    """Ranks 0-3 drive chips 0, 2, 6, 7 of the ring [0, 2, 6, 7, 3, 1, 5, 4], 7 and 0 not linked; every group gets
-    the node's map (8 ranks: slow on a small machine)."""
-    out = rank_pools.get(8, env=SIM).run_ok(tp4_dp2, timeout=180)
+def tp_dp_example() -> dict[str, Any]:
+    """examples/sophgo_tp_dp.py's check on this world: TP groups of half the world, DP groups across them."""
+    import runpy
+
+    check = runpy.run_path(str(EXAMPLE))["check"]
+    lines = check(xccl.get_world())
+    maps = {g.group_name: list(g.pg_options.chip_map) for g in dist.distributed_c10d._world.pg_map
+            if g is not dist.group.WORLD and hasattr(g, "pg_options")}
+    return {"lines": lines, "maps": sorted(set(map(tuple, maps.values())))}
+
+
+@pytest.mark.parametrize("world_size", [4, pytest.param(8, marks=pytest.mark.slow)])
+def test_tp_dp_example(rank_pools: Any, world_size: int) -> None:
+    """Every group gets the node's map: on 8 ranks of the ring [0, 2, 6, 7, 3, 1, 5, 4] the TP groups of 4 drive
+    chips 0, 2, 6, 7 (7 and 0 not linked) and the DP pairs chips 0 and 3, ...; on 4 ranks of [0, 1, 3, 2] the DP
+    pairs drive chips 0, 3 and 1, 2 (not linked). 8 ranks are slow on a small machine."""
+    ring = {4: (0, 1, 3, 2), 8: (0, 2, 6, 7, 3, 1, 5, 4)}[world_size]
+    tp = world_size // 2
+    out = rank_pools.get(world_size, env=SIM).run_ok(tp_dp_example, timeout=240)
     for rank, o in enumerate(out):
-        tp_sum = sum(range(1, 5)) if rank < 4 else sum(range(5, 9))
-        assert o["sums"] == [tp_sum, (rank % 4 + 1) + (rank % 4 + 5)], o
-        assert o["maps"] == [[0, 2, 6, 7, 3, 1, 5, 4]] * 2, o
+        first = rank - rank % tp
+        assert [line.split(" ok")[0] for line in o["lines"]] == [
+            f"rank {rank}: tp group {list(range(first, first + tp))}",
+            f"rank {rank}: dp group {list(range(rank % tp, world_size, tp))}",
+        ], o
+        assert o["maps"] == [ring], o  # every group of the node, world and sub-groups: the node's map
 
 
 def direct(call: str) -> None:
