@@ -1,8 +1,8 @@
 """What Sophgo's runtime does on the first real machine, reproduced by the simulation; and xccl right under it.
 
 Each case runs in fresh rank processes with exactly the variables its launcher sets (RankPool always sets
-torchrun's and calls ``xccl.init`` first, so these spawn their own ranks, forked from a server that imported torch
-and xccl once):
+torchrun's and calls ``xccl.init`` first, so these fork their own ranks from a server that imported torch and xccl
+once; the two-rank cases run one after the other in one pair of processes, each from a clean environment):
 
 * the placement is chosen when the first group is created, once the launcher's variables exist: Lightning's
   launcher (``process_group_backend`` on rank 0 before ``WORLD_SIZE`` is set) and Ray Train's worker hook (no
@@ -157,49 +157,73 @@ CASES: Mapping[str, Callable[[int, int, int], dict[str, Any]]] = {
 }
 
 
-def _rank_main(case: str, rank: int, n: int, port: int, env: Mapping[str, str], results: Any) -> None:
-    for var in JOB_VARS:
-        os.environ.pop(var, None)
-    os.environ.update(env)
+def _start_env(case: str, rank: int) -> dict[str, str]:
+    """What the launcher set before the rank's script started: Lightning's launcher starts the other ranks with
+    WORLD_SIZE and LOCAL_RANK set, but not rank 0 (the user's own process); the other cases set their own."""
+    return {"WORLD_SIZE": "2", "LOCAL_RANK": str(rank)} if case == "lightning" and rank > 0 else {}
+
+
+def _rank_main(cases: list[str], rank: int, n: int, ports: list[int], results: Any) -> None:
+    """Run ``cases`` one after the other, each from a clean environment and leaving no world behind."""
+    from xccl_sophgo import _adaptor_sim
+
     torch.set_num_threads(1)
-    started = time.monotonic()
-    try:
-        out = Outcome(rank, True, CASES[case](rank, n, port), elapsed=time.monotonic() - started)
-    except BaseException as exc:  # every failure goes back to the test
-        out = _describe(rank, exc, time.monotonic() - started)
-    results.put(out)
+    for case, port in zip(cases, ports, strict=True):
+        for var in JOB_VARS:
+            os.environ.pop(var, None)
+        os.environ.update(_start_env(case, rank))
+        started = time.monotonic()
+        try:
+            out = Outcome(rank, True, CASES[case](rank, n, port), elapsed=time.monotonic() - started)
+        except BaseException as exc:  # every failure goes back to the test
+            out = _describe(rank, exc, time.monotonic() - started)
+        with contextlib.suppress(Exception):  # a failed case must not leave its world to the next
+            xccl.shutdown()
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            _adaptor_sim.remove()
+        results.put((case, out))
 
 
-def _run(case: str, n: int, env: Callable[[int], Mapping[str, str]] = lambda r: {}) -> list[Outcome]:
-    """Run ``case`` on ``n`` fresh ranks, rank ``r`` starting with ``env(r)`` only; every rank's outcome."""
+def _run(cases: list[str], n: int) -> dict[str, list[Outcome]]:
+    """Run ``cases`` on ``n`` fresh ranks (one process each, forked from a server that imported torch and xccl);
+    every case's outcome on every rank."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "xccl"])
     results = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_rank_main, args=(case, r, n, port, dict(env(r)), results), daemon=True)  # type: ignore[attr-defined]
+    ports = [free_port() for _ in cases]
+    procs = [ctx.Process(target=_rank_main, args=(cases, r, n, ports, results), daemon=True)  # type: ignore[attr-defined]
              for r in range(n)]
-    got: dict[int, Outcome] = {}
+    got: dict[str, dict[int, Outcome]] = {case: {} for case in cases}
     try:
         for p in procs:
             p.start()
-        deadline = time.monotonic() + TIMEOUT
-        while len(got) < n:
+        deadline = time.monotonic() + TIMEOUT * len(cases)
+        while any(len(outs) < n for outs in got.values()):
             with contextlib.suppress(queue.Empty):
-                out = results.get(timeout=0.5)
-                got[out.rank] = out
+                case, out = results.get(timeout=0.5)
+                got[case][out.rank] = out
                 continue
             for r, p in enumerate(procs):
-                if r not in got and not p.is_alive():
-                    got[r] = Outcome(r, False, error_types=("RankDied",), message=f"exit code {p.exitcode}")
+                if not p.is_alive():
+                    for outs in got.values():
+                        outs.setdefault(r, Outcome(r, False, error_types=("RankDied",),
+                                                   message=f"exit code {p.exitcode}"))
             if time.monotonic() > deadline:
-                raise AssertionError(f"ranks {sorted(set(range(n)) - set(got))} did not answer in {TIMEOUT:.0f}s")
+                raise AssertionError(f"no answer in {TIMEOUT * len(cases):.0f}s: {got}")
     finally:
         for p in procs:
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
-    return [got[r] for r in range(n)]
+    return {case: [outs[r] for r in range(n)] for case, outs in got.items()}
+
+
+@pytest.fixture(scope="module")
+def two_ranks() -> dict[str, list[Outcome]]:
+    """The two-rank cases, in one pair of fresh processes (a fork per case would cost more than the case)."""
+    return _run(["lightning", "ray", "init-arguments", "torch-adaptor", "torch-adaptor-framework"], 2)
 
 
 def _values(outs: list[Outcome]) -> list[dict[str, Any]]:
@@ -220,24 +244,24 @@ def _placed_on_the_ring(facts: list[dict[str, Any]]) -> None:
         assert (f["chip"], f["CHIP_MAP"], f["chip_map"]) == (ring[rank], "0,1", ring), f
 
 
-def test_lightning_launcher_order() -> None:
+def test_lightning_launcher_order(two_ranks: dict[str, list[Outcome]]) -> None:
     """Rank 0 prepares the backend before its launcher sets WORLD_SIZE; rank 1 starts with it set."""
-    facts = _values(_run("lightning", 2, lambda r: {} if r == 0 else {"WORLD_SIZE": "2", "LOCAL_RANK": "1"}))
+    facts = _values(two_ranks["lightning"])
     _placed_on_the_ring(facts)
     assert [f["world"] for f in facts] == [(0, 2, 0, True), (1, 2, 1, True)]
     assert all(f["backend"] == "xccl_sccl" for f in facts), facts
 
 
-def test_ray_worker_hook_order() -> None:
+def test_ray_worker_hook_order(two_ranks: dict[str, list[Outcome]]) -> None:
     """No launcher variable exists when the world is created: the world's rank and size place the ranks."""
-    facts = _values(_run("ray", 2))
+    facts = _values(two_ranks["ray"])
     _placed_on_the_ring(facts)
     assert [f["world"] for f in facts] == [(0, 2, 0, True), (1, 2, 1, True)]
     assert all(f["backend"] == "xccl_sccl" for f in facts), facts
 
 
-def test_init_arguments_place_the_ranks() -> None:
-    facts = _values(_run("init-arguments", 2))
+def test_init_arguments_place_the_ranks(two_ranks: dict[str, list[Outcome]]) -> None:
+    facts = _values(two_ranks["init-arguments"])
     _placed_on_the_ring(facts)
     assert [f["world"] for f in facts] == [(0, 2, 0, False), (1, 2, 1, False)]
 
@@ -245,7 +269,7 @@ def test_init_arguments_place_the_ranks() -> None:
 def test_mpirun_sets_local_world_size_for_set_chip_map() -> None:
     """set_chip_map reads LOCAL_WORLD_SIZE only (default 1: [0, 1] for any number of ranks); xccl knows the node's
     size from Open MPI's variables and sets LOCAL_WORLD_SIZE for the call, then restores it."""
-    facts = _values(_run("mpirun", 4))
+    facts = _values(_run(["mpirun"], 4)["mpirun"])
     ring = [0, 1, 3, 2]
     for rank, f in enumerate(facts):
         assert f["dist_all_reduce"] == f["want"], f
@@ -258,16 +282,16 @@ def test_mpirun_sets_local_world_size_for_set_chip_map() -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def test_torch_adaptor_backend_rewrite_is_an_init_error() -> None:
-    for out in _values(_run("torch-adaptor", 2)):
+def test_torch_adaptor_backend_rewrite_is_an_init_error(two_ranks: dict[str, list[Outcome]]) -> None:
+    for out in _values(two_ranks["torch-adaptor"]):
         assert out["raised"] is not None, f"the world silently ran on {out}"
         assert "'sccl', not on xccl's backend 'xccl_sccl'" in out["raised"], out
         assert "ENABLE_TORCH_ADAPTOR=0" in out["raised"], out
         assert out["initialized"] is False, out  # xccl destroyed the world it did not want
 
 
-def test_torch_adaptor_under_a_framework_is_an_init_error_at_adoption() -> None:
-    for out in _values(_run("torch-adaptor-framework", 2)):
+def test_torch_adaptor_under_a_framework_is_an_init_error_at_adoption(two_ranks: dict[str, list[Outcome]]) -> None:
+    for out in _values(two_ranks["torch-adaptor-framework"]):
         assert out["backend"] == "sccl", out
         assert out["raised"] is not None, f"xccl adopted the adaptor's world as its own: {out}"
         assert "'sccl', not on xccl's backend 'xccl_sccl'" in out["raised"], out
