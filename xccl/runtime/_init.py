@@ -278,9 +278,8 @@ def _adopt_world(
         STATE.reset()
         runtime.shutdown()
         raise error
-    # A world created on xccl's backend placed this process when its group was created (_process_group._Creator).
-    placed = runtime is not None and backend == backend_name(runtime) and STATE.job is not None
-    if runtime is None or backend != backend_name(runtime):
+    ours = runtime is not None and backend == backend_name(runtime)
+    if runtime is None or not ours:
         plugin = _plugin_for(backend, vendor, registry)
         sim = simulated_backend_of() is not None if simulate is None else simulate
         runtime = plugin.runtime(simulate=sim)
@@ -288,9 +287,9 @@ def _adopt_world(
     # settings of process_group_backend; rebuild them under init's.
     STATE.groups.clear()
     STATE.runtime, STATE.fallback, STATE.check = runtime, fallback, check
-    if placed and STATE.job is not None and STATE.device is not None:
-        job, device = STATE.job, STATE.device
-    else:
+    # A world created on xccl's backend placed this process when its group was created (_process_group._Creator).
+    job, device = STATE.job, STATE.device
+    if not ours or job is None or device is None:
         job = job_of(dist.get_rank(), dist.get_world_size(), local_rank)
         device = _place(runtime, job, adopted=True)
     return World(job.rank, job.world_size, job.local_rank, device, runtime.plugin.name, runtime.backend,
