@@ -37,8 +37,10 @@ from ..errors import InvalidArgument, UnsupportedCollective
 from ..plugin._c10d import c10d_kernel
 from ..plugin._capabilities import Collective, Level, Resolution, reduce_op_name
 from ..plugin._kernels import kernel_problems
+from ..plugin._vendor_runtime import Completion
 from . import _emulate, _faults
 from . import _specs as S
+from ._host_barrier import host_barrier
 from ._state import STATE, GroupState, state_of
 
 __all__ = ["EmulationWarning", "all_reduce", "dispatch", "invalid", "native_kernel", "plan", "run", "warn_once"]
@@ -124,8 +126,14 @@ def native_kernel(st: GroupState, op: Collective) -> Kernel | None:
         problems = kernel_problems(op, plugin)
         if problems:
             raise UnsupportedCollective(op.value, st.backend, f"the plugin's kernel is broken: {'; '.join(problems)}")
-        return partial(plugin, st.kernel_context)
-    return c10d_kernel(op, st.native)
+        kernel: Kernel | None = partial(plugin, st.kernel_context)
+    else:
+        kernel = c10d_kernel(op, st.native)
+    if op is C.BARRIER and kernel is not None and st.runtime.plugin.vendor_runtime().completion is Completion.AT_ONCE:
+        # The vendor's barrier does not hold the host (SCCL): torch's contract, that it returns once every rank
+        # entered it, is kept by a barrier on the host (_host_barrier).
+        return host_barrier(st, kernel)
+    return kernel
 
 
 def warn_once(key: tuple[str, ...], message: str, category: type[Warning] = EmulationWarning) -> None:

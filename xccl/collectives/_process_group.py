@@ -39,6 +39,7 @@ from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 from ..errors import InitError
 from ..plugin._capabilities import Collective
 from ..plugin._contract import Runtime
+from ..plugin._vendor_runtime import Completion
 from ..plugin._work import Work
 from . import _specs as S
 from ._dispatch import all_reduce, dispatch
@@ -60,7 +61,10 @@ def backend_name(runtime: Runtime) -> str:
 
 
 def needs_host_side(runtime: Runtime) -> bool:
-    """Whether the plugin's table stages point-to-point through a host-side gloo group."""
+    """Whether the plugin needs a host-side gloo group: its table stages point-to-point through one, or its works
+    complete at once, so the barrier blocks the host on one (``_host_barrier``)."""
+    if runtime.plugin.vendor_runtime().completion is Completion.AT_ONCE:
+        return True
     table = runtime.plugin.capabilities()
     return any(table.entry(op).via == "host_gloo" for op in (Collective.SEND, Collective.RECV))
 
@@ -90,6 +94,8 @@ class _Creator:
                 f"torch.distributed creates a group of xccl's backend {self.name!r}, but xccl has not prepared it in "
                 "this process: call xccl.init() (or xccl.process_group_backend()) before creating groups on it"
             )
+        if STATE.job is None and STATE.job_at is not None:
+            _place_world(runtime, options)
         if pg_options is None:
             # A group created by third-party code (DeviceMesh, FSDP, Megatron-style builders): the vendor's options.
             world = None if not dist.is_initialized() else list(options.global_ranks_in_group)
@@ -105,6 +111,22 @@ class _Creator:
         LOG.debug("xccl group %s (%s) of %d ranks over %s", options.group_id, self.name, options.group_size,
                   type(native).__name__)
         return XcclProcessGroup(options, native, side, self.name, runtime.device_type, pg_options)
+
+
+def _place_world(runtime: Runtime, options: Any) -> None:
+    """Place this process when a framework creates the world on xccl's backend (after ``process_group_backend``).
+
+    The world's group is the first one torch creates, and its options carry this rank and the world's size, which
+    the framework may have given only as arguments (Lightning, Ray Train); the launcher's variables exist by now.
+    Placed before the vendor's group is created: vendors that bind a group to the current device (SCCL takes the
+    current TPU stream in its constructor) need the device set first.
+    """
+    job_at = STATE.job_at
+    if job_at is None:  # pragma: no cover - the caller checked
+        return
+    job = job_at(options.group_rank, options.group_size)
+    STATE.device = runtime.place(job)
+    STATE.job, STATE.job_at = job, None
 
 
 class XcclProcessGroup(dist.ProcessGroup):

@@ -23,6 +23,7 @@ import torch.distributed as dist
 from ..errors import InitError, InvalidArgument, UnsupportedCollective
 from ..plugin._capabilities import CapabilityTable
 from ..plugin._contract import Runtime
+from ..plugin._job import Job
 from ..plugin._kernels import KernelContext
 from ._scratch import Scratch
 from ._validate import group_problem
@@ -145,6 +146,15 @@ class ProcessState:
     args: tuple[Any, ...] | None = None
     #: The selected plugin's runtime; set by ``init`` and by ``process_group_backend`` (before any group exists).
     runtime: Runtime | None = None
+    #: This process's place in the job and the device :meth:`Runtime.place` chose for it: set by ``init`` before
+    #: it creates the world, or by the creator of the world's group after ``process_group_backend``.
+    job: Job | None = None
+    device: torch.device | None = None
+    #: After ``process_group_backend``: ``(rank, world size) -> Job``, how the creator of the world's group
+    #: describes the job. A framework may call ``process_group_backend`` before its launcher's variables exist
+    #: (Lightning's launcher on rank 0, Ray Train's worker hook); when it creates the world, they and the world's
+    #: rank and size do.
+    job_at: Callable[[int, int], Job] | None = None
     fallback: Fallback = "warn"
     check: bool = False
     default: GroupState | None = None

@@ -8,7 +8,8 @@ only once the plugin is selected. docs/plugin-guide.md walks through a plugin fr
 
 What is here, by concern:
 
-* the contract: :class:`Plugin`, :class:`Runtime`, :class:`ProbeResult`, :data:`PLUGIN_API_VERSION`;
+* the contract: :class:`Plugin`, :class:`Runtime`, :class:`ProbeResult`, :data:`PLUGIN_API_VERSION`, and
+  :class:`Job` (the job's shape, as xccl hands it to :meth:`Runtime.place`);
 * kernels: :class:`KernelContext` (what a kernel sees of its group), :data:`KERNEL_SIGNATURES` (the arguments of
   each kind of kernel) and the protocols that name them, :func:`kernel_problems` (the check the conformance suite
   runs), :func:`c10d_kernel` (the plain c10d call, for kernels that only add a check), :class:`Work` and
@@ -63,6 +64,7 @@ from ._capabilities import (
 from ._contract import PLUGIN_API_VERSION, Plugin, ProbeResult, Runtime
 from ._entries import PORTABLE
 from ._graph_column import GRAPH_FORMS, graph_entries
+from ._job import Job
 from ._jobenv import JobEnv, job_env
 from ._kernels import (
     KERNEL_SIGNATURES,
@@ -140,6 +142,7 @@ __all__ = [
     "InitError",
     "InvalidArgument",
     "JobEnv",
+    "Job",
     "KernelContext",
     "LazyConnect",
     "Level",

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, final
 import torch
 
 from ._capabilities import CapabilityTable, Collective
+from ._job import Job
 from ._native_groups import create_native_group
 from ._ranktable import RankTableFormat
 from ._vendor_runtime import PLAIN, VendorRuntime
@@ -141,8 +142,20 @@ class Runtime:
         """The torch.distributed backend name passed to ``init_process_group``."""
         return self.plugin.backend
 
+    def place(self, job: Job, *, adopted: bool = False) -> torch.device:
+        """Choose this process's device for ``job``, make it current (unless ``adopted``) and return it.
+
+        xccl calls this once per world: from ``xccl.init`` before it creates the world, or, after
+        ``xccl.process_group_backend``, when the framework creates the world's group (the launcher's variables and
+        the world's size are known then, not before), always before the vendor's first group. ``adopted``: the
+        world was created outside xccl, whoever created it chose the device; know the placement (for the options
+        of new groups), select nothing. A plugin whose placement depends on the whole job (Sophgo's chip map)
+        overrides this; the default calls :meth:`setup_device` (or :meth:`adopt_device`) with the local rank.
+        """
+        return self.adopt_device(job.local_rank) if adopted else self.setup_device(job.local_rank)
+
     def setup_device(self, local_rank: int) -> torch.device:
-        """Make ``local_rank``'s device current and return it."""
+        """Make ``local_rank``'s device current and return it (what the default :meth:`place` does)."""
         if self.device_type == "cpu":
             return torch.device("cpu")
         module = getattr(torch, self.device_type)

@@ -32,8 +32,9 @@ which fails with "No backend type associated with device type cpu". Every method
 
 Caveats: ``g._get_backend(torch.device("cpu"))`` returns the bare gloo backend, so code that takes a group's
 backend object directly (``_time_estimator``, NCCL-style coalescing) bypasses the checks; ``batch_isend_irecv``
-uses plain ``isend``/``irecv`` because the group is not exactly ``ProcessGroup``. Vendor quirks that do not raise
-(SCCL's async work that is complete at once, its communicator per op) are not simulated.
+uses plain ``isend``/``irecv`` because the group is not exactly ``ProcessGroup``. The vendor's completion
+(:class:`~xccl.plugin.VendorRuntime`, given to :func:`register_simulated_backend`) shapes the works returned:
+SCCL's complete at once (``xccl.plugin._sim_completion``). SCCL's communicator per op is not simulated.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ from typing import Any, Final, cast, final
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
+
+from ._sim_completion import complete
+from ._vendor_runtime import PLAIN, VendorRuntime
 
 __all__ = [
     "NATIVE_OP_KEYS",
@@ -182,18 +186,22 @@ class SimProfile:
     #: None; asked for each dtype of a call after the checks above, so a vendor can refuse what its dtype and
     #: reduce-op lists cannot say (HCCL: fewer dtypes reduced than moved, no product over bfloat16).
     check_call: CallCheck | None = field(default=None, compare=False)
+    #: Reduce op (lower case) -> the exact message the vendor raises for it, for ops not in :attr:`reduce_ops`;
+    #: ops not listed raise ``"<vendor_name>: unsupported reduce op ReduceOp.<OP> (supported: ...)"``.
+    reduce_op_messages: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = set(self.native_ops) - NATIVE_OP_KEYS
         if unknown:
             raise ValueError(f"SimProfile {self.backend!r}: unknown native_ops keys {sorted(unknown)}; "
                              f"expected c10d Backend method names: {sorted(NATIVE_OP_KEYS)}")
-        bad_ops = set(self.reduce_ops) - REDUCE_OP_NAMES
+        bad_ops = (set(self.reduce_ops) | set(self.reduce_op_messages)) - REDUCE_OP_NAMES
         if bad_ops:
             raise ValueError(f"SimProfile {self.backend!r}: unknown reduce ops {sorted(bad_ops)}; "
                              f"expected some of {sorted(REDUCE_OP_NAMES)}")
         # Freeze the table so a profile shared by every group cannot change under them.
         object.__setattr__(self, "native_ops", MappingProxyType(dict(self.native_ops)))
+        object.__setattr__(self, "reduce_op_messages", MappingProxyType(dict(self.reduce_op_messages)))
 
     def refusal(self, key: str) -> str | None:
         """The message the vendor raises for ``Backend.<key>``, or None if it implements it."""
@@ -203,10 +211,11 @@ class SimProfile:
 
 
 _PROFILES: dict[str, SimProfile] = {}
+_VENDORS: dict[str, VendorRuntime] = {}
 _LOCK = threading.Lock()
 
 
-def register_simulated_backend(profile: SimProfile) -> None:
+def register_simulated_backend(profile: SimProfile, vendor: VendorRuntime = PLAIN) -> None:
     """Make ``profile.backend`` a ``torch.distributed`` backend that runs on gloo under ``profile``'s rules.
 
     Call it in every process before ``init_process_group`` / ``new_group`` (torch keeps registrations per
@@ -215,6 +224,7 @@ def register_simulated_backend(profile: SimProfile) -> None:
 
     Args:
         profile: the vendor's rules.
+        vendor: the vendor's run-time behaviour (``Plugin.vendor_runtime()``) that the simulated groups reproduce.
 
     Raises:
         ValueError: the name is not a lower-case identifier, or torch (or another plugin, e.g. the real vendor
@@ -225,7 +235,7 @@ def register_simulated_backend(profile: SimProfile) -> None:
         raise ValueError(f"simulated backend name {name!r} must be a lower-case identifier, e.g. 'sccl'")
     with _LOCK:
         if name in _PROFILES:
-            _PROFILES[name] = profile
+            _PROFILES[name], _VENDORS[name] = profile, vendor
             logger.debug("simulated backend %r: profile replaced", name)
             return
         known = (name in _RESERVED or name in dist.Backend.backend_list
@@ -237,7 +247,7 @@ def register_simulated_backend(profile: SimProfile) -> None:
                 "would silently keep it. Simulate in a process that does not import the vendor package."
             )
         dist.Backend.register_backend(name, _Creator(name), extended_api=True, devices=["cpu"])
-        _PROFILES[name] = profile
+        _PROFILES[name], _VENDORS[name] = profile, vendor
     logger.debug("simulated backend %r registered (%s)", name, profile.vendor_name)
 
 
@@ -270,7 +280,7 @@ class _Creator:
         profile = _PROFILES[self.backend]
         if profile.check_options is not None:
             profile.check_options(pg_options, opts.group_rank, opts.group_size)
-        return SimulatedProcessGroup(profile, opts, pg_options)
+        return SimulatedProcessGroup(profile, opts, pg_options, _VENDORS.get(self.backend, PLAIN))
 
 
 class SimulatedProcessGroup(dist.ProcessGroup):
@@ -284,14 +294,17 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         profile: the vendor's rules.
         opts: torch's ``_DistributedBackendOptions`` (store, group rank and size, timeout, group id).
         pg_options: the ``pg_options`` the caller passed, kept as :attr:`pg_options` for the plugin.
+        vendor: the vendor's run-time behaviour; its completion shapes the works returned.
     """
 
-    def __init__(self, profile: SimProfile, opts: Any, pg_options: object | None) -> None:
+    def __init__(self, profile: SimProfile, opts: Any, pg_options: object | None,
+                 vendor: VendorRuntime = PLAIN) -> None:
         # The (store, rank, size) constructor is a pybind factory that cannot build a Python subclass
         # ("returned holder-wrapped instance is not an alias instance"), so the wrapper has no store of its own.
         super().__init__(opts.group_rank, opts.group_size)  # type: ignore[call-arg]  # the .pyi lists one overload
         self._profile: Final = profile
         self._pg_options: Final = pg_options
+        self._completion: Final = vendor.completion
         # Gloo gets its own key prefix so that its rendezvous cannot collide with keys a simulated plugin
         # writes to the same group store (HCCL root info, SCCL unique ids).
         gloo = ProcessGroupGloo(PrefixStore("xccl.sim.gloo", opts.store), opts.group_rank, opts.group_size,
@@ -337,9 +350,8 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         op = _reduce_op_name(args, kwargs) if key in _REDUCING else None
         if op is not None and op not in profile.reduce_ops:
             allowed = ", ".join(sorted(profile.reduce_ops)) or "none"
-            raise SimulatedVendorError(
-                profile.backend, key,
-                f"{profile.vendor_name}: unsupported reduce op ReduceOp.{op.upper()} (supported: {allowed})")
+            raise SimulatedVendorError(profile.backend, key, profile.reduce_op_messages.get(op) or (
+                f"{profile.vendor_name}: unsupported reduce op ReduceOp.{op.upper()} (supported: {allowed})"))
         if profile.check_call is not None:
             for dtype in dict.fromkeys(t.dtype for t in _tensors((args, kwargs))):
                 message = profile.check_call(key, dtype, op)
@@ -371,7 +383,7 @@ def _gated(method: str, key: str) -> Callable[..., Any]:
         args = self._admit(key, args, kwargs)
         if key not in _REDUCING:
             args, kwargs = _carried(args), _carried(kwargs)
-        return getattr(self._inner, method)(*args, **kwargs)
+        return complete(self._completion, key, getattr(self._inner, method)(*args, **kwargs))
 
     call.__name__ = method
     call.__qualname__ = f"SimulatedProcessGroup.{method}"

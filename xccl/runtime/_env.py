@@ -13,9 +13,11 @@ from collections.abc import Sequence
 
 from ..collectives._state import DEFAULT_TIMEOUT
 from ..errors import InitError, RendezvousTimeout, XcclError
+from ..plugin._job import Job
 from ..plugin._jobenv import JobEnv, job_env
 
-__all__ = ["env_init_method", "env_int", "rendezvous_error", "resolve_ranks", "timeout_of"]
+__all__ = ["env_init_method", "env_int", "job_of", "rendezvous_error", "resolve_ranks", "timeout_of"]
+
 
 
 def env_int(names: Sequence[str], what: str) -> int | None:
@@ -63,6 +65,23 @@ def resolve_ranks(
     if local_rank < 0:
         raise InitError(f"local rank must be >= 0, got {local_rank}")
     return rank, world_size, local_rank, from_env
+
+
+def job_of(rank: int, world_size: int, local_rank: int | None = None, launcher: JobEnv | None = None) -> Job:
+    """The :class:`~xccl.plugin.Job` a runtime is placed for: ``rank`` of ``world_size``, the node's size from the
+    launcher (None when it says nothing), the local rank given, else the launcher's, else the rank's place on its
+    node (``rank`` itself on a single node). ``launcher``: what the launcher says (default :func:`job_env`).
+
+    Raises:
+        InitError: a variable is not an integer, or the values contradict each other.
+    """
+    launcher = job_env() if launcher is None else launcher
+    local_world = launcher.local_world_size
+    if local_rank is None:
+        local_rank = launcher.local_rank
+    if local_rank is None:
+        local_rank = rank if local_world is None else rank % local_world
+    return Job(rank, world_size, local_rank, local_world)
 
 
 def timeout_of(timeout: _dt.timedelta | float | None) -> _dt.timedelta:

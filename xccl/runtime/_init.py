@@ -21,8 +21,10 @@ import gc
 import os
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, Final
 
+import torch
 import torch.distributed as dist
 
 from ..collectives._liveness import close_quietly
@@ -31,10 +33,12 @@ from ..collectives._state import DEFAULT_TIMEOUT, STATE, Fallback, World, state_
 from ..errors import BackendUnavailable, InitError, InvalidArgument, XcclError
 from ..plugin._capabilities import CapabilityTable
 from ..plugin._contract import Plugin, Runtime
+from ..plugin._job import Job
 from ..plugin._jobenv import job_env
 from ..plugin._registry import Registry, default_registry
 from ..plugin._sim import register_simulated_backend, simulated_backend_of
-from ._env import env_init_method, rendezvous_error, resolve_ranks, timeout_of
+from ._backend_check import all_arrived, wrong_backend
+from ._env import env_init_method, job_of, rendezvous_error, resolve_ranks, timeout_of
 from ._rendezvous import rendezvous
 
 __all__ = [
@@ -84,9 +88,17 @@ def _prepare(runtime: Runtime, fallback: Fallback, check: bool) -> str:
     if runtime.simulate:
         profile = runtime.plugin.simulation()
         if profile is not None:
-            register_simulated_backend(profile)
+            register_simulated_backend(profile, runtime.plugin.vendor_runtime())
     STATE.runtime, STATE.fallback, STATE.check = runtime, fallback, check
+    STATE.job = STATE.device = STATE.job_at = None
     return register_backend(runtime)
+
+
+def _place(runtime: Runtime, job: Job, *, adopted: bool = False) -> torch.device:
+    """Place this process for ``job`` (:meth:`Runtime.place`) and remember where."""
+    STATE.device = runtime.place(job, adopted=adopted)
+    STATE.job = job
+    return STATE.device
 
 
 def process_group_backend(
@@ -100,13 +112,20 @@ def process_group_backend(
 ) -> str:
     """Prepare xccl's torch.distributed backend for a framework that creates the process group itself.
 
-    Selects the plugin as :func:`init` does, sets this rank's device, registers the backend and returns its name,
-    to pass where the framework takes one. Every group created on it runs through xccl's dispatch; call
-    :func:`init` afterwards (it adopts the world) to use ``xccl.*`` as well.
+    Selects the plugin as :func:`init` does, registers the backend and returns its name, to pass where the
+    framework takes one. Every group created on it runs through xccl's dispatch; call :func:`init` afterwards (it
+    adopts the world) to use ``xccl.*`` as well.
+
+    This rank's device is chosen and made current when the framework creates the world on the backend, not here:
+    a framework may call this before its launcher has told the process its place (Lightning's launcher runs the
+    script on rank 0 before it sets ``WORLD_SIZE``; Ray Train's worker hooks run before it sets any variable).
+    When the world is created, its rank and size are known, and so are the launcher's variables. Create no device
+    tensor before that; the vendor's first group is created after the device is set.
 
     Args:
         vendor: as :func:`init`.
-        local_rank: this rank's local rank (default ``LOCAL_RANK``, else 0), to set its device.
+        local_rank: this rank's local rank (default ``LOCAL_RANK`` when the world is created, else the rank's
+            place on its node), to choose its device.
         simulate: as :func:`init`.
         fallback: as :func:`init`.
         check: as :func:`init`.
@@ -124,9 +143,7 @@ def process_group_backend(
     plugin, sim = _select(vendor, simulate, registry or default_registry())
     runtime = plugin.runtime(simulate=sim)
     name = _prepare(runtime, fallback, check)
-    if local_rank is None:
-        local_rank = job_env().local_rank or 0
-    runtime.setup_device(local_rank)
+    STATE.job_at = partial(job_of, local_rank=local_rank)
     return name
 
 
@@ -205,8 +222,9 @@ def _create_world(
 ) -> World:
     STATE.phases.clear()
     t = time.perf_counter()
-    job = job_env()
-    rank_, size, local, _ = resolve_ranks(rank, world_size, local_rank, job)
+    launcher = job_env()
+    rank_, size, _, _ = resolve_ranks(rank, world_size, local_rank, launcher)
+    job = job_of(rank_, size, local_rank, launcher)
     tmo = timeout_of(timeout)
     t = STATE.lap("launcher variables", t)
     plugin, sim = _select(vendor, simulate, registry)
@@ -214,7 +232,7 @@ def _create_world(
     runtime = plugin.runtime(simulate=sim)
     name = _prepare(runtime, fallback, check)
     t = STATE.lap("runtime and backend registration", t)
-    device = runtime.setup_device(local)
+    device = _place(runtime, job)
     kwargs: dict[str, Any] = {"rank": rank_, "world_size": size, "timeout": tmo}
     options = runtime.process_group_options(None)
     if options is not None:
@@ -228,8 +246,8 @@ def _create_world(
         else:
             # xccl makes the store, and checks there that every rank was told the same world (_rendezvous).
             kwargs["store"], live = rendezvous(
-                init_method or env_init_method(job), rank_, size, local, tmo, plugin=plugin.name,
-                backend=runtime.backend, simulate=sim, check=check, fallback=fallback, started=started, job=job)
+                init_method or env_init_method(launcher), rank_, size, job.local_rank, tmo, plugin=plugin.name,
+                backend=runtime.backend, simulate=sim, check=check, fallback=fallback, started=started, job=launcher)
         t = time.perf_counter()
         dist.init_process_group(backend=name, **kwargs)
         STATE.lap("process group", t)
@@ -240,12 +258,24 @@ def _create_world(
     except Exception as exc:
         close_quietly(live)
         STATE.reset()
-        raise rendezvous_error(exc, rank_, size, time.monotonic() - started, job.master_port) from exc
+        raise rendezvous_error(exc, rank_, size, time.monotonic() - started, launcher.master_port) from exc
+    got = str(dist.get_backend())
+    if got != name:
+        # Something replaced init_process_group and chose another backend (Sophgo's torch adaptor: "sccl"): the
+        # world is not xccl's. Take it down rather than run without xccl's dispatch.
+        error = wrong_backend(name, got, plugin)  # while the replacement is in place, to name it
+        all_arrived(kwargs["store"], rank_, size, tmo)
+        close_quietly(live)
+        STATE.reset()
+        dist.destroy_process_group()
+        runtime.shutdown()
+        raise error
     STATE.liveness = live
     # A process group left alive at interpreter exit can abort the process (seen with simulated backends:
     # "terminate called without an active exception"); tear down in order unless the user already did.
     atexit.register(_shutdown_at_exit)
-    return World(rank_, size, local, device, plugin.name, runtime.backend, sim, fallback, check, tmo, name, False)
+    return World(rank_, size, job.local_rank, device, plugin.name, runtime.backend, sim, fallback, check, tmo, name,
+                 False)
 
 
 def _adopt_world(
@@ -255,7 +285,15 @@ def _adopt_world(
     """A :class:`World` over the torch.distributed world someone else created; sets nothing that is set."""
     backend = str(dist.get_backend())
     runtime = STATE.runtime
-    if runtime is None or backend != backend_name(runtime):
+    if runtime is not None and STATE.job_at is not None and backend != backend_name(runtime):
+        # process_group_backend gave the framework xccl's name, yet the world is on another backend and xccl's
+        # creator never ran: something between them chose the backend. The world is the framework's: left alone.
+        error = wrong_backend(backend_name(runtime), backend, runtime.plugin)
+        STATE.reset()
+        runtime.shutdown()
+        raise error
+    ours = runtime is not None and backend == backend_name(runtime)
+    if runtime is None or not ours:
         plugin = _plugin_for(backend, vendor, registry)
         sim = simulated_backend_of() is not None if simulate is None else simulate
         runtime = plugin.runtime(simulate=sim)
@@ -263,13 +301,13 @@ def _adopt_world(
     # settings of process_group_backend; rebuild them under init's.
     STATE.groups.clear()
     STATE.runtime, STATE.fallback, STATE.check = runtime, fallback, check
-    if local_rank is None:
-        local_rank = job_env().local_rank
-    rank = dist.get_rank()
-    local = rank if local_rank is None else local_rank
-    device = runtime.adopt_device(local)
-    return World(rank, dist.get_world_size(), local, device, runtime.plugin.name, runtime.backend, runtime.simulate,
-                 fallback, check, timeout_of(timeout), backend, True)
+    # A world created on xccl's backend placed this process when its group was created (_process_group._Creator).
+    job, device = STATE.job, STATE.device
+    if not ours or job is None or device is None:
+        job = job_of(dist.get_rank(), dist.get_world_size(), local_rank)
+        device = _place(runtime, job, adopted=True)
+    return World(job.rank, job.world_size, job.local_rank, device, runtime.plugin.name, runtime.backend,
+                 runtime.simulate, fallback, check, timeout_of(timeout), backend, True)
 
 
 def _plugin_for(backend: str, vendor: str, registry: Registry) -> Plugin:

@@ -12,6 +12,7 @@ Eager mode calls it; graph mode compiles the very same function with ``torch.com
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,6 +25,7 @@ from ._cases import DTYPES, FLOATS, FUSED, SYNC_ONLY, build, make
 
 __all__ = [
     "DTYPES",
+    "barrier_holds",
     "comm_names",
     "eager_batch",
     "graph_batch",
@@ -292,3 +294,19 @@ def comm_names(progress: str | None = None) -> dict[str, str]:
         f"half {'low' if r < n // 2 else 'high'}": xccl.comm_name(half),
     }
 
+
+
+#: How late rank 0 enters the barrier in :func:`barrier_holds`, seconds.
+BARRIER_LATE = 0.3
+
+
+def barrier_holds(progress: str | None = None) -> dict[str, float]:
+    """Rank 0 enters the barrier :data:`BARRIER_LATE` seconds late; every rank notes (wall clock: one host's, or
+    hosts kept in sync) when it entered and when it left. A barrier holds every rank until the last entered,
+    whatever the vendor's ``Work.wait()`` does (SCCL's returns at once; xccl then blocks on the host)."""
+    xccl.barrier()
+    if xccl.get_world().rank == 0:
+        time.sleep(BARRIER_LATE)
+    entered = time.time()
+    xccl.barrier()
+    return {"entered": entered, "left": time.time()}

@@ -386,6 +386,20 @@ class Conformance:
         missing = [op.value for op in claimed if not reports[op.value]["ran"]]
         assert not missing, f"graph claims not exercised: {missing}"
 
+    def test_barrier_holds_every_rank_until_the_last_entered(
+        self, xccl_target: Target, xccl_batches: _Batches, xccl_world_size: int
+    ) -> None:
+        """The vendor's runtime behaviour behind ``barrier`` (its ``VendorRuntime.completion``; SCCL's works are
+        complete at once): code orders host-side steps with it, so no rank may leave before the last entered."""
+        if not xccl_target.plugin.capabilities().supports(Collective.BARRIER, world_size=xccl_world_size):
+            pytest.skip(f"{xccl_target.name} has no barrier at {xccl_world_size} ranks")
+        outs = xccl_batches.outcomes("barrier", xccl_world_size, _bodies.barrier_holds)
+        bad = [o for o in outs if not o.ok]
+        assert not bad, "barrier failed:\n" + "\n".join(map(str, bad))
+        last = max(o.value["entered"] for o in outs)
+        early = {o.rank: round(last - o.value["left"], 3) for o in outs if o.value["left"] < last - 0.05}
+        assert not early, f"ranks left the barrier this many seconds before the last rank entered it: {early}"
+
     def test_comm_names_are_unique_per_group_and_stable(
         self, xccl_target: Target, xccl_batches: _Batches, xccl_world_size: int
     ) -> None:

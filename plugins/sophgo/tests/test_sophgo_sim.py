@@ -309,15 +309,73 @@ def sub_group(ranks: list[int]) -> dict[str, Any] | None:
     return {"chip_map": list(group.pg_options.chip_map), "comm_name": xccl.comm_name(group)}
 
 
-def test_sub_groups_get_their_members_chips(rank_pools: Any) -> None:
+def test_sub_groups_get_the_nodes_chip_map(rank_pools: Any) -> None:
+    """Ranks 1 and 3 drive chips 1 and 2 of the ring [0, 1, 3, 2], which are not linked: the members' chips are no
+    ring, and SCCL runs a ring. Every group gets the node's whole map, as Sophgo's own code gives it."""
     pool = rank_pools.get(4, env=SIM)
-    # Given out of order: torch orders a group's ranks ascending, and so must the chip map.
+    # Given out of order: torch orders a group's ranks ascending.
     facts = pool.run_ok(sub_group, [3, 1])
     assert facts[0] is None and facts[2] is None
-    assert facts[1]["chip_map"] == facts[3]["chip_map"] == [1, 2]  # ranks 1 and 3 drive chips 1 and 2 of the ring
+    assert facts[1]["chip_map"] == facts[3]["chip_map"] == [0, 1, 3, 2]
+    # The name still says the members' chips, in group-rank order.
     assert facts[1]["comm_name"] == facts[3]["comm_name"] and facts[1]["comm_name"].endswith(":1,2")
-    other = pool.run_ok(sub_group, [0, 1])
-    assert other[0]["comm_name"] != facts[1]["comm_name"]
+    other = pool.run_ok(sub_group, [0, 2])  # chips 0 and 3: not linked either
+    assert other[0]["chip_map"] == [0, 1, 3, 2] and other[0]["comm_name"] != facts[1]["comm_name"]
+
+
+def device_mesh_2x2() -> list[float]:
+    """DeviceMesh builds its groups with torch.distributed.new_group: xccl's creator gives them the node's map."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    rank, _ = _me()
+    out = []
+    for dim in ("dp", "tp"):
+        group = mesh.get_group(dim)
+        assert list(group.pg_options.chip_map) == [0, 1, 3, 2], (dim, group.pg_options.chip_map)
+        t = torch.full((2,), float(rank + 1))
+        dist.all_reduce(t, group=group)
+        out.append(t[0].item())
+    return out
+
+
+def test_device_mesh_groups_on_the_node_map(rank_pools: Any) -> None:
+    """A 2 x 2 mesh on the ring [0, 1, 3, 2]: the dp groups {0, 2} and {1, 3} are chips 0, 3 and 1, 2 (not
+    linked)."""
+    sums = rank_pools.get(4, env=SIM).run_ok(device_mesh_2x2)
+    assert sums == [[4.0, 3.0], [6.0, 3.0], [4.0, 7.0], [6.0, 7.0]]
+
+
+#: The hardware check of sub-group chip maps (docs/vendors/sophgo.md), run here in simulation.
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sophgo_tp_dp.py"
+
+
+def tp_dp_example() -> dict[str, Any]:
+    """examples/sophgo_tp_dp.py's check on this world: TP groups of half the world, DP groups across them."""
+    import runpy
+
+    check = runpy.run_path(str(EXAMPLE))["check"]
+    lines = check(xccl.get_world())
+    maps = {g.group_name: list(g.pg_options.chip_map) for g in dist.distributed_c10d._world.pg_map
+            if g is not dist.group.WORLD and hasattr(g, "pg_options")}
+    return {"lines": lines, "maps": sorted(set(map(tuple, maps.values())))}
+
+
+@pytest.mark.parametrize("world_size", [4, pytest.param(8, marks=pytest.mark.slow)])
+def test_tp_dp_example(rank_pools: Any, world_size: int) -> None:
+    """Every group gets the node's map: on 8 ranks of the ring [0, 2, 6, 7, 3, 1, 5, 4] the TP groups of 4 drive
+    chips 0, 2, 6, 7 (7 and 0 not linked) and the DP pairs chips 0 and 3, ...; on 4 ranks of [0, 1, 3, 2] the DP
+    pairs drive chips 0, 3 and 1, 2 (not linked). 8 ranks are slow on a small machine."""
+    ring = {4: (0, 1, 3, 2), 8: (0, 2, 6, 7, 3, 1, 5, 4)}[world_size]
+    tp = world_size // 2
+    out = rank_pools.get(world_size, env=SIM).run_ok(tp_dp_example, timeout=240)
+    for rank, o in enumerate(out):
+        first = rank - rank % tp
+        assert [line.split(" ok")[0] for line in o["lines"]] == [
+            f"rank {rank}: tp group {list(range(first, first + tp))}",
+            f"rank {rank}: dp group {list(range(rank % tp, world_size, tp))}",
+        ], o
+        assert o["maps"] == [ring], o  # every group of the node, world and sub-groups: the node's map
 
 
 def direct(call: str) -> None:
@@ -337,6 +395,8 @@ def direct(call: str) -> None:
             torch.empty(2 * n), x, [1] * (n - 1) + [n + 1], [n + 1] + [1] * (n - 1), group=g),
         "all_reduce-float64": lambda: dist.all_reduce(x.double(), group=g),
         "all_reduce-avg": lambda: dist.all_reduce(x, dist.ReduceOp.AVG, group=g),
+        "all_reduce-premul_sum": lambda: dist.all_reduce(x, dist._make_nccl_premul_sum(2.0), group=g),
+        "reduce-bxor": lambda: dist.reduce(x.int(), 0, dist.ReduceOp.BXOR, group=g),
         "all_reduce-band": lambda: dist.all_reduce(x.int(), dist.ReduceOp.BAND, group=g),
     }
     calls[call]()
@@ -352,8 +412,11 @@ DIRECT = {
     "all_to_all": "Backend sccl does not support alltoall",
     "all_to_all_single-uneven": "ignores all_to_all_single split sizes",
     "all_reduce-float64": "Invalid scalar type",
-    "all_reduce-avg": "unsupported reduce op ReduceOp.AVG",
-    "all_reduce-band": "unsupported reduce op ReduceOp.BAND",
+    # toSCCLReduceOp, ProcessGroupSCCL.cpp:361-375: one message per op it does not map.
+    "all_reduce-avg": "Cannot use ReduceOp.AVG with SCCL",
+    "all_reduce-premul_sum": "Cannot use ReduceOp.PREMUL_SUM with SCCL",
+    "reduce-bxor": "Cannot use ReduceOp.BXOR with SCCL",
+    "all_reduce-band": "Cannot use ReduceOp.BAND with SCCL",
 }
 
 
@@ -362,7 +425,7 @@ def test_ops_sccl_lacks_raise_on_the_process_group(rank_pools: Any, call: str, m
     outs = rank_pools.get(2, env=SIM).run(direct, call)
     for out in outs:
         assert out.raised("SimulatedVendorError") and out.raised(RuntimeError), str(out)
-        assert message in out.message
+        assert message in out.message, str(out)
 
 
 def refused_by_xccl(what: str) -> None:

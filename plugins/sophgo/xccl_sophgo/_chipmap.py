@@ -11,8 +11,9 @@ by xccl: Sophgo's reader is broken in its current source), then ``CHIP_MAP``. Th
 node's map is checked against the board's C2C ring and a missing or invalid one replaced by the ring
 (:mod:`xccl_sophgo._c2c`; on the hardware torch_tpu decides, in simulation the documented SG2260 board): with 1 or
 2 ranks and no map, chips 0 and 1. xccl logs the replacement as a warning where Sophgo logs it as information.
-The job's shape (``RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``) is read from the environment, as torch_tpu reads
-it, because the plugin contract hands ``setup_device`` only the local rank.
+The job's shape (rank, world size, local rank, ranks per node) is what xccl hands the runtime
+(:class:`xccl.plugin.Job`): from ``xccl.init``'s arguments or the launcher's variables, or, when a framework creates
+the world itself, the world's own rank and size. :func:`resolve_placement` is the one place that reads it.
 """
 
 from __future__ import annotations
@@ -20,70 +21,18 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Final, final
+from typing import final
 
-from xccl.plugin import InitError, RankTableError
+from xccl.plugin import InitError, Job, RankTableError
 
 from ._c2c import board, vendor_chip_map
 from ._ranktable import SophgoRankTable, load_sophgo
 
-__all__ = ["ChipMapRule", "Job", "Placement", "job_from_env", "parse_chip_map", "resolve_placement"]
+__all__ = ["ChipMapRule", "Placement", "parse_chip_map", "resolve_placement"]
 
-#: ``(the node's chip map or None, ranks on the node) -> the map Sophgo's set_chip_map settles on``: the SDK's
-#: :meth:`~xccl_sophgo._sdk.TpuSdk.chip_map`.
-ChipMapRule = Callable[[Sequence[int] | None, int], tuple[int, ...]]
-
-#: Environment variables that name the job's shape, first match wins (torchrun's, then Open MPI's).
-_RANK_VARS: Final = ("RANK", "OMPI_COMM_WORLD_RANK")
-_WORLD_VARS: Final = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE")
-_LOCAL_WORLD_VARS: Final = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Job:
-    """This process's place in the job."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    #: Ranks on this node.
-    local_world_size: int
-    #: Whether ``local_world_size`` came from the environment (rather than assuming a single node).
-    local_world_from_env: bool
-
-
-def job_from_env(local_rank: int, env: Mapping[str, str] | None = None) -> Job:
-    """The job's shape from torchrun's (or Open MPI's) variables; without them, a single node.
-
-    Raises:
-        InitError: a variable is not an integer, or the values contradict each other.
-    """
-    env = os.environ if env is None else env
-    rank = _int_var(env, _RANK_VARS)
-    world = _int_var(env, _WORLD_VARS)
-    local_world = _int_var(env, _LOCAL_WORLD_VARS)
-    rank = local_rank if rank is None else rank
-    if world is None:
-        world = max(local_world or 0, rank + 1)
-    from_env = local_world is not None
-    local_world = world if local_world is None else local_world
-    if not 0 <= local_rank < local_world <= world:
-        raise InitError(
-            f"local rank {local_rank} with LOCAL_WORLD_SIZE={local_world} and WORLD_SIZE={world} is inconsistent: "
-            "expected 0 <= LOCAL_RANK < LOCAL_WORLD_SIZE <= WORLD_SIZE; launch with torchrun"
-        )
-    return Job(rank, world, local_rank, local_world, from_env)
-
-
-def _int_var(env: Mapping[str, str], names: Iterable[str]) -> int | None:
-    for name in names:
-        raw = env.get(name, "").strip()
-        if raw:
-            if not raw.isdigit():
-                raise InitError(f"{name}={raw!r} is not a non-negative integer; fix or unset it")
-            return int(raw)
-    return None
+#: ``(the node's chip map or None, ranks on the node, this rank on the node) -> the map Sophgo's set_chip_map
+#: settles on``: the runtime's call of its SDK's :meth:`~xccl_sophgo._sdk.TpuSdk.chip_map`.
+ChipMapRule = Callable[[Sequence[int] | None, int, int], tuple[int, ...]]
 
 
 @final
@@ -105,6 +54,11 @@ class Placement:
     replaced: tuple[int, ...] | None = None
 
     @property
+    def local_world_size(self) -> int:
+        """Ranks on this node (the whole job when no launcher said: one node)."""
+        return self.job.ranks_per_node
+
+    @property
     def chip(self) -> int:
         """The chip this process drives."""
         return self.node_chips[self.job.local_rank]
@@ -113,32 +67,57 @@ class Placement:
         """The chip global ``rank`` drives."""
         if self.rank_chips is not None:
             return self.rank_chips[rank]
-        return self.node_chips[rank % self.job.local_world_size]
+        return self.node_chips[rank % self.local_world_size]
 
     def node_of(self, rank: int) -> int:
         """The node global ``rank`` runs on."""
         if self.rank_nodes is not None:
             return self.rank_nodes[rank]
-        return rank // self.job.local_world_size
+        return rank // self.local_world_size
 
     def chip_map(self, ranks: Iterable[int]) -> tuple[int, ...]:
-        """``ProcessGroupSCCLOptions.chip_map`` for a group: the chip of each member, in group-rank order.
+        """The chip of each member of a group, in group-rank order (the group's communicator name says them).
 
         Args:
             ranks: the members' global ranks; torch orders a group's ranks ascending, so they are sorted here.
         """
         return tuple(self.chip_of(r) for r in sorted(ranks))
 
+    def group_chip_map(self, ranks: Iterable[int]) -> tuple[int, ...]:
+        """``ProcessGroupSCCLOptions.chip_map`` for a group: the chip map of the node its members run on, whole, in
+        local-rank order, as Sophgo's own code gives every group (sophgo/vllm-tpu@b010f67
+        ``vllm_tpu/hack/distributed.py``: ``set_chip_map`` per group; torch-tpu's adaptor,
+        ``torch_adaptor/distributed.py:102-116``: the world's map). For the world of one node that is every rank's
+        chip, as Sophgo's tutorial gives it. A sub-group's own chips need not be a ring: TP groups of 4 on the
+        eight-chip ring drive chips 0, 2, 6, 7, and 7 and 0 are not linked. How libsccl finds the members on the
+        node's map is closed source (the first thing to check on the hardware). A group spanning nodes, which
+        Sophgo does not document, gets its members' chips.
+        """
+        members = sorted(ranks)
+        nodes = {self.node_of(r) for r in members}
+        if len(nodes) > 1:
+            return self.chip_map(members)
+        node = nodes.pop()
+        return tuple(self.chip_of(r) for r in self._ranks_on(node))
+
+    def _ranks_on(self, node: int) -> range | list[int]:
+        """The global ranks on ``node``, in local-rank order."""
+        if self.rank_nodes is not None:
+            return [r for r, n in enumerate(self.rank_nodes) if n == node]
+        per_node = self.local_world_size
+        return range(node * per_node, min((node + 1) * per_node, self.job.world_size))
+
 
 def resolve_placement(
-    local_rank: int, device_count: int, env: Mapping[str, str] | None = None, *, rule: ChipMapRule | None = None
+    job: Job, device_count: int, env: Mapping[str, str] | None = None, *, rule: ChipMapRule | None = None
 ) -> Placement:
     """Decide this node's chip map from the rank table or ``CHIP_MAP``, checked against the C2C ring.
 
     Args:
-        local_rank: this process's rank on its node.
+        job: this process's place in the job, as xccl hands it to the runtime.
         device_count: TPUs on this node; every chip id must be below it.
-        env: the environment (default ``os.environ``).
+        env: the environment, for Sophgo's own variables ``RANK_TABLE_FILE`` and ``CHIP_MAP`` (default
+            ``os.environ``).
         rule: what Sophgo's ``set_chip_map`` makes of a map (the runtime passes its SDK's); default: the
             simulated node of ``device_count`` chips of the SG2260 board.
 
@@ -148,16 +127,16 @@ def resolve_placement(
             many chips exists.
     """
     env = os.environ if env is None else env
-    rule = rule or (lambda given, size: vendor_chip_map(given, size, board(device_count)))
-    job = job_from_env(local_rank, env)
+    rule = rule or (lambda given, size, _: vendor_chip_map(given, size, board(device_count)))
     path = env.get("RANK_TABLE_FILE", "").strip()
+    local_world = job.ranks_per_node
     if path:
         placement = _from_rank_table(path, job, device_count)
     elif raw := env.get("CHIP_MAP", "").strip():
-        placement = Placement("CHIP_MAP", job, parse_chip_map(raw, device_count, job.local_world_size))
-    elif job.local_world_size > device_count:
+        placement = Placement("CHIP_MAP", job, parse_chip_map(raw, device_count, local_world))
+    elif local_world > device_count:
         raise InitError(
-            f"{job.local_world_size} ranks on this node but only {device_count} TPUs: start at most {device_count} "
+            f"{local_world} ranks on this node but only {device_count} TPUs: start at most {device_count} "
             "ranks per node (torchrun --nproc-per-node), or give a rank table / CHIP_MAP"
         )
     else:
@@ -168,10 +147,11 @@ def resolve_placement(
 
 def _settled(rule: ChipMapRule, given: tuple[int, ...] | None, job: Job, device_count: int) -> tuple[int, ...]:
     """The map ``rule`` settles on, checked to give every local rank an existing chip."""
-    chips = tuple(rule(given, job.local_world_size))
-    if len(chips) < job.local_world_size or not all(0 <= c < device_count for c in chips[: job.local_world_size]):
-        raise InitError(f"the C2C ring {list(chips)} does not give {job.local_world_size} local ranks a chip each "
-                        f"among this node's {device_count} TPUs")
+    size = job.ranks_per_node
+    chips = tuple(rule(given, size, job.local_rank))
+    if len(chips) < size or not all(0 <= c < device_count for c in chips[:size]):
+        raise InitError(f"the C2C ring {list(chips)} does not give {size} local ranks a chip each among this node's "
+                        f"{device_count} TPUs")
     return chips
 
 
@@ -238,7 +218,7 @@ def _from_rank_table(path: str, job: Job, device_count: int) -> Placement:
             f"LOCAL_RANK={job.local_rank}; start each node's ranks in the table's order or fix the table",
         )
     node_chips = table.chip_map(node)
-    if job.local_world_from_env and job.local_world_size != len(node_chips):
+    if job.local_world_size is not None and job.local_world_size != len(node_chips):
         raise RankTableError(
             path, f"node_list[{node}].device_list",
             f"has {len(node_chips)} devices, but LOCAL_WORLD_SIZE={job.local_world_size} ranks run on this node; "

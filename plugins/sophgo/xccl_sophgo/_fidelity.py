@@ -28,8 +28,9 @@ OVERRIDES: Final = _TT + "torch_tpu/csrc/distributed/c10d/ProcessGroupSCCL.hpp:7
 TUTORIAL: Final = _TT + "docs/quick_start/source_zh/03_Tutorial.rst"
 SUPPORT_TABLE: Final = f"{TUTORIAL}:18-45 (SCCL support table)"
 UTILS: Final = _TT + "torch_tpu/tpu/utils.py"
+ADAPTOR: Final = _TT + "torch_tpu/accelerator/adaptor/torch_adaptor/distributed.py"
 DTYPES: Final = f"{PG}:87-116 (toSCCLDtype)"
-REDUCE_OPS: Final = f"{PG}:345-370 (toSCCLReduceOp)"
+REDUCE_OPS: Final = f"{PG}:345-380 (toSCCLReduceOp)"
 C_API: Final = "manifest B3 (third_party/sccl/include/sccl.h: no ReduceScatter)"
 NO_FUSED: Final = "manifest B4 (no MC2 equivalent; torch_tpu.dynamo is an MLIR/bmodel compiler, no TorchAir)"
 
@@ -95,8 +96,9 @@ _RING: Final = ("checked before the process group exists (xccl_sophgo._chipmap):
 CLAIMS: Final[tuple[Claim, ...]] = (
     Claim("dtypes", "float32, float16, bfloat16, int8, uint8, int32, int64, bool; any other raises 'Invalid scalar "
           "type' (float64 moves as int64 through xccl)", (DTYPES,), _SIM),
-    Claim("reduce ops", "sum, product, min, max; band/bor/bxor raise 'Cannot use ReduceOp.BAND with SCCL'; avg and "
-          "premul_sum are not mapped", (REDUCE_OPS,), _SIM),
+    Claim("reduce ops", "sum, product, min, max; every other op raises its own message, 'Cannot use ReduceOp.<OP> "
+          "with SCCL' (BAND, BOR, BXOR, PREMUL_SUM, AVG: one message each; xccl runs AVG as SUM and a divide)",
+          (f"{PG}:345-380 (toSCCLReduceOp)",), _SIM + " (SimProfile.reduce_op_messages)"),
     Claim("methods", "ProcessGroupSCCL overrides broadcast, allreduce, reduce, allgather, _allgather_base, gather, "
           "scatter, reduce_scatter (raises), alltoall_base, send, recv, barrier; the rest raise c10d's 'Backend sccl "
           "does not support ...'", (OVERRIDES, f"{PG}:708-712"), _SIM),
@@ -105,9 +107,21 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "group refuses uneven splits rather than compute garbage)"),
     Claim("all_gather equal sizes", "the list all_gather takes equal-sized tensors only", (_pg("allgather", 468),
           "manifest B3"), "checked: xccl's kernel raises ConstraintViolation before communicating"),
-    Claim("options", "the creator takes ProcessGroupSCCLOptions& (no None) and requires len(chip_map) >= group size",
+    Claim("options", "the creator takes ProcessGroupSCCLOptions& (no None) and requires len(chip_map) >= group size "
+          "('chip map size must be same with the nranks')",
           (f"{PG}:792-796 (createProcessGroupSCCL)", "manifest gotcha 6"),
-          "simulated: check_sccl_options raises the creator's errors"),
+          "simulated: check_sccl_options raises the creator's errors, with its words"),
+    Claim("chip map: groups", "libsccl gets only the group's size, its rank and the map (scclCommInitRank); the "
+          "tutorial's maps give one chip per rank, in ring order; Sophgo's own code gives every sub-group the node's "
+          "(or world's) whole map. [inferred: a map of the group's size gives group rank i chip_map[i]; a longer "
+          "map is the node's ring, on which libsccl finds each member by its chip]",
+          (f"{PG}:235-246 (getSCCLcomm)", f"{TUTORIAL}:81-94,229",
+           "sophgo/vllm-tpu@b010f67 vllm_tpu/hack/distributed.py (GroupCoordinator.__init__: set_chip_map per group)",
+           f"{ADAPTOR}:102-116 (new_group inherits the world's chip_map)"),
+          "checked: every group xccl makes gets its node's whole map (a group across nodes its members' chips); "
+          "simulated: a map of the group's size must be a C2C ring holding this rank's chip at its group rank, a "
+          "longer one a ring holding it anywhere (TP groups of 4 on the 8-chip ring drive chips 0,2,6,7: no ring). "
+          "How libsccl reads a sub-group's map is the first thing to check on hardware"),
     Claim("chip map: ring", "SCCL runs a ring over C2C links: a node's chip map must list directly linked chips in "
           "ring order; torch_tpu.tpu.set_chip_map replaces an invalid map by the driver's ring",
           (f"{TUTORIAL}:81-94", f"{UTILS}:193-229 (set_chip_map)", "manifest B2"), _RING),
@@ -118,6 +132,11 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "[inferred: [0,1,3,2]]"),
     Claim("chip map: defaults", "no map and 1 or 2 ranks on the node: [0, 1], unchecked; 1 rank: a given map is "
           "taken as it is; otherwise the ring", (f"{UTILS}:204-213",), _RING),
+    Claim("chip map: LOCAL_WORLD_SIZE", "set_chip_map reads the node's size from LOCAL_WORLD_SIZE only (default 1: a "
+          "given map is then taken unchecked and no map gives [0, 1]) and CHIP_MAP before its argument; mpirun sets "
+          "no LOCAL_WORLD_SIZE", (f"{UTILS}:193-213 (set_chip_map)",),
+          "simulated (the simulated set_chip_map reads the same variables) and checked: the runtime sets "
+          "LOCAL_WORLD_SIZE (and clears CHIP_MAP) for the call, from the job xccl knows, then restores them"),
     Claim("chip map: CHIP_MAP", "set_device(local_rank) selects CHIP_MAP[local_rank], CHIP_MAP being comma-separated "
           "chip ids", (f"{UTILS}:142-160 (map_local_rank_to_device_idx, set_device)", "manifest gotcha 7"),
           "checked (a list literal is refused) and simulated (SimulatedTpu.set_device)"),
@@ -126,6 +145,27 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "checked: xccl parses and validates the table (Sophgo's reader is broken, manifest gotcha 7)"),
     Claim("one machine", "Sophgo documents SCCL for the TPUs of one machine (单机多卡)", (f"{TUTORIAL}:12-13",),
           "not simulated: a group spanning nodes logs a warning"),
-    Claim("async work", "every op creates and destroys a communicator; Work.wait() returns at once (the op is queued "
-          "on the TPU stream)", ("manifest B3",), "not simulated"),
+    Claim("torch adaptor", "`import torch_tpu.accelerator` loads the torch adaptor unless ENABLE_TORCH_ADAPTOR=0, "
+          "DISABLE_ADAPTOR=1 or DS_DISABLE_TPU=1 (environ_flag defaults to 1); it replaces init_process_group by a "
+          "wrapper that passes backend='sccl' whatever it is given, new_group (a one-rank group on gloo), "
+          "all_reduce/reduce (bool, int8, uint8, int64 as int32; float64 as float32) and the one-rank cases of "
+          "broadcast, all_gather_into_tensor, isend, irecv",
+          (f"{ADAPTOR}:83-97,102-133", f"{_TT}torch_tpu/accelerator/adaptor/__init__.py:1-3",
+           f"{_TT}torch_tpu/accelerator/utils.py (environ_flag)"),
+          "simulated: the init_process_group rewrite (ENABLE_TORCH_ADAPTOR=1 stands for the import; "
+          "xccl_sophgo._adaptor_sim); checked: xccl.init raises InitError naming the replacement when the world is "
+          "not on its backend; the other replacements are declared (Plugin.vendor_runtime), not simulated"),
+    Claim("completion", "WorkSCCL::isCompleted() and wait() return true at once for every op, barrier included (an "
+          "all_reduce of one uninitialised float queued on the current TPU stream): nothing holds the host after a "
+          "collective; a copy to the host synchronises the stream first, so data read on the host is right",
+          (f"{PG}:183-191 (WorkSCCL)", f"{PG}:745-782 (barrier)",
+           f"{_TT}torch_tpu/csrc/core/TPUDeviceManager.cpp:413-431 (CopyDeviceToHost)"),
+          "simulated (Completion.AT_ONCE: a barrier's wait returns before the peers arrived; data ops wait for gloo, "
+          "is_completed() reports True) and checked: xccl's barrier (xccl.barrier, dist.barrier on xccl's groups) "
+          "also waits on the host-side gloo group, or reads an all_reduce back on a group xccl did not create; the "
+          "conformance suite checks that no rank leaves a barrier before the last entered"),
+    Claim("communicator per op", "every op creates a communicator (scclCommInitRank with the group's chip map) and "
+          "destroys it right after enqueueing the op; whether the destroy waits for the op is not in the source",
+          (f"{PG}:131-154 (collective)", f"{PG}:235-246 (getSCCLcomm)", "manifest B3"),
+          "not simulated [inferred: the hardware decides; first-hour checklist]"),
 )

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from xccl.plugin import CapabilityTable, Plugin, ProbeResult, RankTableFormat, Runtime, SimProfile
+from xccl.plugin import CapabilityTable, Plugin, ProbeResult, RankTableFormat, Runtime, SimProfile, VendorRuntime
 
 from . import _probe
 from ._ranktable import SophgoFormat
 from ._table import sophgo_table
+from ._vendor import SCCL_RUNTIME
 
 __all__ = ["SophgoPlugin", "plugin"]
 
@@ -37,6 +38,10 @@ class SophgoPlugin(Plugin):
     def capabilities(self) -> CapabilityTable:
         """SCCL's table (see :mod:`xccl_sophgo._table`)."""
         return sophgo_table()
+
+    def vendor_runtime(self) -> VendorRuntime:
+        """What torch_tpu does at run time (see :mod:`xccl_sophgo._vendor`)."""
+        return SCCL_RUNTIME
 
     def simulation(self) -> SimProfile:
         """ProcessGroupSCCL's rules for the CPU simulation."""

@@ -21,6 +21,7 @@ import torch
 
 from xccl.plugin import InitError
 
+from . import _adaptor_sim
 from ._c2c import board, vendor_chip_map
 
 __all__ = ["SIM_DEVICES_ENV", "SimulatedSCCLOptions", "SimulatedTpu", "TpuSdk", "current_simulated_chip"]
@@ -54,7 +55,17 @@ class TpuSdk(Protocol):
 
     def chip_map(self, given: Sequence[int] | None, local_world_size: int) -> tuple[int, ...]:
         """The node's chip map as ``torch_tpu.tpu.set_chip_map`` settles it: ``given`` if it is a C2C ring of the
-        board (or needs no check), else the driver's ring (:func:`xccl_sophgo._c2c.vendor_chip_map`)."""
+        board (or needs no check), else the driver's ring (:func:`xccl_sophgo._c2c.vendor_chip_map`).
+
+        Like ``set_chip_map`` (``torch_tpu/tpu/utils.py:193-229``) it reads the node's size from
+        ``LOCAL_WORLD_SIZE`` only (default 1: then a given map is taken unchecked and no map is ``[0, 1]``) and
+        prefers ``CHIP_MAP`` to ``given``: the runtime sets both for the call. ``local_world_size`` is for
+        messages."""
+        ...
+
+    def close(self) -> None:
+        """Undo what this SDK object did to the process (the simulated torch adaptor's patch). What the real
+        torch_tpu patched when imported stays patched, as it does without xccl."""
         ...
 
 
@@ -94,6 +105,13 @@ class SimulatedTpu:
         if not raw.isdigit() or int(raw) < 1:
             raise InitError(f"{SIM_DEVICES_ENV}={raw!r}: expected the number of simulated TPUs per node, e.g. 8")
         self._count: Final = int(raw)
+        if _adaptor_sim.adaptor_requested():
+            # Stands for `import torch_tpu.accelerator` with the torch adaptor on (xccl_sophgo._adaptor_sim).
+            _adaptor_sim.apply(SimulatedSCCLOptions)
+
+    def close(self) -> None:
+        """Remove the simulated torch adaptor's patch, if applied."""
+        _adaptor_sim.remove()
 
     def device_count(self) -> int:
         """The simulated chip count."""
@@ -134,5 +152,12 @@ class SimulatedTpu:
         return options
 
     def chip_map(self, given: Sequence[int] | None, local_world_size: int) -> tuple[int, ...]:
-        """``set_chip_map``'s decision on the simulated node: SG2260's links among its chips."""
-        return vendor_chip_map(given, local_world_size, board(self._count))
+        """``set_chip_map``'s decision on the simulated node (SG2260's links among its chips), from what it reads:
+        ``LOCAL_WORLD_SIZE`` (default 1) for the node's size, and ``CHIP_MAP`` before ``given``
+        (``torch_tpu/tpu/utils.py:193-204``); ``local_world_size`` is what the caller believes, unused, as there.
+        """
+        size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        raw = os.environ.get("CHIP_MAP")
+        if raw:
+            given = [int(c) for c in raw.split(",")]
+        return vendor_chip_map(given, size, board(self._count))

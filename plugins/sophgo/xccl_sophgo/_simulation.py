@@ -9,6 +9,23 @@ simulation raises, so that a script that runs in simulation does not silently go
 The simulated node is Sophgo's documented SG2260 board (:data:`BOARD`, :mod:`xccl_sophgo._c2c`): a node's chip map
 is checked against its C2C ring before the process group exists, and a map that is no ring is replaced by the ring,
 as ``torch_tpu.tpu.set_chip_map`` does on the hardware with the driver's topology.
+
+What a group's ``chip_map`` means to libsccl is closed source (``scclCommInitRank(comm, nranks, id, rank,
+chip_map)``, ``ProcessGroupSCCL.cpp:235-246``, gets the group's size and rank and the map, nothing else). What is
+published, and what the simulation infers from it:
+
+* the tutorial's maps have one chip per rank, "for the correspondence of processes and devices", listed in ring
+  order (``03_Tutorial.rst:81-94,229``): a map of exactly the group's size gives group rank ``i`` chip
+  ``chip_map[i]``, must be this rank's chip, and must be a C2C ring in map order;
+* Sophgo's own code gives every sub-group the node's (or the world's) whole map (sophgo/vllm-tpu@b010f67
+  ``vllm_tpu/hack/distributed.py``, ``GroupCoordinator.__init__``: ``set_chip_map`` per group; torch-tpu's adaptor,
+  ``torch_adaptor/distributed.py:102-116``: the world's map copied) [inferred: a map longer than the group is the
+  node's ring, on which libsccl finds each member by the chip it selected]: it must be a C2C ring in map order and
+  contain this rank's chip.
+
+A sub-group given only its members' chips (``[0, 2, 6, 7]`` for ranks 0-3 on the eight-chip ring) is then a map of
+the group's size that is no ring (7 and 0 are not linked), and is refused. A map that repeats a chip spans several
+nodes, which Sophgo does not document: only this rank's entry is checked.
 """
 
 from __future__ import annotations
@@ -21,7 +38,7 @@ from ._c2c import SG2260
 from ._sdk import SimulatedSCCLOptions, current_simulated_chip
 from ._table import NATIVE_REDUCE_OPS, SCCL_DTYPES
 
-__all__ = ["BOARD", "NATIVE_OPS", "check_sccl_options", "sccl_profile"]
+__all__ = ["BOARD", "NATIVE_OPS", "REDUCE_OP_MESSAGES", "check_sccl_options", "sccl_profile"]
 
 #: The board the simulation runs on (its first ``XCCL_SOPHGO_SIM_DEVICES`` chips).
 BOARD: Final = SG2260
@@ -47,6 +64,12 @@ NATIVE_OPS: Final = {
 }
 
 
+#: What ``toSCCLReduceOp`` raises for each reduce op it does not map (``ProcessGroupSCCL.cpp:361-375``): one
+#: message per op, AVG and PREMUL_SUM included.
+REDUCE_OP_MESSAGES: Final = {op: f"Cannot use ReduceOp.{op.upper()} with SCCL"
+                             for op in ("band", "bor", "bxor", "premul_sum", "avg")}
+
+
 def check_sccl_options(options: object | None, group_rank: int, group_size: int) -> None:
     """The checks ``createProcessGroupSCCL(dist_backend_opts, Options&)`` makes, plus two the hardware implies.
 
@@ -69,16 +92,30 @@ def check_sccl_options(options: object | None, group_rank: int, group_size: int)
             "communicator without a chip mapping); set ProcessGroupSCCLOptions.chip_map to the group's chips"
         )
     if len(chip_map) < group_size:
+        # The creator's own check and words (ProcessGroupSCCL.cpp:794-796), then what they mean.
         raise RuntimeError(
-            f"ProcessGroupSCCL: chip_map {chip_map} has {len(chip_map)} entries but the group has {group_size} "
-            "ranks; chip_map must give a chip for every rank of the group"
+            f"chip map size must be same with the nranks (ProcessGroupSCCL: chip_map {chip_map} has {len(chip_map)} "
+            f"entries but the group has {group_size} ranks; chip_map must give a chip for every rank of the group)"
         )
     current = current_simulated_chip()
-    if current is not None and chip_map[group_rank] != current:
+    one_node = len(set(chip_map)) == len(chip_map)
+    if len(chip_map) == group_size or not one_node:
+        if current is not None and chip_map[group_rank] != current:
+            raise RuntimeError(
+                f"ProcessGroupSCCL: chip_map {chip_map} gives group rank {group_rank} chip {chip_map[group_rank]}, "
+                f"but this process selected chip {current} with torch_tpu.tpu.set_device (refused by the xccl "
+                "simulation: the communicator and the tensors would be on different chips)"
+            )
+    elif current is not None and current not in chip_map:
         raise RuntimeError(
-            f"ProcessGroupSCCL: chip_map {chip_map} gives group rank {group_rank} chip {chip_map[group_rank]}, but "
-            f"this process selected chip {current} with torch_tpu.tpu.set_device (refused by the xccl simulation: "
-            "the communicator and the tensors would be on different chips)"
+            f"ProcessGroupSCCL: chip_map {chip_map} (the node's map) does not hold chip {current}, which this process "
+            "selected with torch_tpu.tpu.set_device (refused by the xccl simulation)"
+        )
+    if one_node and group_size > 1 and not BOARD.is_ring(chip_map):
+        raise RuntimeError(
+            f"ProcessGroupSCCL: chip_map {chip_map} is not a C2C ring in map order: SCCL runs its ring over the map's "
+            "chips, each directly linked to the next and the last to the first (refused by the xccl simulation "
+            "[inferred]; Sophgo's code gives every group the node's whole map, which is one)"
         )
 
 
@@ -92,4 +129,5 @@ def sccl_profile() -> SimProfile:
         reduce_ops=NATIVE_REDUCE_OPS,
         uneven_all_to_all=False,
         check_options=check_sccl_options,
+        reduce_op_messages=REDUCE_OP_MESSAGES,
     )

@@ -7,7 +7,6 @@ parses this source: keep each use a literal ``torch_tpu.<...>`` expression so th
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -62,22 +61,23 @@ class TorchTpu:
     def chip_map(self, given: Sequence[int] | None, local_world_size: int) -> tuple[int, ...]:
         """``torch_tpu.tpu.set_chip_map(options, chip_map=given)``: Sophgo's own check against the board's C2C ring,
         and its replacement of a map that is not one. It reads ``LOCAL_WORLD_SIZE`` itself and prefers ``CHIP_MAP``
-        to its argument, so ``CHIP_MAP`` is cleared for the call (the runtime writes it afterwards).
+        to its argument: the runtime sets the one and clears the other for the call (and writes ``CHIP_MAP``
+        afterwards).
 
         Raises:
             InitError: the driver found no ring for this many chips.
         """
         options = self._options_cls()
-        saved = os.environ.pop("CHIP_MAP", None)
         try:
             torch_tpu.tpu.set_chip_map(options, use_rank_table=False, chip_map=None if given is None else list(given))
         except RuntimeError as exc:  # TPUGetC2CRing failed (csrc/core/TPUDeviceManager.cpp:611-612)
             raise InitError(f"torch_tpu.tpu.set_chip_map found no C2C ring of {local_world_size} chips: {exc}; "
                             "start 2, 4 or 8 ranks per node") from exc
-        finally:
-            if saved is not None:
-                os.environ["CHIP_MAP"] = saved
         return tuple(int(c) for c in options.chip_map)
+
+
+    def close(self) -> None:
+        """Nothing: what importing torch_tpu patched stays, as it does without xccl."""
 
 
 def _options_class() -> Any:

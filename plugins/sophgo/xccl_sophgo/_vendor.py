@@ -1,0 +1,62 @@
+"""What Sophgo's torch_tpu does at run time, declared as data (:class:`xccl.plugin.VendorRuntime`).
+
+Cheap (imported by the entry point's module): no SDK import. xccl acts on the declaration on the hardware and the
+simulation reproduces it; every item names the line of sophgo/torch-tpu@fe9b478 it was read from.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from xccl.plugin import Completion, TorchPatch, VendorRuntime
+
+__all__ = ["ADAPTOR_PATCHES", "SCCL_RUNTIME"]
+
+_ADAPTOR: Final = "sophgo/torch-tpu@fe9b478 torch_tpu/accelerator/adaptor/torch_adaptor/distributed.py"
+#: When the adaptor's patches exist at all.
+_WHEN: Final = ("once `import torch_tpu.accelerator` loaded Sophgo's torch adaptor, which is on unless "
+                "ENABLE_TORCH_ADAPTOR=0, DISABLE_ADAPTOR=1 or DS_DISABLE_TPU=1 is set before the import")
+_SWITCH: Final = "accelerator/adaptor/__init__.py:1-3, accelerator/utils.py (environ_flag defaults to 1)"
+
+
+def _one_rank_noop(target: str, lines: str) -> TorchPatch:
+    return TorchPatch(f"torch.distributed.{target}",
+                      f"on a group of one rank returns a handle that does nothing, {_WHEN}", f"{_ADAPTOR}:{lines}")
+
+
+#: The replacements of ``torch.distributed`` functions by Sophgo's torch adaptor. Only the first is simulated
+#: (``xccl_sophgo._adaptor_sim``); xccl refuses a world it did not get (``xccl.init`` raises InitError).
+ADAPTOR_PATCHES: Final = (
+    TorchPatch(
+        "torch.distributed.init_process_group",
+        f"passes backend='sccl' whatever backend it is given (with a chip map 0..world_size-1 when pg_options has "
+        f"none), {_WHEN}",
+        f"{_ADAPTOR}:83-97,127; {_SWITCH}",
+    ),
+    TorchPatch(
+        "torch.distributed.new_group",
+        f"makes a group of one rank on gloo whatever backend is given, and gives a group without pg_options the "
+        f"world's chip map, {_WHEN}",
+        f"{_ADAPTOR}:102-119,128",
+    ),
+    TorchPatch(
+        "torch.distributed.all_reduce",
+        f"reduces bool, int8, uint8 and int64 as int32 and float64 as float32 (narrowed silently), and does nothing "
+        f"on a group of one rank, {_WHEN}",
+        f"{_ADAPTOR}:55-72,124",
+    ),
+    TorchPatch(
+        "torch.distributed.reduce",
+        f"reduces bool, int8, uint8 and int64 as int32 and float64 as float32 (narrowed silently), and does nothing "
+        f"on a group of one rank, {_WHEN}",
+        f"{_ADAPTOR}:36-53,123",
+    ),
+    _one_rank_noop("broadcast", "27-34,122"),
+    _one_rank_noop("all_gather_into_tensor", "74-81,125-126"),
+    _one_rank_noop("isend", "18-25,130,132"),
+    _one_rank_noop("irecv", "18-25,131,133"),
+)
+
+#: SCCL's run-time behaviour. Completion: WorkSCCL::isCompleted() and wait() return true at once, for every op,
+#: barrier included (ProcessGroupSCCL.cpp:183-191, 745-782); the op is queued on the current TPU stream.
+SCCL_RUNTIME: Final = VendorRuntime(completion=Completion.AT_ONCE, patches=ADAPTOR_PATCHES)
