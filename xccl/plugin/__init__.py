@@ -19,9 +19,10 @@ What is here, by concern:
   :func:`graph_entries` (a graph column for plugins without converters), reduce-op names;
 * discovery: :class:`Registry`, :class:`PluginInfo`, :class:`Status`, :func:`plugins`;
 * the vendor's run-time behaviour as data (:class:`VendorRuntime`: :class:`Completion`, :class:`Watchdog` and
-  :class:`ErrorHandling`, :class:`LazyConnect`, :class:`CommMemory`, :class:`TorchPatch`), which xccl acts on and
-  the simulation reproduces;
-* the CPU simulation: :class:`SimProfile` and the simulated process group;
+  :class:`ErrorHandling`, :class:`LazyConnect`, :class:`CommMemory`, :class:`TorchPatch`, :class:`VendorFault`
+  and :class:`Fault`), which xccl acts on and the simulation reproduces;
+* the CPU simulation: :class:`SimProfile` and the simulated process group, and the simulated SDK's patches of
+  ``torch.distributed`` (:func:`install_patches`, :func:`remove_patches`);
 * rank tables: :class:`RankTableFormat` (a plugin's format for ``xccl rank-table``), the JSON reading kit that
   reports every defect as a :class:`~xccl.RankTableError` with its JSON path;
 * the errors a plugin raises.
@@ -102,8 +103,20 @@ from ._sim import (
     base_class_message,
     register_simulated_backend,
     simulated_backend_of,
+    simulated_group_of,
 )
-from ._vendor_runtime import CommMemory, Completion, ErrorHandling, LazyConnect, TorchPatch, VendorRuntime, Watchdog
+from ._sim_runtime import install_patches, installed_patches, remove_patches
+from ._vendor_runtime import (
+    CommMemory,
+    Completion,
+    ErrorHandling,
+    Fault,
+    LazyConnect,
+    TorchPatch,
+    VendorFault,
+    VendorRuntime,
+    Watchdog,
+)
 from ._work import Work, finish
 
 __all__ = [
@@ -132,6 +145,7 @@ __all__ = [
     "CollectiveKernel",
     "ConstraintViolation",
     "ErrorHandling",
+    "Fault",
     "InitError",
     "InvalidArgument",
     "KernelContext",
@@ -159,6 +173,7 @@ __all__ = [
     "UnevenAllGatherKernel",
     "UnevenReduceScatterKernel",
     "UnsupportedCollective",
+    "VendorFault",
     "VendorRuntime",
     "Watchdog",
     "Work",
@@ -174,6 +189,8 @@ __all__ = [
     "dump",
     "finish",
     "graph_entries",
+    "install_patches",
+    "installed_patches",
     "is_ipv4",
     "json_type",
     "kernel_problems",
@@ -187,7 +204,9 @@ __all__ = [
     "reduce_op_name",
     "reduce_op_of",
     "register_simulated_backend",
+    "remove_patches",
     "require",
     "simulated_backend_of",
+    "simulated_group_of",
     "table_from",
 ]

@@ -83,7 +83,7 @@ def _prepare(runtime: Runtime, fallback: Fallback, check: bool) -> str:
     if runtime.simulate:
         profile = runtime.plugin.simulation()
         if profile is not None:
-            register_simulated_backend(profile)
+            register_simulated_backend(profile, runtime=runtime.plugin.vendor_runtime())
     STATE.runtime, STATE.fallback, STATE.check = runtime, fallback, check
     return register_backend(runtime)
 

@@ -52,7 +52,7 @@ class AscendRuntime(Runtime):
             if simulate:
                 from ._sdk_sim import SimSdk
 
-                sdk = SimSdk()
+                sdk = SimSdk(imported=True)  # applies torch_npu's patches of torch.distributed, as its import does
             else:
                 from ._sdk import NpuSdk
 
@@ -141,6 +141,10 @@ class AscendRuntime(Runtime):
         self, ctx: KernelContext, output: torch.Tensor, input: torch.Tensor, matrix: Sequence[Sequence[int]], a: bool
     ) -> Any:
         return self.sdk.all_to_all_vc(output, input, matrix, ctx, a)
+
+    def shutdown(self) -> None:
+        """Undo what loading the SDK did that can be undone (in simulation: torch_npu's patches)."""
+        self.sdk.close()
 
     def fused_call(self, op: str, world_size: int, ranks: Sequence[int] = ()) -> cons.FusedCall:
         """What the constraint checks need to know about this process and group."""

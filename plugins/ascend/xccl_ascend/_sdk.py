@@ -95,6 +95,10 @@ class HcclSdk(Protocol):
         """The vendor ops xccl's graph ops lower to (TorchAir's ``npu_define`` ops, torch_npu's MC2 ops)."""
         ...
 
+    def close(self) -> None:
+        """Undo what loading the SDK did, where that can be undone (torch_npu's own import cannot be)."""
+        ...
+
     def compile_backend(self, decompositions: Mapping[Any, Callable[..., Any]]) -> Callable[..., Any] | None:
         """The ``torch.compile`` backend graphs go to, tracing with ``decompositions`` (the lowering)."""
         ...
@@ -213,6 +217,9 @@ class NpuSdk:
 
         out: torch.Tensor = torch_npu.npu_mm_all_reduce_base(a, b, hcom, reduce_op="sum", bias=bias, comm_turn=0)
         return out
+
+    def close(self) -> None:
+        pass  # torch_npu's import (its patches of torch.distributed included) lasts as long as the process
 
     def graph_ops(self) -> GraphOps:
         import torch_npu  # noqa: F401, TID251 - registers torch.ops.npu.* and installs the lazy ``torchair`` module
