@@ -177,10 +177,11 @@ def body_late_on_third_party_group(delay: float) -> dict[str, str]:
     return {"type": "", "message": "completed"}
 
 
-def test_a_rank_late_to_a_groups_first_collective_is_named(rank_pools: Any) -> None:
+def test_a_rank_late_to_a_groups_first_collective_is_named() -> None:
     """Rank 0 gives up after HCCL_CONNECT_TIMEOUT with EI0006: a typed CollectiveTimeout naming the variable and
     the late rank; the late rank, whose peer gave up, gets one too."""
-    outs = rank_pools.get(2, env=CONNECT).run(body_late_on_third_party_group, 3.0, timeout=60)
+    with RankPool(2, {}, CONNECT, start_method="forkserver") as pool:
+        outs = pool.run(body_late_on_third_party_group, 3.0, timeout=60)
     assert all(o.ok for o in outs), "\n".join(map(str, outs))
     first, late = outs[0].value, outs[1].value
     assert first["type"] == late["type"] == "CollectiveTimeout", outs
@@ -300,3 +301,55 @@ def test_the_simulated_import_patches_torch_distributed_and_shutdown_undoes_it()
         runtime.shutdown()
     assert (dist.gather, dist.batch_isend_irecv, F._AllGatherBase.backward) == originals
     assert installed_patches("ascend") == ()
+
+
+# -------------------------------------------------------------------------------------- memory and doctor
+
+
+def body_communicators() -> dict[str, Any]:
+    """The communicators this rank holds before and after a new group's first collective, and doctor's lines."""
+    from xccl.tools.cli.doctor_checks import collect
+
+    g = dist.new_group()
+    name = str(g.group_name)
+    before = {c.group: c for c in xccl.runtime.communicators()}
+    dist.all_reduce(torch.ones(1), group=g)
+    after = {c.group: c for c in xccl.runtime.communicators()}
+    lines = [f"{f.name}: {f.summary}" for f in collect(try_import=False).findings if f.section == "vendor runtime"]
+    return {"world": (before["0"].kind, before["0"].connected, before["0"].memory_mb),
+            "new": (before[name].connected, after[name].connected),
+            "kinds": sorted({c.kind for c in after.values()}), "doctor": lines}
+
+
+def test_every_group_holds_one_hccl_communicator_and_doctor_shows_them(rank_pools: Any) -> None:
+    """One HCCL communicator per group (no host-side gloo group on Ascend), HCCL_BUFFSIZE each; the world's is
+    connected at xccl.init, a new group's at its first collective; doctor lists them in a job."""
+    outs = rank_pools.get(2, env=SIM).run_ok(body_communicators)
+    for o in outs:
+        assert o["world"] == ("vendor", True, 200) and o["new"] == (False, True), o
+        assert "host gloo" not in o["kinds"], o  # raw groups other tests made with vendor_group() may be listed
+        assert any(line.startswith("group 0: vendor communicator (hccl) over ranks [0, 1]: connected, 200 MB")
+                   for line in o["doctor"]), o["doctor"]
+        assert any(line.startswith("device memory: ") for line in o["doctor"]), o["doctor"]
+
+
+def _doctor(env: dict[str, str]) -> dict[str, Any]:
+    from xccl.tools.cli.doctor_checks import collect
+
+    return {f.name: f for f in collect(env, try_import=False).findings if f.section == "vendor runtime"}
+
+
+def test_doctor_shows_the_watchdog_settings_xccl_will_apply() -> None:
+    """Without a process: the mode xccl sets, what bounds a collective, the groups' timeout, memory, patches."""
+    env = {"XCCL_SIMULATE": "ascend", "HCCL_EXEC_TIMEOUT": "3", "XCCL_TIMEOUT": "2"}
+    found = _doctor(env)
+    wd = found["watchdog"]
+    assert wd.status == "ok" and "mode 2 (CLEAN_UP_ONLY; set by xccl.init" in wd.summary, wd
+    assert "fails after 3 s (HCCL_EXEC_TIMEOUT=3 s); the process groups get 1803 s" in wd.summary, wd
+    assert "HCCL_CONNECT_TIMEOUT=120 s" in found["connect"].summary
+    assert "HCCL_BUFFSIZE=200 MB" in found["communicators"].summary
+    assert "host-side gloo group per group: none" in found["communicators"].summary
+    assert "xccl.gather and xccl.batch_isend_irecv" in found["patches"].summary
+    teardown = _doctor({**env, "TORCH_HCCL_ASYNC_ERROR_HANDLING": "1"})["watchdog"]
+    assert teardown.status == "warn" and "takes the whole process down" in teardown.fix
+    assert _doctor({**env, "TORCH_HCCL_ASYNC_ERROR_HANDLING": "7"})["watchdog"].status == "fail"
