@@ -196,10 +196,13 @@ def runtime_rows(runtime: VendorRuntime) -> list[Row]:
         out.append(Row(f"patch: `{patch.target}`", f"replaced when the SDK is imported: {patch.effect}",
                        _src(patch.source), "simulated: the simulated SDK applies a stand-in when the runtime loads "
                        "it and removes it at shutdown"))
+    produced = (wd.exec_error if wd is not None else "") + (lazy.error if lazy is not None else "")
     for fault in runtime.faults:
         typed = "PeerFailure" if fault.kind is Fault.PEER_LOST else "CollectiveTimeout"
+        how = ("simulated: the simulated failure carries the vendor's text" if fault.fragment in produced else
+               "not simulated: no simulated failure produces it")
         out.append(Row(f"fault: {fault.fragment}", fault.meaning, _src(fault.source),
-                       f"simulated: the simulated failure carries the vendor's text; xccl raises {typed}"))
+                       f"{how}; checked: xccl raises {typed} for a message that contains it"))
     return out
 
 

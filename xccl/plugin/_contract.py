@@ -221,7 +221,7 @@ class Runtime:
         from ._sim import simulated_group_of  # the simulation, imported only when simulating
 
         found = simulated_group_of(group)
-        return None if found is None else found.vendor_runtime.connected
+        return None if found is None else found.simulated_runtime.connected
 
     def kernels(self) -> Mapping[Collective, Callable[..., Any]]:
         """The vendor's kernels for ops c10d has no method for (uneven collectives, fused ops), or that need a

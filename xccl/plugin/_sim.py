@@ -314,12 +314,12 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         self._profile: Final = profile
         self._pg_options: Final = pg_options
         #: The vendor's run time for this group (``_sim_runtime``).
-        self.vendor_runtime: Final = GroupRuntime(runtime, opts, profile.vendor_name)
+        self.simulated_runtime: Final = GroupRuntime(runtime, opts, profile.vendor_name)
         # Gloo gets its own key prefix so that its rendezvous cannot collide with keys a simulated plugin
         # writes to the same group store (HCCL root info, SCCL unique ids). It times out when the vendor's own
         # execution timeout would.
         gloo = ProcessGroupGloo(PrefixStore("xccl.sim.gloo", opts.store), opts.group_rank, opts.group_size,
-                                self.vendor_runtime.gloo_timeout(opts.timeout))
+                                self.simulated_runtime.gloo_timeout(opts.timeout))
         gloo.options.global_ranks_in_group = list(opts.global_ranks_in_group)
         gloo.options.group_name = opts.group_id
         cpu, custom = torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM
@@ -395,8 +395,8 @@ def _gated(method: str, key: str) -> Callable[..., Any]:
         args = self._admit(key, args, kwargs)
         if key not in _REDUCING:
             args, kwargs = _carried(args), _carried(kwargs)
-        vendor = self.vendor_runtime
-        vendor.before()
+        vendor = self.simulated_runtime
+        vendor.before(key)
         return vendor.after(key, getattr(self._inner, method)(*args, **kwargs))
 
     call.__name__ = method

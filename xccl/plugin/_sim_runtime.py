@@ -11,10 +11,14 @@ The capability table makes the simulated group refuse what the vendor refuses (`
   (``std::terminate``);
 * **the execution timeout**: the simulated group's gloo times out after the vendor's execution timeout, and the
   failure carries the vendor's text (HCCL's EI0002) instead of gloo's. On the hardware the error surfaces at the
-  next synchronisation of the stream; here it is raised by the collective's ``wait()``;
+  next synchronisation of the stream; here it is raised by the collective's ``wait()``. gloo closes the
+  connections of a collective that timed out, so a rank that arrives after its peers gave up sees them gone
+  (gloo's text) at once, where the vendor's would wait out its own execution timeout;
 * **lazy connect** (:class:`~xccl.plugin.LazyConnect`): a group connects at its first collective (or the
   vendor's call that creates the communicator), and fails with the vendor's text when a member has not arrived
-  within the connect timeout; a member arriving after its peers gave up fails at once;
+  within the connect timeout; a member arriving after its peers gave up fails at once (on the hardware it would
+  wait out its own connect timeout). Point-to-point calls do not connect the group (HCCL gives each pair of ranks
+  a communicator of its own, not simulated);
 * **patches** (:class:`~xccl.plugin.TorchPatch`): :func:`install_patches` applies a simulated SDK's replacements
   of ``torch.distributed`` functions, checked against the declaration, and :func:`remove_patches` undoes them.
 
@@ -58,6 +62,8 @@ logger = logging.getLogger(__name__)
 _POLL: Final = 0.05
 #: How often a rank waiting to connect looks at the store.
 _CONNECT_POLL: Final = 0.01
+#: ``Backend`` methods that need only two ranks, not the group's communicator.
+_POINT_TO_POINT: Final = frozenset({"send", "recv", "recv_anysource"})
 
 # --------------------------------------------------------------------------------------------------- watchdog
 
@@ -283,9 +289,11 @@ class GroupRuntime:
         """Whether the group's communicator connected (None: the vendor connects at creation)."""
         return None if self._connector is None else self._connector.connected
 
-    def before(self) -> None:
-        """Before a collective: connect on the group's first (raising the vendor's connect error)."""
-        if self._connector is not None and not self._connector.connected:
+    def before(self, key: str) -> None:
+        """Before a collective (``Backend`` method ``key``): connect on the group's first, raising the vendor's
+        connect error. Point-to-point calls are left out: HCCL runs them on a communicator of their own per pair of
+        ranks (``ProcessGroupHCCL.cpp:4428-4434``), which only those two connect; that one is not simulated."""
+        if self._connector is not None and not self._connector.connected and key not in _POINT_TO_POINT:
             self._connector.connect()
 
     def after(self, method: str, work: Any) -> Any:

@@ -98,7 +98,7 @@ def body_slow_peer(delay: float) -> dict[str, Any]:
     w, settings, sim = xccl.get_world(), STATE.watchdog, simulated_group_of(g)
     return {"sum": t.tolist(), "timeout": w.timeout.total_seconds(),
             "collective_timeout": w.collective_timeout.total_seconds(),
-            "group watchdog": None if sim is None else sim.vendor_runtime.settings.timeout,
+            "group watchdog": None if sim is None else sim.simulated_runtime.settings.timeout,
             "mode": None if settings is None else settings.mode.name, "warned": sorted(STATE.warned)}
 
 
@@ -353,3 +353,23 @@ def test_doctor_shows_the_watchdog_settings_xccl_will_apply() -> None:
     teardown = _doctor({**env, "TORCH_HCCL_ASYNC_ERROR_HANDLING": "1"})["watchdog"]
     assert teardown.status == "warn" and "takes the whole process down" in teardown.fix
     assert _doctor({**env, "TORCH_HCCL_ASYNC_ERROR_HANDLING": "7"})["watchdog"].status == "fail"
+
+
+@pytest.mark.parametrize(("text", "typed"), [
+    ("EI0002: The wait execution of the Notify register times out.", "CollectiveTimeout"),
+    ("EI0006: Getting socket times out.", "CollectiveTimeout"),
+    ("SUSPECT REMOTE ERROR happened with workEnqueue.[ERROR] ... ERR00100", "PeerFailure"),
+    ("FORCE STOP.[ERROR] ... ERR00100", "PeerFailure"),
+    ("HCCL function error: something else", "RuntimeError"),
+])
+def test_hccl_messages_become_typed_errors(text: str, typed: str) -> None:
+    """What the plugin declares of HCCL's messages (VendorRuntime.faults) decides the typed error; others pass."""
+    from types import SimpleNamespace
+
+    import xccl_ascend
+
+    from xccl.collectives._faults import translate
+
+    ctx = SimpleNamespace(runtime=SimpleNamespace(plugin=xccl_ascend.plugin), ranks=(0, 1), rank=0, name="0",
+                          group=None)
+    assert type(translate(RuntimeError(text), ctx, "all_reduce", None)).__name__ == typed

@@ -141,7 +141,7 @@ class SimSdk:
     def comm_connected(self, group: Any) -> bool | None:
         """Whether ``group``'s communicator is connected (``get_hccl_comm_name(init_comm=False)`` is not empty)."""
         found = simulated_group_of(group)
-        return None if found is None else found.vendor_runtime.connected
+        return None if found is None else found.simulated_runtime.connected
 
     def device_count(self) -> int:
         return len(self._visible)

@@ -138,5 +138,15 @@ def ascend_runtime() -> VendorRuntime:
             VendorFault("EI0006", Fault.CONNECT,
                         "a communicator could not connect within HCCL_CONNECT_TIMEOUT: a member reached the group's "
                         "first collective late, or not at all", CANN_EI0006),
+            # Device and link errors the watchdog saw, raised by torch_npu at the next collective's enqueue.
+            *(VendorFault(error, Fault.PEER_LOST, f"{meaning}; torch_npu raises '{error} happened with workEnqueue.' "
+                          "at the next collective", f"{_PGH}:620-637 (get_device_error), :3393-3401 (workEnqueue)")
+              for error, meaning in (("HCCS LINK ERROR", "an HCCS link between NPUs failed"),
+                                     ("UB LINK ERROR", "a UB link failed"),
+                                     ("SUSPECT REMOTE ERROR", "a remote NPU or its link failed"),
+                                     ("HCCL OP RETRY FAILED", "HCCL's retry of a failed operation failed"))),
+            VendorFault("FORCE STOP", Fault.PEER_LOST, "the device's tasks were aborted (torch_npu's stop_device)",
+                        f"{_PGH}:807-811, :3402-3407 (workEnqueue raises 'FORCE STOP.'), "
+                        f"{_PT}csrc/core/npu/NPUQueue.cpp:538-541"),
         ),
     )
