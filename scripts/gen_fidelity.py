@@ -10,11 +10,14 @@ A plugin of this repository takes part when its package has a ``_fidelity`` modu
   ``manifest ...`` or an ``https://`` page), so a source can sit next to the claim it supports;
 * ``CLAIMS``: the other claims (constraints, options, topology), each with ``topic``, ``claim``, ``sources`` and
   ``simulation``;
-* optionally ``SUMMARY`` (a sentence on the sources, shown under the plugin's heading) and
+* optionally ``SUMMARY`` (a sentence on the sources, shown under the plugin's heading),
   ``entry_simulation(op, mode, support) -> str | None`` to describe how the simulation covers an entry (the
-  default says it by level and mode).
+  default says it by level and mode), and ``HARDWARE``: ``((what, command), ...)``, the ordered list of what only
+  the hardware can settle, each with the one command that settles it ("First hour on hardware").
 
-Every entry of the plugin's capability table and every claim becomes a row. A row without a source is listed under
+Every entry of the plugin's capability table and every claim becomes a row; so does every behaviour the plugin
+declares in ``Plugin.vendor_runtime()`` (watchdog, execution timeout, lazy connect, memory per communicator,
+patches, vendor faults, completion), each with the sources its declaration carries ("Run time"). A row without a source is listed under
 "Claims without a source", and ``--check`` (and ``tests/test_fidelity.py``) fails on it, as on a stale file.
 
 Usage::
@@ -40,7 +43,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from gen_docs import documented, repo_distributions  # noqa: E402 - the sibling script, found through sys.path
 
-from xccl.plugin import Collective, Level, Mode, Support  # noqa: E402
+from xccl.plugin import Collective, Completion, Fault, Level, Mode, Support, VendorRuntime  # noqa: E402
 from xccl.plugin._registry import PluginInfo, plugins  # noqa: E402
 from xccl.tools import _render  # noqa: E402
 
@@ -130,6 +133,81 @@ def _claim(op: Collective, sup: Support) -> str:
     return "; ".join(parts)
 
 
+def _src(text: str) -> tuple[str, ...]:
+    return citations(text) or ((text,) if text else ())
+
+
+def _filled(template: str, **values: float) -> str:
+    """A declared message with its placeholders filled with the defaults (the template as is if it cannot be)."""
+    try:
+        return template.format(**values)
+    except (KeyError, IndexError, ValueError):
+        return template
+
+
+_WAITS: Final = {
+    Completion.BLOCKING: "as gloo",
+    Completion.STREAM: "not simulated: the simulated group's wait() waits for the collective on the host; the "
+    "hardware's makes the caller's stream wait and returns",
+    Completion.AT_ONCE: "simulated by the plugin's simulated group (wait() returns at once)",
+}
+
+
+def runtime_rows(runtime: VendorRuntime) -> list[Row]:
+    """A row per behaviour the plugin declares in ``vendor_runtime()``, with the sources of its declaration."""
+    out = []
+    if runtime.completion is not Completion.BLOCKING or runtime.completion_source:
+        out.append(Row("completion", f"Work.wait(): {runtime.completion.value}", _src(runtime.completion_source),
+                       _WAITS[runtime.completion]))
+    wd = runtime.watchdog
+    if wd is not None:
+        src = _src(wd.source)
+        alias = f" (or {', '.join(wd.mode_env_aliases)})" if wd.mode_env_aliases else ""
+        out += [
+            Row("watchdog: mode", f"{wd.mode_env}{alias} selects 0 no handling, 1 tear down, 2 clean up only, 3 skip "
+                f"clean up; default {wd.default_mode.value}; read once per process; 1 and 3 rethrow on the "
+                "watchdog's thread, taking the process down", src,
+                "simulated: the mode read once per process; in 1 and 3 a watchdog that fires aborts the process "
+                "with the vendor's message. xccl sets 2 unless the user set the variable"),
+            Row("watchdog: timeout floor", f"in mode(s) {', '.join(str(m.value) for m in sorted(wd.floor_modes, key=lambda m: m.value))}: "
+                f"a group timeout at or below {wd.exec_timeout_env} warns "
+                f"({_filled(wd.warning, timeout_ms=300_000, exec_ms=round(wd.exec_timeout_default * 1000)) or 'no warning'}); torch's "
+                f"{wd.torch_default:g} s default becomes {wd.exec_timeout_env} + {wd.default_margin:g} s", src,
+                "simulated: the same rule and warning at group creation. xccl gives no group a timeout at or below "
+                f"{wd.exec_timeout_env}, and the vendor's default when none was given, in every mode"),
+            Row("execution timeout", f"{wd.exec_timeout_env} (default {wd.exec_timeout_default:g} s) ends a collective "
+                f"that does not complete: {_filled(wd.exec_error, exec_s=wd.exec_timeout_default) or 'no message'}", src,
+                "simulated: the simulated group's gloo times out after it and raises the vendor's text, from the "
+                "collective's wait() (the hardware: at the next stream synchronisation); xccl raises "
+                f"CollectiveTimeout naming {wd.exec_timeout_env}"),
+        ]
+    lazy = runtime.lazy_connect
+    if lazy is not None:
+        out.append(Row("lazy connect", f"a communicator connects at its group's first collective, within "
+                       f"{lazy.timeout_env} (default {lazy.timeout_default:g} s), else: "
+                       f"{_filled(lazy.error, timeout_s=lazy.timeout_default) or 'no message'}",
+                       _src(lazy.source),
+                       "simulated: every member must reach the group's first collective within the timeout. xccl "
+                       "connects the world at xccl.init and names the late ranks in CollectiveTimeout"))
+    mem = runtime.comm_memory
+    if mem is not None:
+        p2p = f"; {mem.p2p_env} = {mem.p2p_default_mb} MB per point-to-point communicator" if mem.p2p_env else ""
+        out.append(Row("memory per communicator", f"{mem.env} = {mem.default_mb} MB per communicator{p2p}",
+                       _src(mem.source), "not simulated: reported by xccl doctor and xccl.runtime.communicators()"))
+    for patch in runtime.patches:
+        out.append(Row(f"patch: `{patch.target}`", f"replaced when the SDK is imported: {patch.effect}",
+                       _src(patch.source), "simulated: the simulated SDK applies a stand-in when the runtime loads "
+                       "it and removes it at shutdown"))
+    produced = (wd.exec_error if wd is not None else "") + (lazy.error if lazy is not None else "")
+    for fault in runtime.faults:
+        typed = "PeerFailure" if fault.kind is Fault.PEER_LOST else "CollectiveTimeout"
+        how = ("simulated: the simulated failure carries the vendor's text" if fault.fragment in produced else
+               "not simulated: no simulated failure produces it")
+        out.append(Row(f"fault: {fault.fragment}", fault.meaning, _src(fault.source),
+                       f"{how}; checked: xccl raises {typed} for a message that contains it"))
+    return out
+
+
 def rows(info: PluginInfo, module: ModuleType) -> tuple[list[Row], list[Row]]:
     """The plugin's table rows and claim rows."""
     table = info.plugin.capabilities()  # type: ignore[union-attr]
@@ -141,7 +219,7 @@ def rows(info: PluginInfo, module: ModuleType) -> tuple[list[Row], list[Row]]:
         sim = describe(op, mode, sup) or default_simulation(op, mode, sup)
         entries.append(Row(f"`{op.value}` {mode.value}", _claim(op, sup), found, sim))
     claims = [Row(c.topic, c.claim, tuple(c.sources), c.simulation) for c in getattr(module, "CLAIMS", ())]
-    return entries, claims
+    return entries, claims + runtime_rows(info.plugin.vendor_runtime())  # type: ignore[union-attr]
 
 
 def _md(text: str) -> str:
@@ -164,7 +242,14 @@ def section(info: PluginInfo, module: ModuleType) -> str:
     if summary:
         lines += [summary, ""]
     lines += ["### Capability table", "", *_table(("entry", "claim", "source", "simulation"), entries), ""]
-    lines += ["### Other claims", "", *_table(("topic", "claim", "source", "simulation"), claims), ""]
+    lines += ["### Other claims and the run time", "", *_table(("topic", "claim", "source", "simulation"), claims), ""]
+    hardware = getattr(module, "HARDWARE", ())
+    if hardware:
+        lines += ["### First hour on hardware", "",
+                  "What the simulation cannot settle, in the order to try it, each with the command that settles it:",
+                  ""]
+        lines += [f"{i}. {_md(what)}: `{command}`" for i, (what, command) in enumerate(hardware, 1)]
+        lines.append("")
     lines.append(f"<!-- fidelity:end {info.name} -->")
     return "\n".join(lines) + "\n"
 

@@ -57,7 +57,7 @@ _LAZY: Final = {
     **dict.fromkeys(("ParallelGroup", "ParallelGroups", "parallel_groups", "parallel_layout"),
                     "xccl.runtime._parallel"),
     "EmulationWarning": "xccl.collectives._dispatch",
-    "XcclProcessGroup": "xccl.collectives._process_group",
+    **dict.fromkeys(("BackendName", "TimeoutWarning", "XcclProcessGroup"), "xccl.collectives._process_group"),
     # the capability model and plugins
     **dict.fromkeys(
         ("PLUGIN_API_VERSION", "CapabilityTable", "Collective", "KernelContext", "Level", "Mode", "Plugin",
@@ -72,6 +72,7 @@ _LAZY: Final = {
 }
 
 __all__ = [
+    "BackendName",
     "BackendNotFound",
     "BackendUnavailable",
     "CapabilityTable",
@@ -103,6 +104,7 @@ __all__ = [
     "SimProfile",
     "Status",
     "Support",
+    "TimeoutWarning",
     "UnsupportedCollective",
     "World",
     "XcclError",
@@ -191,7 +193,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     )
     from .api._patch import patch_collectives
     from .collectives._dispatch import EmulationWarning
-    from .collectives._process_group import XcclProcessGroup
+    from .collectives._process_group import BackendName, TimeoutWarning, XcclProcessGroup
     from .fused._api import all_gather_mm, mm_all_reduce, mm_reduce_scatter
     from .graph import compile, functional
     from .plugin import (

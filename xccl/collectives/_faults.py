@@ -10,6 +10,11 @@ They become :class:`~xccl.PeerFailure` and :class:`~xccl.CollectiveTimeout`, car
 time, with the backend's exception chained (``raise ... from exc``) so that nothing is hidden: the original text
 is both quoted in the message and reachable as ``__cause__``. Anything unrecognised is re-raised unchanged.
 
+A vendor's own messages come first: a plugin declares what its error codes mean
+(:attr:`~xccl.plugin.VendorRuntime.faults`: HCCL's EI0002 is a collective that outlasted ``HCCL_EXEC_TIMEOUT``,
+EI0006 a communicator that could not connect within ``HCCL_CONNECT_TIMEOUT``); a connect failure names the members
+that never reached the group's first collective (``_state.missing_members``).
+
 Synchronous calls are translated by ``_dispatch.run``. An asynchronous call's fault surfaces later, in
 ``Work.wait()``; :class:`TypedWork` wraps only the handles of asynchronous calls (``async_op=True``), so the
 synchronous hot path gains no object and no indirection. It is a ``torch.distributed.Work``, so xccl's c10d
@@ -27,8 +32,9 @@ from typing import Any, Final, final
 import torch.distributed as dist
 
 from ..errors import CollectiveTimeout, PeerFailure, XcclError
+from ..plugin._vendor_runtime import Fault, VendorFault
 from ._liveness import lost_peers
-from ._state import STATE
+from ._state import STATE, missing_members
 
 __all__ = ["ForwardingWork", "TypedWork", "classify", "translate"]
 
@@ -77,9 +83,37 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _timeout_hint() -> str:
-    world = STATE.world
+    world, settings = STATE.world, STATE.watchdog
+    if settings is not None and settings.exec_timeout:
+        return (f"the vendor ends a collective after {settings.exec_env}={settings.exec_timeout:g} s, its own "
+                f"execution timeout (set {settings.exec_env} to change it)")
     seconds = f"{world.timeout.total_seconds():g} s" if world is not None else "the timeout"
     return f"the timeout is {seconds} (xccl.init(timeout=...) or XCCL_TIMEOUT)"
+
+
+def _vendor_kind(ctx: Any, text: str) -> Fault | None:
+    """What the vendor's own message means, from the plugin's declared faults (first match)."""
+    runtime = getattr(ctx, "runtime", None)  # a dispatch context; tests may pass a lighter one
+    faults: tuple[VendorFault, ...] = () if runtime is None else runtime.plugin.vendor_runtime().faults
+    return next((fault.kind for fault in faults if fault.fragment in text), None)
+
+
+def _connect_failure(exc: BaseException, ctx: Any, where: dict[str, Any]) -> CollectiveTimeout:
+    """The typed error for a communicator that could not connect: who never arrived, and what bounds it."""
+    settings = STATE.watchdog
+    var = f"{settings.connect_env}={settings.connect_timeout:g} s" if settings and settings.connect_timeout else (
+        "the vendor's connect timeout")
+    late = missing_members(ctx.group, ctx.ranks)
+    who = (f"rank(s) {late} had not reached their first collective on this group" if late else
+           "every member had arrived, so the peers gave up before this rank did" if late == [] else
+           "some member did not reach its first collective on this group in time")
+    return CollectiveTimeout(
+        f"the vendor could not connect the group's communicator within {var} ({_first_line(exc)}): {who}. The "
+        "vendor connects a group at its first collective, so a rank that reaches it late (a first compile, a slow "
+        "checkpoint load) makes its peers give up: call xccl.runtime.connect(group) on every rank right after "
+        f"creating the group, which connects it while the ranks are together, or raise {var.split('=')[0]}",
+        **where,
+    )
 
 
 def translate(exc: BaseException, ctx: Any, op: str, started: float | None = None) -> BaseException:
@@ -95,11 +129,14 @@ def translate(exc: BaseException, ctx: Any, op: str, started: float | None = Non
     """
     if isinstance(exc, XcclError):
         return exc
-    kind = classify(str(exc))
+    vendor = _vendor_kind(ctx, str(exc))
+    kind = classify(str(exc)) if vendor is None else PeerFailure if vendor is Fault.PEER_LOST else CollectiveTimeout
     if kind is None:
         return exc
     elapsed = time.monotonic() - started if started is not None else _waited(str(exc))
     where: dict[str, Any] = {"rank": ctx.ranks[ctx.rank], "op": op, "group": ctx.name, "elapsed": elapsed}
+    if vendor is Fault.CONNECT:
+        return _connect_failure(exc, ctx, where)
     members = list(ctx.ranks)
     if kind is CollectiveTimeout:
         return CollectiveTimeout(

@@ -21,12 +21,21 @@ needs: it refuses to create a group without ``ProcessGroupSCCLOptions``.
 
 What torch reports: ``dist.get_backend(g)`` is ``"xccl_<backend>"`` (pass it to ``new_group``);
 ``g._get_backend(device)`` is the vendor's backend object, so vendor code that reaches for it
-(``get_hccl_comm_name``, FSDP2's allocator hooks) finds what it expects. Code that branches on
-``get_backend() == "nccl"`` takes its generic path, which xccl's group supports in full.
+(``get_hccl_comm_name``, FSDP2's allocator hooks) finds what it expects.
+
+Code that branches on the backend's name: over a vendor backend torch does not know itself (``hccl``, ``sccl``),
+``dist.get_backend(g)`` is a :class:`BackendName`, a ``str`` whose value is xccl's name and which also *compares*
+equal to the vendor's (``==``, ``!=``, ``in`` a list or tuple), so torch_npu's ``_AllGatherBase.backward`` check,
+TorchAir's ``get_backend(pg) != "hccl"`` and ``"npu" if get_backend() == "hccl" else "cpu"`` take the vendor's
+path, as they would on the vendor's own group, whose devices xccl's group serves. What stays xccl's: ``str()``,
+formatting, hashing (a dict or set of names finds it under ``"xccl_hccl"`` only), ``.lower()`` and the like, which
+torch's group creation uses, so ``new_group(backend=get_backend())`` still creates xccl's groups. Over gloo and
+nccl no alias is made: torch's ``_new_process_group_helper`` compares the name with them to build its own groups.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import logging
 import time
 from collections.abc import Sequence
@@ -42,15 +51,19 @@ from ..plugin._contract import Runtime
 from ..plugin._vendor_runtime import Completion
 from ..plugin._work import Work
 from . import _specs as S
-from ._dispatch import all_reduce, dispatch
+from ._dispatch import all_reduce, dispatch, warn_once
 from ._state import STATE, forget
+from ._watchdog import group_timeout
 
-__all__ = ["PREFIX", "XcclProcessGroup", "backend_name", "register_backend"]
+__all__ = ["PREFIX", "BackendName", "TimeoutWarning", "XcclProcessGroup", "backend_name", "register_backend"]
 
 LOG = logging.getLogger("xccl")
 
 #: The prefix of xccl's torch.distributed backend names.
 PREFIX: Final = "xccl_"
+#: Backend names torch compares with when it creates a group (``_new_process_group_helper``, ``BackendConfig``):
+#: xccl's name must never compare equal to one of them, or torch would build its own group instead of xccl's.
+_TORCH_OWN: Final = frozenset({"undefined", "gloo", "nccl", "ucc", "mpi", "xccl", "fake"})
 _SUM: Final = dist.ReduceOp.SUM
 _PREMUL_SUM: Final = dist.ReduceOp.RedOpType.PREMUL_SUM  # type: ignore[attr-defined]
 
@@ -65,18 +78,54 @@ def needs_host_side(runtime: Runtime) -> bool:
     complete at once, so the barrier blocks the host on one (``_host_barrier``)."""
     if runtime.plugin.vendor_runtime().completion is Completion.AT_ONCE:
         return True
-    table = runtime.plugin.capabilities()
+    table = runtime.capabilities()
     return any(table.entry(op).via == "host_gloo" for op in (Collective.SEND, Collective.RECV))
+
+
+class BackendName(str):
+    """xccl's backend name (``"xccl_hccl"``) that also compares equal to the vendor's (``"hccl"``).
+
+    ``dist.get_backend(g)`` returns ``getattr(Backend, NAME.upper())``, which ``register_backend`` sets to the
+    name unless it is set already; xccl sets it to this first. Equality (``==``, ``!=``, and so ``in`` a list or
+    tuple) holds for both names; everything else is the ``str`` ``"xccl_hccl"``: its hash (dict and set lookups
+    find it under xccl's name only), ``str()``, formatting and every ``str`` method, which return plain strings.
+    """
+
+    vendor: str
+
+    def __new__(cls, name: str, vendor: str) -> BackendName:
+        obj = super().__new__(cls, name)
+        obj.vendor = vendor
+        return obj
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, str):
+            return NotImplemented
+        return str.__eq__(self, other) or str.__eq__(self.vendor, other)
+
+    def __ne__(self, other: object) -> bool:
+        if not isinstance(other, str):
+            return NotImplemented
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (BackendName, (str(self), self.vendor))
 
 
 def register_backend(runtime: Runtime) -> str:
     """Register xccl's backend for ``runtime`` with torch.distributed (once per process); returns its name.
 
     The creator reads the runtime from xccl's state when torch calls it, so one registration serves every
-    ``xccl.init`` of the process.
+    ``xccl.init`` of the process. Over a vendor backend torch does not know itself, ``dist.get_backend`` returns
+    the name as a :class:`BackendName`, equal to the vendor's name as well.
     """
     name = backend_name(runtime)
     if name.upper() not in dist.Backend._plugins:
+        if runtime.backend not in _TORCH_OWN and not hasattr(dist.Backend, name.upper()):
+            # register_backend keeps an attribute that exists: this is what Backend(name) returns from now on.
+            setattr(dist.Backend, name.upper(), BackendName(name, runtime.backend))
         dist.Backend.register_backend(name, _Creator(name), extended_api=True, devices=[runtime.device_type])
     return name
 
@@ -100,6 +149,13 @@ class _Creator:
             # A group created by third-party code (DeviceMesh, FSDP, Megatron-style builders): the vendor's options.
             world = None if not dist.is_initialized() else list(options.global_ranks_in_group)
             pg_options = runtime.process_group_options(world)
+        watchdog = runtime.plugin.vendor_runtime().watchdog
+        if watchdog is not None:
+            # Every group, whoever creates it: the vendor's watchdog never gets a timeout at or below its floor.
+            decided = group_timeout(watchdog, options.timeout)
+            if decided.note is not None:
+                warn_once(("timeout", runtime.plugin.name), f"xccl: {decided.note}.", TimeoutWarning)
+            options.timeout = decided.timeout
         t = time.perf_counter()
         native = runtime.create_native_group(options, pg_options)
         t = STATE.lap("native group", t)
@@ -129,6 +185,10 @@ def _place_world(runtime: Runtime, options: Any) -> None:
     STATE.job, STATE.job_at = job, None
 
 
+class TimeoutWarning(UserWarning):
+    """The timeout given to xccl is not what bounds a collective on this vendor (warned once per process)."""
+
+
 class XcclProcessGroup(dist.ProcessGroup):
     """A ``torch.distributed.ProcessGroup`` whose collectives run through xccl's dispatch.
 
@@ -149,6 +209,10 @@ class XcclProcessGroup(dist.ProcessGroup):
         self.side: Final = side
         #: The vendor's options the group was created with.
         self.pg_options: Final = pg_options
+        #: The timeout the vendor's group got (after xccl's watchdog policy).
+        self.timeout: Final[_dt.timedelta] = options.timeout
+        #: The group's store (torch's prefix store for the group), for xccl's own bookkeeping.
+        self.store: Final = options.store
         self._backend_name: Final = name
         device = torch.device(device_type)
         # The vendor's backend object serves group_name (stored in the backends), _get_backend(device) (vendor

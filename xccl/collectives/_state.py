@@ -27,9 +27,11 @@ from ..plugin._job import Job
 from ..plugin._kernels import KernelContext
 from ._scratch import Scratch
 from ._validate import group_problem
+from ._watchdog import WatchdogSettings
 
 __all__ = [
-    "DEFAULT_TIMEOUT", "STATE", "Fallback", "GroupState", "ProcessState", "World", "forget", "register", "state_of",
+    "ARRIVED", "DEFAULT_TIMEOUT", "STATE", "Fallback", "GroupState", "ProcessState", "World", "forget", "mark_arrival",
+    "missing_members", "register", "state_of",
 ]
 
 Fallback = Literal["emulate", "warn", "error"]
@@ -59,12 +61,17 @@ class World:
     fallback: Fallback = "warn"
     #: True when the collective-mismatch detector is on.
     check: bool = False
+    #: The world group's timeout, as the vendor's group got it: on a vendor with a watchdog, xccl keeps it above
+    #: the vendor's own execution timeout (``xccl.collectives._watchdog``), so it may differ from the one given.
     timeout: _dt.timedelta = DEFAULT_TIMEOUT
     #: The torch.distributed backend name of the world group: xccl's (``xccl_<backend>``) when xccl created it,
     #: the vendor's when xccl adopted a world created by someone else.
     process_group_backend: str = ""
     #: True when the world was created outside xccl and adopted by ``xccl.init``.
     adopted: bool = False
+    #: How long a collective on the world waits before it fails: :attr:`timeout`, or the vendor's own execution
+    #: timeout where that comes first (HCCL_EXEC_TIMEOUT on Ascend).
+    collective_timeout: _dt.timedelta = DEFAULT_TIMEOUT
 
 
 @final
@@ -90,7 +97,7 @@ class GroupState:
         self.runtime: Final = runtime
         #: Device type of the tensors this group takes (a plain attribute: read on every call).
         self.device_type: Final = runtime.device_type
-        self.table: Final[CapabilityTable] = runtime.plugin.capabilities()
+        self.table: Final[CapabilityTable] = runtime.capabilities()
         #: The plugin's name, in messages.
         self.backend: Final = self.table.backend
         self.size: Final = group.size()
@@ -111,6 +118,8 @@ class GroupState:
         #: What a plugin's kernels see of the group.
         self.kernel_context: Final = KernelContext(group, native, self.rank, self.size, self.ranks, self.backend,
                                                    self.communicator_name)
+        if runtime.plugin.vendor_runtime().lazy_connect is not None:
+            mark_arrival(group, self.rank)
 
     def communicator_name(self) -> str:
         """The plugin's communicator name for the group, asked for once (on HCCL, asking creates it)."""
@@ -179,6 +188,8 @@ class ProcessState:
         now = time.perf_counter()
         self.phases[name] = self.phases.get(name, 0.0) + now - since
         return now
+    #: The vendor's watchdog settings in force (``_watchdog``), when the plugin declares a watchdog.
+    watchdog: WatchdogSettings | None = None
 
     def reset(self) -> None:
         """Forget everything (``xccl.shutdown``)."""
@@ -219,6 +230,32 @@ def register(group: Any, runtime: Runtime, fallback: Fallback | None = None, che
         STATE.check if check is None else check,
     )
     return st
+
+
+#: The key under a group's store that says a member reached its first collective there (``mark_arrival``).
+ARRIVED: Final = "xccl.arrived/"
+
+
+def mark_arrival(group: Any, group_rank: int) -> None:
+    """Note in the group's store that this member reached its first collective on it (xccl's groups only).
+
+    Where the vendor connects a group lazily, a member that arrives late makes the others' connect fail; the
+    typed error then names the members that never arrived (``_faults``). One store write per group and rank.
+    """
+    store = getattr(group, "store", None)
+    if store is not None:
+        store.set(f"{ARRIVED}{group_rank}", "1")
+
+
+def missing_members(group: Any, ranks: tuple[int, ...]) -> list[int] | None:
+    """The global ranks of ``group`` that never reached a collective on it (None: unknown, no store)."""
+    store = getattr(group, "store", None)
+    if store is None:
+        return None
+    try:
+        return [r for i, r in enumerate(ranks) if not store.check([f"{ARRIVED}{i}"])]
+    except RuntimeError:
+        return None
 
 
 def forget(group: Any) -> None:

@@ -21,11 +21,13 @@ What is here, by concern:
   (:func:`version_key`, :func:`version_below`: the order ``Support.min_sdk`` floors are compared in);
 * discovery: :class:`Registry`, :class:`PluginInfo`, :class:`Status`, :func:`plugins`;
 * the vendor's run-time behaviour as data (:class:`VendorRuntime`: :class:`Completion`, :class:`Watchdog` and
-  :class:`ErrorHandling`, :class:`LazyConnect`, :class:`CommMemory`, :class:`TorchPatch`), which xccl acts on and
-  the simulation reproduces;
+  :class:`ErrorHandling`, :class:`LazyConnect`, :class:`CommMemory`, :class:`TorchPatch`, :class:`VendorFault`
+  and :class:`Fault`), which xccl acts on and the simulation reproduces;
 * the job: :func:`job_env` returns a :class:`JobEnv` (rank, world size, local rank and size, node, rendezvous
-  address and which launcher said so: torchrun, Slurm, LSF, Kubeflow, MPI), for plugins that need the job's shape;
-* the CPU simulation: :class:`SimProfile` and the simulated process group;
+  address and which launcher said so: torchrun, Slurm, LSF, Kubeflow, MPI); :class:`Job` is what xccl places a
+  runtime for (:meth:`Runtime.place`);
+* the CPU simulation: :class:`SimProfile` and the simulated process group, and the simulated SDK's patches of
+  ``torch.distributed`` (:func:`install_patches`, :func:`remove_patches`);
 * rank tables: :class:`RankTableFormat` (a plugin's format for ``xccl rank-table``), the JSON reading kit that
   reports every defect as a :class:`~xccl.RankTableError` with its JSON path;
 * the errors a plugin raises.
@@ -108,8 +110,20 @@ from ._sim import (
     base_class_message,
     register_simulated_backend,
     simulated_backend_of,
+    simulated_group_of,
 )
-from ._vendor_runtime import CommMemory, Completion, ErrorHandling, LazyConnect, TorchPatch, VendorRuntime, Watchdog
+from ._sim_runtime import install_patches, installed_patches, remove_patches
+from ._vendor_runtime import (
+    CommMemory,
+    Completion,
+    ErrorHandling,
+    Fault,
+    LazyConnect,
+    TorchPatch,
+    VendorFault,
+    VendorRuntime,
+    Watchdog,
+)
 from ._versions import version_below, version_key
 from ._work import Work, finish
 
@@ -139,6 +153,7 @@ __all__ = [
     "CollectiveKernel",
     "ConstraintViolation",
     "ErrorHandling",
+    "Fault",
     "InitError",
     "InvalidArgument",
     "JobEnv",
@@ -168,6 +183,7 @@ __all__ = [
     "UnevenAllGatherKernel",
     "UnevenReduceScatterKernel",
     "UnsupportedCollective",
+    "VendorFault",
     "VendorRuntime",
     "Watchdog",
     "Work",
@@ -183,6 +199,8 @@ __all__ = [
     "dump",
     "finish",
     "graph_entries",
+    "install_patches",
+    "installed_patches",
     "is_ipv4",
     "job_env",
     "json_type",
@@ -197,8 +215,10 @@ __all__ = [
     "reduce_op_name",
     "reduce_op_of",
     "register_simulated_backend",
+    "remove_patches",
     "require",
     "simulated_backend_of",
+    "simulated_group_of",
     "table_from",
     "version_below",
     "version_key",

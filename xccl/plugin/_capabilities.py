@@ -341,6 +341,11 @@ class CapabilityTable:
             )
         return res
 
+    def with_entries(self, changes: Mapping[tuple[Collective, Mode], Support]) -> CapabilityTable:
+        """A copy with some entries replaced: how a runtime refines its plugin's table with what it found at run
+        time (``Runtime.capabilities``), e.g. an API one release of the vendor's SDK has and another lacks."""
+        return CapabilityTable(self.backend, {**self._entries, **changes}, self.notes)
+
     def to_dict(self) -> dict[str, object]:
         """The table as plain JSON-able data (for ``xccl caps --json`` and the docs)."""
         out: dict[str, object] = {}

@@ -154,6 +154,17 @@ class Runtime:
         """
         return self.adopt_device(job.local_rank) if adopted else self.setup_device(job.local_rank)
 
+    def capabilities(self) -> CapabilityTable:
+        """The table dispatch uses: the plugin's, refined by what this runtime found in the installed SDK.
+
+        A vendor API that one release of the SDK has and another lacks (torch_npu's ``all_to_all_vc``) is probed
+        here, on the SDK the runtime loaded, never by a hidden branch in the plugin's static table: the plugin's
+        :meth:`Plugin.capabilities` describes the release it documents, and this returns it with the entries the
+        probe changed (:meth:`CapabilityTable.with_entries`). Called once per group; cache it. Default: the
+        plugin's table.
+        """
+        return self.plugin.capabilities()
+
     def setup_device(self, local_rank: int) -> torch.device:
         """Make ``local_rank``'s device current and return it (what the default :meth:`place` does)."""
         if self.device_type == "cpu":
@@ -199,6 +210,31 @@ class Runtime:
     def comm_name(self, group: dist.ProcessGroup) -> str:
         """A communicator name for ``group``: stable, the same on every rank, unique per group."""
         return f"{self.backend}:{group.group_name}"
+
+    def connect(self, group: dist.ProcessGroup) -> None:
+        """Connect ``group``'s communicator now, where the vendor connects at a group's first collective
+        (:class:`~xccl.plugin.LazyConnect`). Collective: every member calls it (``xccl.init`` does for the world,
+        ``xccl.runtime.connect`` for any group). Default: a one-element all_reduce on the vendor's own group,
+        which every vendor must connect for."""
+        from torch.distributed import ReduceOp
+
+        from ._c10d import c10d_kernel  # plain c10d, so that no detector or dispatch records the call
+
+        native = getattr(group, "native", group)
+        kernel = c10d_kernel(Collective.ALL_REDUCE, native)
+        if kernel is not None:
+            kernel(torch.zeros(1, device=self.device_type), ReduceOp.SUM, False)
+
+    def comm_connected(self, group: dist.ProcessGroup) -> bool | None:
+        """Whether ``group``'s communicator is connected yet, where the vendor connects lazily; None when the
+        vendor connects at creation or cannot tell without connecting (``xccl.runtime.communicators``). The
+        default knows it in simulation (the simulated group connects as the vendor's declaration says)."""
+        if not self.simulate:
+            return None
+        from ._sim import simulated_group_of  # the simulation, imported only when simulating
+
+        found = simulated_group_of(group)
+        return None if found is None else found.simulated_runtime.connected
 
     def kernels(self) -> Mapping[Collective, Callable[..., Any]]:
         """The vendor's kernels for ops c10d has no method for (uneven collectives, fused ops), or that need a

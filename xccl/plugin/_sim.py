@@ -30,6 +30,9 @@ run first, because Python calls and the trampoline both find the overrides befor
 ``reduce_scatter_single``; a subclass that overrides only ``_reduce_scatter_base`` falls through to the C++ base,
 which fails with "No backend type associated with device type cpu". Every method name is overridden here.
 
+The vendor's run time (watchdog, execution timeout, lazy connect) comes from the :class:`VendorRuntime` given at
+registration and is reproduced by ``_sim_runtime`` around every call.
+
 Caveats: ``g._get_backend(torch.device("cpu"))`` returns the bare gloo backend, so code that takes a group's
 backend object directly (``_time_estimator``, NCCL-style coalescing) bypasses the checks; ``batch_isend_irecv``
 uses plain ``isend``/``irecv`` because the group is not exactly ``ProcessGroup``. The vendor's completion
@@ -51,6 +54,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
 from ._sim_completion import complete
+from ._sim_runtime import GroupRuntime
 from ._vendor_runtime import PLAIN, VendorRuntime
 
 __all__ = [
@@ -62,6 +66,7 @@ __all__ = [
     "base_class_message",
     "register_simulated_backend",
     "simulated_backend_of",
+    "simulated_group_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -211,11 +216,12 @@ class SimProfile:
 
 
 _PROFILES: dict[str, SimProfile] = {}
-_VENDORS: dict[str, VendorRuntime] = {}
+#: The vendor's declared run time per simulated backend (watchdog, lazy connect...; ``_sim_runtime``).
+_RUNTIMES: dict[str, VendorRuntime] = {}
 _LOCK = threading.Lock()
 
 
-def register_simulated_backend(profile: SimProfile, vendor: VendorRuntime = PLAIN) -> None:
+def register_simulated_backend(profile: SimProfile, *, runtime: VendorRuntime = PLAIN) -> None:
     """Make ``profile.backend`` a ``torch.distributed`` backend that runs on gloo under ``profile``'s rules.
 
     Call it in every process before ``init_process_group`` / ``new_group`` (torch keeps registrations per
@@ -224,7 +230,9 @@ def register_simulated_backend(profile: SimProfile, vendor: VendorRuntime = PLAI
 
     Args:
         profile: the vendor's rules.
-        vendor: the vendor's run-time behaviour (``Plugin.vendor_runtime()``) that the simulated groups reproduce.
+        runtime: the vendor's run time (``Plugin.vendor_runtime()``): the simulated groups reproduce its watchdog,
+            execution timeout, lazy connect (``xccl.plugin._sim_runtime``) and completion (``_sim_completion``).
+            ``xccl.init`` passes the plugin's.
 
     Raises:
         ValueError: the name is not a lower-case identifier, or torch (or another plugin, e.g. the real vendor
@@ -235,7 +243,8 @@ def register_simulated_backend(profile: SimProfile, vendor: VendorRuntime = PLAI
         raise ValueError(f"simulated backend name {name!r} must be a lower-case identifier, e.g. 'sccl'")
     with _LOCK:
         if name in _PROFILES:
-            _PROFILES[name], _VENDORS[name] = profile, vendor
+            _PROFILES[name] = profile
+            _RUNTIMES[name] = runtime
             logger.debug("simulated backend %r: profile replaced", name)
             return
         known = (name in _RESERVED or name in dist.Backend.backend_list
@@ -247,7 +256,8 @@ def register_simulated_backend(profile: SimProfile, vendor: VendorRuntime = PLAI
                 "would silently keep it. Simulate in a process that does not import the vendor package."
             )
         dist.Backend.register_backend(name, _Creator(name), extended_api=True, devices=["cpu"])
-        _PROFILES[name], _VENDORS[name] = profile, vendor
+        _PROFILES[name] = profile
+        _RUNTIMES[name] = runtime
     logger.debug("simulated backend %r registered (%s)", name, profile.vendor_name)
 
 
@@ -264,9 +274,15 @@ def simulated_backend_of(group: dist.ProcessGroup | None = None) -> SimProfile |
         if not dist.is_initialized():
             return None
         group = dist.group.WORLD
+    found = simulated_group_of(group)
+    return None if found is None else found.profile
+
+
+def simulated_group_of(group: Any) -> SimulatedProcessGroup | None:
+    """The simulated vendor group behind ``group`` (xccl's process group or the vendor's own), or None."""
     # xccl's process group wraps the vendor's: look through it.
     group = getattr(group, "native", group)
-    return group.profile if isinstance(group, SimulatedProcessGroup) else None
+    return group if isinstance(group, SimulatedProcessGroup) else None
 
 
 class _Creator:
@@ -280,7 +296,7 @@ class _Creator:
         profile = _PROFILES[self.backend]
         if profile.check_options is not None:
             profile.check_options(pg_options, opts.group_rank, opts.group_size)
-        return SimulatedProcessGroup(profile, opts, pg_options, _VENDORS.get(self.backend, PLAIN))
+        return SimulatedProcessGroup(profile, opts, pg_options, _RUNTIMES.get(self.backend, PLAIN))
 
 
 class SimulatedProcessGroup(dist.ProcessGroup):
@@ -294,21 +310,24 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         profile: the vendor's rules.
         opts: torch's ``_DistributedBackendOptions`` (store, group rank and size, timeout, group id).
         pg_options: the ``pg_options`` the caller passed, kept as :attr:`pg_options` for the plugin.
-        vendor: the vendor's run-time behaviour; its completion shapes the works returned.
+        runtime: the vendor's run time to reproduce (watchdog, execution timeout, lazy connect, completion).
     """
 
     def __init__(self, profile: SimProfile, opts: Any, pg_options: object | None,
-                 vendor: VendorRuntime = PLAIN) -> None:
+                 runtime: VendorRuntime = PLAIN) -> None:
         # The (store, rank, size) constructor is a pybind factory that cannot build a Python subclass
         # ("returned holder-wrapped instance is not an alias instance"), so the wrapper has no store of its own.
         super().__init__(opts.group_rank, opts.group_size)  # type: ignore[call-arg]  # the .pyi lists one overload
         self._profile: Final = profile
         self._pg_options: Final = pg_options
-        self._completion: Final = vendor.completion
+        self._completion: Final = runtime.completion
+        #: The vendor's run time for this group (``_sim_runtime``).
+        self.simulated_runtime: Final = GroupRuntime(runtime, opts, profile.vendor_name)
         # Gloo gets its own key prefix so that its rendezvous cannot collide with keys a simulated plugin
-        # writes to the same group store (HCCL root info, SCCL unique ids).
+        # writes to the same group store (HCCL root info, SCCL unique ids). It times out when the vendor's own
+        # execution timeout would.
         gloo = ProcessGroupGloo(PrefixStore("xccl.sim.gloo", opts.store), opts.group_rank, opts.group_size,
-                                opts.timeout)
+                                self.simulated_runtime.gloo_timeout(opts.timeout))
         gloo.options.global_ranks_in_group = list(opts.global_ranks_in_group)
         gloo.options.group_name = opts.group_id
         cpu, custom = torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM
@@ -383,7 +402,9 @@ def _gated(method: str, key: str) -> Callable[..., Any]:
         args = self._admit(key, args, kwargs)
         if key not in _REDUCING:
             args, kwargs = _carried(args), _carried(kwargs)
-        return complete(self._completion, key, getattr(self._inner, method)(*args, **kwargs))
+        vendor = self.simulated_runtime
+        vendor.before(key)
+        return complete(self._completion, key, vendor.after(key, getattr(self._inner, method)(*args, **kwargs)))
 
     call.__name__ = method
     call.__qualname__ = f"SimulatedProcessGroup.{method}"

@@ -21,6 +21,8 @@ Every field carries the upstream source it was read from (``source``), which ``d
 from __future__ import annotations
 
 import enum
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, final
 
@@ -28,8 +30,10 @@ __all__ = [
     "CommMemory",
     "Completion",
     "ErrorHandling",
+    "Fault",
     "LazyConnect",
     "TorchPatch",
+    "VendorFault",
     "VendorRuntime",
     "Watchdog",
 ]
@@ -61,11 +65,20 @@ class ErrorHandling(enum.Enum):
     #: 3: raise to Python without aborting the communicators.
     SKIP_CLEAN_UP = 3
 
+    @property
+    def tears_down(self) -> bool:
+        """Whether the watchdog takes the process down when it fires (torch's ``SHOULD_TEAR_DOWN``: 1 and 3)."""
+        return self in (ErrorHandling.TEAR_DOWN, ErrorHandling.SKIP_CLEAN_UP)
+
 
 @final
 @dataclass(frozen=True, slots=True)
 class Watchdog:
-    """The vendor's watchdog over each process group's collectives."""
+    """The vendor's watchdog over each process group's collectives, and the vendor's own execution timeout.
+
+    The methods read the vendor's variables the way the vendor reads them, so that xccl's policy
+    (``xccl.collectives._watchdog``) and the simulation (``xccl.plugin._sim_runtime``) agree with the hardware.
+    """
 
     #: Variable that selects :class:`ErrorHandling` by value, e.g. ``"TORCH_HCCL_ASYNC_ERROR_HANDLING"``.
     mode_env: str
@@ -81,6 +94,73 @@ class Watchdog:
     default_margin: float
     #: Where this was read, e.g. ``"Ascend/pytorch@462f4e1 ProcessGroupHCCL.cpp:1233-1251"``.
     source: str
+    #: Older names of :attr:`mode_env`, read when it is unset (``"HCCL_ASYNC_ERROR_HANDLING"``).
+    mode_env_aliases: tuple[str, ...] = ()
+    #: The group timeout the vendor takes for "none given": torch's default (30 minutes), which it replaces by
+    #: the execution timeout plus :attr:`default_margin`.
+    torch_default: float = 1800.0
+    #: The modes in which the vendor replaces that default and warns about a timeout at or below the execution
+    #: timeout (HCCL: TearDown only).
+    floor_modes: frozenset[ErrorHandling] = frozenset({ErrorHandling.TEAR_DOWN})
+    #: The vendor's warning at group creation when the timeout is at or below the execution timeout, with
+    #: ``{timeout_ms}`` and ``{exec_ms}``; ``""``: it does not warn.
+    warning: str = ""
+    #: What a collective that outlasts the execution timeout fails with (the vendor's text, ``{exec_s}`` for the
+    #: timeout); ``""``: the vendor has no execution timeout.
+    exec_error: str = ""
+
+    def mode(self, env: Mapping[str, str]) -> ErrorHandling:
+        """The mode in force for ``env``: :attr:`mode_env`, else an alias, else :attr:`default_mode`.
+
+        Raises:
+            ValueError: the variable is not 0, 1, 2 or 3 (the vendor refuses it when the first group is created).
+        """
+        name = self.mode_source(env)
+        if name is None:
+            return self.default_mode
+        raw = env[name].strip()
+        try:
+            return ErrorHandling(int(raw))
+        except ValueError:
+            raise ValueError(f"{self.mode_env} should be 0, 1, 2, or 3 (got {name}={raw!r})") from None
+
+    def mode_source(self, env: Mapping[str, str]) -> str | None:
+        """The variable that sets the mode in ``env`` (:attr:`mode_env` or an alias), or None when unset."""
+        return next((n for n in (self.mode_env, *self.mode_env_aliases) if n in env), None)
+
+    def exec_timeout(self, env: Mapping[str, str]) -> float:
+        """The execution timeout in seconds (0: never; :data:`math.inf` when the vendor has none).
+
+        A negative or unreadable value means the default, as torch_npu's ``GetHCCLExecTimeout`` reads it.
+        """
+        if not self.exec_timeout_env:
+            return math.inf
+        raw = env.get(self.exec_timeout_env, "").strip()
+        try:
+            value = float(int(raw))
+        except ValueError:
+            return self.exec_timeout_default
+        return self.exec_timeout_default if value < 0 else value
+
+    def vendor_default(self, env: Mapping[str, str]) -> float:
+        """The watchdog timeout the vendor picks for a group created without one: execution timeout plus margin
+        (:data:`math.inf` when the execution timeout is 0, "never")."""
+        exec_s = self.exec_timeout(env)
+        return math.inf if exec_s in (0.0, math.inf) else exec_s + self.default_margin
+
+    def group_timeout(self, requested: float, env: Mapping[str, str]) -> float:
+        """The watchdog timeout the vendor gives a group created with ``requested`` seconds, in ``env``."""
+        if self.mode(env) in self.floor_modes and requested == self.torch_default:
+            return self.vendor_default(env)
+        return requested
+
+    def creation_warning(self, requested: float, env: Mapping[str, str]) -> str | None:
+        """The vendor's warning when a group is created with ``requested`` seconds in ``env``, or None."""
+        exec_s = self.exec_timeout(env)
+        if (not self.warning or self.mode(env) not in self.floor_modes or requested == self.torch_default
+                or exec_s == math.inf or requested > exec_s):
+            return None
+        return self.warning.format(timeout_ms=round(requested * 1000), exec_ms=round(exec_s * 1000))
 
 
 @final
@@ -94,6 +174,17 @@ class LazyConnect:
     timeout_default: float
     #: Where this was read.
     source: str
+    #: What a rank's first collective fails with when a member does not arrive in time (the vendor's text).
+    error: str = ""
+
+    def timeout(self, env: Mapping[str, str]) -> float:
+        """The connect timeout in seconds for ``env`` (the default when unset, unreadable or not positive)."""
+        raw = env.get(self.timeout_env, "").strip()
+        try:
+            value = float(int(raw))
+        except ValueError:
+            return self.timeout_default
+        return value if value > 0 else self.timeout_default
 
 
 @final
@@ -107,6 +198,27 @@ class CommMemory:
     default_mb: int
     #: Where this was read.
     source: str
+    #: Variable holding the size of each point-to-point communicator (one per pair of ranks that send to each
+    #: other), ``""`` when the vendor has none (HCCL: ``"P2P_HCCL_BUFFSIZE"``).
+    p2p_env: str = ""
+    #: Its default, MB (HCCL: 20).
+    p2p_default_mb: int = 0
+
+    def mb(self, env: Mapping[str, str]) -> int:
+        """MB per communicator in ``env``."""
+        return _mb(env.get(self.env, ""), self.default_mb)
+
+    def p2p_mb(self, env: Mapping[str, str]) -> int:
+        """MB per point-to-point communicator in ``env`` (0 when the vendor has none)."""
+        return _mb(env.get(self.p2p_env, ""), self.p2p_default_mb) if self.p2p_env else 0
+
+
+def _mb(raw: str, default: int) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        return default
+    return value if value >= 0 else default
 
 
 @final
@@ -118,6 +230,32 @@ class TorchPatch:
     target: str
     #: What the replacement does differently, for ``xccl doctor`` and the docs (one sentence).
     effect: str
+    #: Where this was read.
+    source: str
+
+
+class Fault(enum.Enum):
+    """What a vendor's error message means, for xccl's typed errors."""
+
+    #: A collective did not complete in time (a peer is slow, hung or called something else).
+    TIMEOUT = "timeout"
+    #: A communicator could not connect: a member did not reach the group's first collective in time.
+    CONNECT = "connect"
+    #: A peer's process or link is gone.
+    PEER_LOST = "peer lost"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class VendorFault:
+    """A fragment of the vendor's error messages and what it means (``"EI0002"``: a collective timed out)."""
+
+    #: Text the vendor's message contains, matched case-sensitively (error codes are upper case).
+    fragment: str
+    #: What it means.
+    kind: Fault
+    #: One sentence for the docs.
+    meaning: str
     #: Where this was read.
     source: str
 
@@ -137,6 +275,10 @@ class VendorRuntime:
     comm_memory: CommMemory | None = None
     #: What the SDK replaces in ``torch.distributed`` when it is imported.
     patches: tuple[TorchPatch, ...] = ()
+    #: The vendor's own error messages and what they mean, checked in order before xccl's generic reading.
+    faults: tuple[VendorFault, ...] = ()
+    #: Where :attr:`completion` was read.
+    completion_source: str = ""
 
 
 #: The behaviour of a plugin that declares none.

@@ -30,6 +30,7 @@ import torch.distributed as dist
 from ..collectives._liveness import close_quietly
 from ..collectives._process_group import PREFIX, backend_name, register_backend
 from ..collectives._state import DEFAULT_TIMEOUT, STATE, Fallback, World, state_of
+from ..collectives._watchdog import choose_mode, settings_of
 from ..errors import BackendUnavailable, InitError, InvalidArgument, XcclError
 from ..plugin._capabilities import CapabilityTable
 from ..plugin._contract import Plugin, Runtime
@@ -46,6 +47,7 @@ __all__ = [
     "World",
     "capabilities",
     "comm_name",
+    "connect",
     "get_world",
     "init",
     "new_group",
@@ -84,13 +86,16 @@ def _check_policy(fallback: str, check: bool | None) -> bool:
 
 
 def _prepare(runtime: Runtime, fallback: Fallback, check: bool) -> str:
-    """Register the simulated vendor backend (when simulating) and xccl's backend; make ``runtime`` current."""
+    """Register the simulated vendor backend (when simulating) and xccl's backend; make ``runtime`` current; choose
+    the vendor watchdog's mode before any of the vendor's groups exists (``xccl.collectives._watchdog``)."""
+    vendor = runtime.plugin.vendor_runtime()
     if runtime.simulate:
         profile = runtime.plugin.simulation()
         if profile is not None:
-            register_simulated_backend(profile, runtime.plugin.vendor_runtime())
+            register_simulated_backend(profile, runtime=vendor)
     STATE.runtime, STATE.fallback, STATE.check = runtime, fallback, check
     STATE.job = STATE.device = STATE.job_at = None
+    STATE.watchdog = _watchdog_settings(runtime, choose=True)
     return register_backend(runtime)
 
 
@@ -99,6 +104,23 @@ def _place(runtime: Runtime, job: Job, *, adopted: bool = False) -> torch.device
     STATE.device = runtime.place(job, adopted=adopted)
     STATE.job = job
     return STATE.device
+
+
+def _watchdog_settings(runtime: Runtime, *, choose: bool) -> Any:
+    """The vendor watchdog's settings in force; with ``choose``, xccl's mode unless the user set one.
+
+    Raises:
+        InitError: the user's mode variable holds no mode.
+    """
+    vendor = runtime.plugin.vendor_runtime()
+    if vendor.watchdog is None:
+        return None
+    try:
+        source = choose_mode(vendor.watchdog, os.environ) if choose else (
+            "the vendor's default" if vendor.watchdog.mode_source(os.environ) is None else "set by the user")
+        return settings_of(vendor, os.environ, source)
+    except ValueError as exc:
+        raise InitError(f"{exc}: 0 (no handling), 1 (tear down), 2 (clean up only) or 3 (skip clean up)") from None
 
 
 def process_group_backend(
@@ -174,7 +196,11 @@ def init(
         world_size: number of ranks (default: from the environment).
         local_rank: rank within this node, used to pick the device (default: from the environment, else rank).
         init_method: a torch.distributed init method URL (default ``env://``).
-        timeout: collective and rendezvous timeout (timedelta or seconds); default ``XCCL_TIMEOUT`` or 300 s.
+        timeout: collective and rendezvous timeout (timedelta or seconds); default ``XCCL_TIMEOUT`` or 300 s. On a
+            vendor with a watchdog and its own execution timeout (Ascend) the process groups get no timeout at or
+            below that execution timeout, and without a timeout they get the vendor's default (warned once when
+            a given timeout is not what bounds collectives; ``World.timeout`` and ``World.collective_timeout``
+            say what holds).
         simulate: run a vendor plugin on CPU over gloo (default: ``XCCL_SIMULATE=<vendor>``).
         fallback: what to do when the backend lacks an op: ``"emulate"`` silently, ``"warn"`` once per op,
             ``"error"`` raise :class:`~xccl.UnsupportedCollective`.
@@ -213,6 +239,8 @@ def init(
     t = time.perf_counter()
     STATE.default = state_of(dist.group.WORLD)
     STATE.lap("group state", t)
+    if not world.adopted:
+        _connect_world()
     return world
 
 
@@ -233,7 +261,12 @@ def _create_world(
     name = _prepare(runtime, fallback, check)
     t = STATE.lap("runtime and backend registration", t)
     device = _place(runtime, job)
-    kwargs: dict[str, Any] = {"rank": rank_, "world_size": size, "timeout": tmo}
+    watchdog = plugin.vendor_runtime().watchdog
+    given = timeout is not None or "XCCL_TIMEOUT" in os.environ
+    # The rendezvous waits for tmo; the group gets what the vendor's watchdog may have (torch's default where no
+    # timeout was given: the vendor's own default, see xccl.collectives._watchdog).
+    group_tmo = tmo if watchdog is None or given else _dt.timedelta(seconds=watchdog.torch_default)
+    kwargs: dict[str, Any] = {"rank": rank_, "world_size": size, "timeout": group_tmo}
     options = runtime.process_group_options(None)
     if options is not None:
         kwargs["pg_options"] = options
@@ -274,8 +307,42 @@ def _create_world(
     # A process group left alive at interpreter exit can abort the process (seen with simulated backends:
     # "terminate called without an active exception"); tear down in order unless the user already did.
     atexit.register(_shutdown_at_exit)
-    return World(rank_, size, job.local_rank, device, plugin.name, runtime.backend, sim, fallback, check, tmo, name,
-                 False)
+    group_tmo = getattr(dist.group.WORLD, "timeout", tmo)
+    return World(rank_, size, job.local_rank, device, plugin.name, runtime.backend, sim, fallback, check, group_tmo, name,
+                 False, _collective_timeout(group_tmo))
+
+
+def _collective_timeout(group_timeout: _dt.timedelta) -> _dt.timedelta:
+    """How long a collective waits on a group with this timeout: the vendor's execution timeout may come first."""
+    settings = STATE.watchdog
+    if settings is None:
+        return group_timeout
+    return _dt.timedelta(seconds=settings.collective_bound(group_timeout.total_seconds()))
+
+
+def _connect_world() -> None:
+    """Connect the world's communicator now, where the vendor connects lazily: every rank is here, right after the
+    rendezvous, so a rank that reaches its first collective late (a slow checkpoint load, a first compile) is
+    bounded by the execution timeout instead of the much shorter connect timeout (HCCL_CONNECT_TIMEOUT)."""
+    runtime, world = STATE.runtime, STATE.default
+    if runtime is not None and world is not None and runtime.plugin.vendor_runtime().lazy_connect is not None:
+        runtime.connect(world.group)
+
+
+def connect(group: Any = None) -> None:
+    """Connect ``group``'s communicator now (default: the world's; ``xccl.init`` already did). Every member calls it.
+
+    Where the vendor connects a group at its first collective (HCCL, within ``HCCL_CONNECT_TIMEOUT``), a member that
+    reaches that first collective late makes the others fail; calling this right after creating the group, while
+    its ranks are together, moves the connect there. On other vendors it costs one tiny collective.
+
+    Example::
+
+        tp = xccl.new_group([0, 1])
+        xccl.runtime.connect(tp)
+    """
+    st = state_of(group)
+    st.runtime.connect(st.group)
 
 
 def _adopt_world(
@@ -301,13 +368,16 @@ def _adopt_world(
     # settings of process_group_backend; rebuild them under init's.
     STATE.groups.clear()
     STATE.runtime, STATE.fallback, STATE.check = runtime, fallback, check
+    if STATE.watchdog is None:  # set by process_group_backend when xccl prepared the backend; else as found
+        STATE.watchdog = _watchdog_settings(runtime, choose=False)
     # A world created on xccl's backend placed this process when its group was created (_process_group._Creator).
     job, device = STATE.job, STATE.device
     if not ours or job is None or device is None:
         job = job_of(dist.get_rank(), dist.get_world_size(), local_rank)
         device = _place(runtime, job, adopted=True)
+    tmo = getattr(dist.group.WORLD, "timeout", None) or timeout_of(timeout)
     return World(job.rank, job.world_size, job.local_rank, device, runtime.plugin.name, runtime.backend,
-                 runtime.simulate, fallback, check, timeout_of(timeout), backend, True)
+                 runtime.simulate, fallback, check, tmo, backend, True, _collective_timeout(tmo))
 
 
 def _plugin_for(backend: str, vendor: str, registry: Registry) -> Plugin:
@@ -336,6 +406,9 @@ def _plugin_for(backend: str, vendor: str, registry: Registry) -> Plugin:
 def capabilities(plugin: str | None = None) -> CapabilityTable:
     """The :class:`~xccl.CapabilityTable` of ``plugin`` (default: the plugin ``xccl.init`` selected).
 
+    For the selected plugin this is its runtime's table: the plugin's, refined by what the runtime found in the
+    installed SDK (``Runtime.capabilities``); for any other plugin, its static table.
+
     Raises:
         BackendNotFound, BackendUnavailable: no such plugin, or it failed to load.
         InitError: no plugin named and xccl is not initialised.
@@ -346,6 +419,9 @@ def capabilities(plugin: str | None = None) -> CapabilityTable:
     """
     if plugin is None:
         plugin = get_world().plugin
+    runtime = STATE.runtime
+    if runtime is not None and runtime.plugin.name == plugin:
+        return runtime.capabilities()
     return default_registry().get(plugin).capabilities()
 
 

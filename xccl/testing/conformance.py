@@ -24,7 +24,12 @@ It checks behaviour, not instantiation:
   that is, before any communication;
 * every graph-mode claim holds under ``torch.compile(fullgraph=True)`` and matches eager (once xccl's graph path
   exists);
-* communicator names are the same on every member, stable, and unique per group.
+* communicator names are the same on every member, stable, and unique per group;
+* the vendor's run time the plugin declares (``Plugin.vendor_runtime()``): xccl's policy holds on it (a peer late
+  by less than the execution timeout kills no process; the world is connected at ``xccl.init``; the SDK's
+  patches of ``torch.distributed`` are in place), and in simulation, with the vendor's timeouts made short, the
+  simulation fails as the vendor does (typed errors for a peer past the execution timeout and for a rank late
+  to a group's first collective; patches undone at shutdown). See ``_runtime_bodies``.
 
 The calls are batched: one :class:`~xccl.testing.RankPool` run per world size executes every op, and the
 per-op tests read its report, so the whole suite takes seconds after the ranks have started.
@@ -47,7 +52,7 @@ from xccl.plugin._capabilities import Collective, Level
 from xccl.plugin._contract import Plugin
 from xccl.plugin._registry import PluginInfo, Status, default_registry
 
-from . import _bodies
+from . import _bodies, _runtime_bodies
 from ._checks import (
     KNOWN_SDKS,
     comm_name_problems,
@@ -186,18 +191,20 @@ class _Batches:
     def __init__(self, target: Target, workdir: str) -> None:
         self.target = target
         self.workdir = workdir
-        self._pools: dict[int, RankPool] = {}
+        self._pools: dict[tuple[int, tuple[tuple[str, str], ...]], RankPool] = {}
         self._done: dict[tuple[str, int], dict[str, dict[str, list[str]]] | list[Outcome] | str] = {}
 
-    def _pool(self, world_size: int) -> RankPool:
+    def _pool(self, world_size: int, env: Mapping[str, str] | None = None) -> RankPool:
         why = self.target.cannot_run(world_size)
         if why:
             pytest.skip(why)
-        pool = self._pools.get(world_size)
+        key = (world_size, tuple(sorted((env or {}).items())))
+        pool = self._pools.get(key)
         if pool is None:
             cpu = self.target.simulate or self.target.plugin.device_type == "cpu"
-            pool = self._pools[world_size] = RankPool(
-                world_size, self.target.init_kwargs(), self.target.env, start_method="forkserver" if cpu else "spawn"
+            pool = self._pools[key] = RankPool(
+                world_size, self.target.init_kwargs(), {**self.target.env, **(env or {})},
+                start_method="forkserver" if cpu else "spawn",
             )
         if not pool.alive:
             pool.start()
@@ -209,13 +216,15 @@ class _Batches:
             pool.close()
         self._pools.clear()
 
-    def outcomes(self, kind: str, world_size: int, body: Callable[..., Any], *args: Any) -> list[Outcome]:
-        """Every rank's outcome of ``body(*args, progress)``, run once per (kind, world size)."""
+    def outcomes(self, kind: str, world_size: int, body: Callable[..., Any], *args: Any,
+                 env: Mapping[str, str] | None = None) -> list[Outcome]:
+        """Every rank's outcome of ``body(*args, progress)``, run once per (kind, world size), on ranks with
+        ``env`` added to the suite's environment."""
         key = (kind, world_size)
         if key not in self._done:
             progress = os.path.join(self.workdir, f"{kind}-{world_size}")
             try:
-                pool = self._pool(world_size)
+                pool = self._pool(world_size, env)
                 self._done[key] = pool.run(body, *args, progress, timeout=_BATCH_TIMEOUT)
             except TimeoutError as exc:
                 self._done[key] = f"{exc}. {_where(progress, world_size)}"
@@ -409,6 +418,52 @@ class Conformance:
         bad = [o for o in outs if not o.ok]
         assert not bad, "comm_name failed:\n" + "\n".join(map(str, bad))
         assert not (problems := comm_name_problems([o.value for o in outs])), "\n".join(problems)
+
+
+    # -- the vendor's run time
+
+    def _runtime_report(self, target: Target, batches: _Batches) -> dict[str, list[str]]:
+        env = _runtime_bodies.short_timeouts(target.plugin.vendor_runtime()) if target.simulate else {}
+        env = {k: v for k, v in env.items() if k not in target.env}  # the suite's own settings win
+        outs = batches.outcomes("runtime", min(target.world_sizes), _runtime_bodies.runtime_batch, env=env)
+        bad = [o for o in outs if not o.ok]
+        assert not bad, "runtime checks failed on some ranks (RankDied: killed, e.g. by the vendor's watchdog):\n" + \
+            "\n".join(map(str, bad))
+        return _runtime_bodies.merged([(o.rank, o.value) for o in outs])
+
+    @pytest.mark.parametrize("behaviour", ["watchdog", "connect", "patches"])
+    def test_vendor_runtime(self, xccl_target: Target, xccl_batches: _Batches, behaviour: str) -> None:
+        """What the plugin declares in vendor_runtime() holds on ranks: xccl's policy on the vendor's watchdog,
+        lazy connect and patches, and (in simulation) the simulated vendor's failures, typed."""
+        declared = xccl_target.plugin.vendor_runtime()
+        present = {"watchdog": declared.watchdog, "connect": declared.lazy_connect, "patches": declared.patches}
+        if not present[behaviour]:
+            pytest.skip(f"{xccl_target.name} declares no {behaviour}")
+        report = self._runtime_report(xccl_target, xccl_batches)
+        mine = {k: v for k, v in report.items() if k.startswith(behaviour)}
+        failures = [f"{k}: {m}" for k, v in mine.items() for m in v if "skipped:" not in m]
+        assert not failures, "\n".join(failures)
+        ran = [k for k, v in mine.items() if not any("skipped:" in m for m in v)]
+        if not ran:
+            pytest.skip("; ".join(m for v in mine.values() for m in v))
+
+    def test_simulated_patches_are_undone_at_shutdown(self, xccl_target: Target) -> None:
+        """A simulated SDK applies the declared patches when the runtime loads it, and the runtime's shutdown
+        puts torch's own functions back (in this process, where no world is needed)."""
+        declared = xccl_target.plugin.vendor_runtime()
+        if not xccl_target.simulate or not declared.patches:
+            pytest.skip("only a simulated SDK's patches can be undone" if declared.patches else "no patches declared")
+        before = _runtime_bodies.patch_targets(declared.patches)
+        runtime = xccl_target.plugin.runtime(simulate=True)
+        try:
+            during = _runtime_bodies.patch_targets(declared.patches)
+            kept = [t for t in before if during[t] is before[t]]
+            assert not kept, f"the simulated SDK does not replace {kept}, which the plugin declares"
+        finally:
+            runtime.shutdown()
+        after = _runtime_bodies.patch_targets(declared.patches)
+        left = [t for t in before if after[t] is not before[t]]
+        assert not left, f"still replaced after the runtime's shutdown: {left}"
 
 
 def suite(

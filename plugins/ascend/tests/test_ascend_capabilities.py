@@ -22,10 +22,25 @@ def test_plugin_is_discovered() -> None:
 
 @pytest.mark.parametrize("op", [C.ALL_REDUCE, C.ALL_GATHER, C.REDUCE_SCATTER_TENSOR, C.ALL_TO_ALL, C.BROADCAST,
                                 C.REDUCE, C.SCATTER, C.ALL_REDUCE_COALESCED, C.BARRIER, C.SEND, C.RECV, C.ALL_TO_ALL_SINGLE_UNEVEN,
-                                C.ALL_GATHER_INTO_TENSOR_UNEVEN, C.REDUCE_SCATTER_TENSOR_UNEVEN, C.ALL_TO_ALL_V,
+                                C.ALL_GATHER_INTO_TENSOR_UNEVEN, C.REDUCE_SCATTER_TENSOR_UNEVEN,
                                 C.MM_REDUCE_SCATTER, C.ALL_GATHER_MM, C.MM_ALL_REDUCE])
 def test_every_op_is_native_in_eager(op: C) -> None:
     assert TABLE.entry(op).level is Level.NATIVE
+
+
+@pytest.mark.parametrize(("release", "level"), [("2.13.0", Level.EMULATED), ("2.12.0", Level.NATIVE),
+                                                ("2.7.1", Level.NATIVE), ("2.6.0", Level.EMULATED)])
+def test_all_to_all_v_follows_the_runtimes_probe_of_all_to_all_vc(release: str, level: Level) -> None:
+    """The static table describes torch_npu 2.13.0, which has no all_to_all_vc; the runtime's probe of the
+    installed release refines it, and its kernels offer all_to_all_vc only where the release has it."""
+    from xccl_ascend import plugin
+    from xccl_ascend._runtime import AscendRuntime
+    from xccl_ascend._sdk_sim import SimSdk
+
+    assert TABLE.entry(C.ALL_TO_ALL_V).level is Level.EMULATED and TABLE.entry(C.ALL_TO_ALL_V).via == "all_to_all_single"
+    runtime = AscendRuntime(plugin, simulate=True, sdk=SimSdk({"XCCL_SIM_TORCH_NPU": release}))
+    assert runtime.capabilities().entry(C.ALL_TO_ALL_V).level is level
+    assert (C.ALL_TO_ALL_V in runtime.kernels()) is (level is Level.NATIVE)
 
 
 @pytest.mark.parametrize(

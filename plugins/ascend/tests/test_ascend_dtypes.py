@@ -32,7 +32,9 @@ F8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 @pytest.mark.parametrize("op", [C.ALL_GATHER_INTO_TENSOR, C.ALL_GATHER, C.BROADCAST, C.ALL_TO_ALL_SINGLE, C.SEND,
                                 C.SCATTER, C.ALL_GATHER_INTO_TENSOR_UNEVEN, C.ALL_TO_ALL_V])
 def test_hccl_moves_the_unsigned_and_float8_dtypes(op: C, dtype: torch.dtype) -> None:
-    assert TABLE.resolve(op, dtype=dtype).level is Level.NATIVE
+    # all_to_all_v on torch_npu 2.13.0 (no all_to_all_vc) is all_to_all_single with split sizes, which moves them.
+    want = Level.EMULATED if op is C.ALL_TO_ALL_V else Level.NATIVE
+    assert TABLE.resolve(op, dtype=dtype).level is want
 
 
 @pytest.mark.parametrize("dtype", NEW)

@@ -252,3 +252,16 @@ def test_simulation_refused_while_torch_npu_is_loaded(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("True xccl plugin 'ascend' is unavailable: torch_npu is already imported")
     assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in proc.stdout
+
+
+@pytest.mark.parametrize(("init", "said"), [
+    ("from .distributed_c10d import _all_to_all_vc as all_to_all_vc\n", "exported"),  # v2.7.1-v2.12.0
+    ("__all__ = ['is_hccl_available', 'reinit_process_group']\n", "not exported"),  # the 2.13.0 tags
+    (None, "unknown"),
+])
+def test_the_probe_reads_all_to_all_vc_from_torch_npus_source(site: Path, init: str | None, said: str) -> None:
+    """What doctor says about all_to_all_v before any process runs, without importing torch_npu."""
+    if init is not None:
+        (site / "torch_npu" / "distributed").mkdir()
+        (site / "torch_npu" / "distributed" / "__init__.py").write_text(init)
+    assert probe(site, {}).facts["all_to_all_vc"].startswith(said)

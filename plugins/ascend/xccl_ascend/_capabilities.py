@@ -17,7 +17,10 @@ Eager mode (manifest A3, ``ProcessGroupHCCL.cpp``):
 * ``torch.distributed.gather`` is replaced by torch_npu (gotcha 12) with an all_gather plus a
   ``broadcast_object_list``: xccl calls the c10d op, so on Ascend a gather moves the whole gathered tensor to every
   rank (world size times the bytes of a true gather) unless the compatible implementation is enabled on 910B/910_93;
-* torch_npu's own uneven all_gather / reduce_scatter and ``all_to_all_vc`` back xccl's uneven API natively;
+* torch_npu's own uneven all_gather / reduce_scatter back xccl's uneven API natively; ``all_to_all_v`` is
+  emulated (all_to_all_single with the matrix's split sizes, which HCCL honours): torch_npu 2.13.0 exports no
+  ``all_to_all_vc``. Where the installed release has it (v2.7.1-v2.12.0), the runtime's probe makes the entry native
+  (:data:`ALL_TO_ALL_VC`, ``AscendRuntime.capabilities``);
 * the MC2 fused kernels back xccl's fused API; their constraints (``_constraints``) are checked per call, and a
   violation falls back to the portable version under the fallback policy.
 
@@ -47,7 +50,7 @@ from . import _constraints as cons
 from ._torchair import GRAPH_P2P_CANN, vocabulary
 
 __all__ = [
-    "FLOAT8_DTYPES", "GRAPH_REDUCE_OPS", "GRAPH_SOURCES", "MOVED_DTYPES", "NO_PRODUCT_DTYPES", "REDUCED_DTYPES",
+    "ALL_TO_ALL_VC", "FLOAT8_DTYPES", "GRAPH_REDUCE_OPS", "GRAPH_SOURCES", "MOVED_DTYPES", "NO_PRODUCT_DTYPES", "REDUCED_DTYPES",
     "TORCHAIR_COMMIT", "ascend_table",
 ]
 
@@ -94,6 +97,21 @@ def _reducing(*, native_cast: bool = False, float_ops: frozenset[str] = _FLOAT_O
 
 _MOVING: Final = Support(Level.NATIVE, dtypes=MOVED_DTYPES)
 
+#: all_to_all_v on torch_npu 2.13.0: no all_to_all_vc in that release.
+_ALL_TO_ALL_V: Final = Support(
+    Level.EMULATED, via="all_to_all_single",
+    note="torch_npu 2.13.0 exports no torch_npu.distributed.all_to_all_vc (Ascend/pytorch@462f4e1 "
+    "torch_npu/distributed/__init__.py:1-3,28-33; the same at 94c0533 and 46936d1): all_to_all_single with the "
+    "matrix's split sizes, which HCCL honours. The runtime probes the installed torch_npu and uses all_to_all_vc "
+    "where it exists (the v2.7.1-v2.12.0 releases: Ascend/pytorch@a63ae3a torch_npu/distributed/__init__.py:2,29); "
+    "xccl.capabilities() after xccl.init and xccl doctor show which",
+)
+#: all_to_all_v where the installed torch_npu exports all_to_all_vc (the runtime's probe found it).
+ALL_TO_ALL_VC: Final = dataclasses.replace(
+    _MOVING, note="torch_npu.distributed.all_to_all_vc, found in the installed torch_npu by the runtime's probe "
+    "(count matrix the same on every rank; no in-place; Ascend/pytorch@a63ae3a torch_npu/distributed/__init__.py:2,29)",
+)
+
 
 def _fused(op: str) -> Support:
     """An MC2 kernel: its documented constraints (``_constraints.RULES``) are checked per call."""
@@ -129,9 +147,7 @@ def _eager() -> dict[Collective, Support]:
         C.ALL_GATHER_INTO_TENSOR_UNEVEN: dataclasses.replace(
             _MOVING, note="torch_npu.distributed.all_gather_into_tensor_uneven"
         ),
-        C.ALL_TO_ALL_V: dataclasses.replace(
-            _MOVING, note="torch_npu.distributed.all_to_all_vc (count matrix the same on every rank; no in-place)"
-        ),
+        C.ALL_TO_ALL_V: _ALL_TO_ALL_V,
         C.ALL_TO_ALL_SINGLE_UNEVEN: dataclasses.replace(_MOVING, note="HCCL honours all_to_all_single split sizes"),
         C.GATHER: Support(
             Level.EMULATED, via="all_gather",

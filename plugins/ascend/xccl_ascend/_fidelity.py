@@ -20,7 +20,7 @@ from xccl.plugin import Collective, Level, Mode, Support
 from ._capabilities import GRAPH_SOURCES
 from ._constraints import RULES
 
-__all__ = ["CLAIMS", "ENTRY_SOURCES", "GRAPH_CLAIMS", "SUMMARY", "Claim", "entry_simulation"]
+__all__ = ["CLAIMS", "ENTRY_SOURCES", "GRAPH_CLAIMS", "HARDWARE", "SUMMARY", "Claim", "entry_simulation"]
 
 #: What the sources are, for the ledger's section.
 SUMMARY: Final = (
@@ -101,8 +101,10 @@ ENTRY_SOURCES: Final[Mapping[tuple[Collective, Mode], tuple[str, ...]]] = {
         C.REDUCE_SCATTER_TENSOR_UNEVEN: (f"{C10D}:406 (_reduce_scatter_tensor_uneven)",
                                          _pgh("_reduce_scatter_base_uneven", 5327), "manifest A2 (:388)",
                                          CANN_REDUCESCATTER),
-        C.ALL_TO_ALL_V: ("manifest A2 (the 2.13.0 wheel's distributed_c10d.py:447 all_to_all_vc; binding alltoallvc)",
-                         "Ascend/pytorch@da74682 (branch v2.9.0) torch_npu/distributed/distributed_c10d.py:456-522"),
+        C.ALL_TO_ALL_V: (f"{_PT}torch_npu/distributed/__init__.py:1-3,28-33 (no all_to_all_vc at 462f4e1, 94c0533 "
+                         "and 46936d1)", "Ascend/pytorch@a63ae3a (branch v2.12.0) torch_npu/distributed/__init__.py:2,29",
+                         "Ascend/pytorch@da74682 (branch v2.9.0) torch_npu/distributed/distributed_c10d.py:456-522",
+                         "manifest A2 (a 2.13.0 wheel with all_to_all_vc, which the public 2.13.0 tags do not match)"),
         C.MM_REDUCE_SCATTER: (*_sources("world size", "seed 004", "reduce_scatter"), "manifest A4"),
         C.ALL_GATHER_MM: (*_sources("world size", "all_gather"), "manifest A4"),
         C.MM_ALL_REDUCE: (*_sources("product line", "all_reduce"), "manifest A4"),
@@ -116,6 +118,10 @@ _UNEVEN: Final = frozenset({C.ALL_GATHER_INTO_TENSOR_UNEVEN, C.REDUCE_SCATTER_TE
 
 def entry_simulation(op: Collective, mode: Mode, support: Support) -> str | None:
     """How the simulation covers the graph column and the eager torch_npu extras (the rest: the generator's default)."""
+    if op is C.ALL_TO_ALL_V and mode is Mode.EAGER:
+        return ("checked and simulated: the runtime probes the installed torch_npu (hasattr) and uses all_to_all_vc "
+                "only where it exists; the simulated release is XCCL_SIM_TORCH_NPU (default 2.13.0, whose call raises "
+                "torch_npu's AttributeError)")
     if support.level is not Level.NATIVE:
         return None
     if mode is Mode.GRAPH:
@@ -213,9 +219,59 @@ CLAIMS: Final[tuple[Claim, ...]] = (
     Claim("visible devices", "ASCEND_RT_VISIBLE_DEVICES: ascending comma-separated ids renumbered 0..n-1; parsing "
           "stops at the first other character; empty means none", ("manifest A1 (npu/__init__.py:418)",),
           "simulated: XCCL_SIM_ASCEND_DEVICES filtered by the same parser"),
+    Claim("torch_npu release: all_to_all_vc", "torch_npu.distributed.all_to_all_vc (binding alltoallvc) exists on "
+          "the v2.7.1-v2.12.0 branches only; none of the 2.13.0 tags exports it",
+          (f"{_PT}torch_npu/distributed/__init__.py:1-3,28-33", "Ascend/pytorch@94c0533 torch_npu/distributed/__init__.py",
+           "Ascend/pytorch@46936d1 torch_npu/distributed/__init__.py",
+           "Ascend/pytorch@a63ae3a torch_npu/distributed/__init__.py:2,29",
+           "Ascend/pytorch@adc41e6 torch_npu/distributed/__init__.py:4,32"),
+          "simulated: XCCL_SIM_TORCH_NPU selects the release; checked: the runtime's probe refines the table"),
+    Claim("backend name checks", "torch_npu's _AllGatherBase.backward accepts only nccl, xccl and hccl; TorchAir "
+          "records a group for cache and export only if get_backend(pg) == 'hccl'; torch_npu's profiler only if "
+          "str(backend).lower() == 'hccl'",
+          (f"{_PT}torch_npu/distributed/nn/functional.py:8-30", f"{_PT}torch_npu/profiler/profiler_interface.py:378-380",
+           "Ascend/torchair@fced8842 python/torchair/_ge_concrete_graph/hcom_utils.py:29-31",
+           "Ascend/torchair@fced8842 python/torchair/ge/_ge_graph.py:794-796"),
+          "simulated: torch_npu's backward with its check (a patch); checked: xccl's name compares equal to 'hccl' "
+          "(xccl.BackendName), which meets the first two; the profiler's str().lower() check is not met"),
     *(Claim(f"MC2 constraint: {r.name}", "; ".join(f"{k}: {v}" for k, v in r.rule.items()), r.sources,
             _CHECKED + ("; the simulated kernels also make op-plugin's own world-size check" if r.name == "world size"
                         else ""))
       for r in RULES),
     *GRAPH_CLAIMS,
+)
+
+_RANKS2: Final = "torchrun --standalone --nproc-per-node 2"
+#: What only the hardware can settle, in the order to try it on the first Ascend machine, each with the command that
+#: settles it (the ledger's "First hour on hardware").
+HARDWARE: Final = (
+    ("whether the installed torch_npu exports all_to_all_vc (the manifest read a 2.13.0 wheel that has it, the "
+     "public 2.13.0 tags do not): xccl probes it either way", "xccl doctor | grep all_to_all_vc"),
+    ("xccl's watchdog policy on real HCCL: mode 2 is in force, a peer late by less than HCCL_EXEC_TIMEOUT kills no "
+     "process, a later one reaches Python as CollectiveTimeout inside xccl's call (or only at the next stream "
+     "synchronisation, which the check then reports), the world is connected at xccl.init, a late rank on a new "
+     "group is named from EI0006, torch_npu's patches are in place",
+     "HCCL_EXEC_TIMEOUT=4 HCCL_CONNECT_TIMEOUT=2 pytest --xccl-plugin ascend -k test_vendor_runtime"),
+    ("device memory one more HCCL communicator takes (HCCL_BUFFSIZE, 200 MB), and that xccl.runtime.connect "
+     "creates it",
+     f"{_RANKS2} --no-python python -c \"import torch, torch_npu, xccl, torch.distributed as d; w = xccl.init(); "
+     "f = torch.npu.mem_get_info()[0]; g = d.new_group(); xccl.runtime.connect(g); "
+     "print(w.rank, (f - torch.npu.mem_get_info()[0]) >> 20, 'MB')\""),
+    ("torch_npu's own _AllGatherBase.backward accepts xccl's world (its backend-name check)",
+     f"{_RANKS2} --no-python python -c \"import torch, xccl; from torch.distributed.nn import functional as F; "
+     "w = xccl.init(); x = torch.ones(2, device=w.device, requires_grad=True); "
+     "F._all_gather_base(torch.empty(4, device=w.device), x).sum().backward(); print(w.rank, x.grad)\""),
+    ("torch_npu's gather and batch_isend_irecv bypass xccl (CANN >= 9.0 on A2/A3 coalesces batch_isend_irecv over "
+     "the group's own send/recv instead), and the whole conformance suite on NPUs",
+     "pytest --xccl-plugin ascend --xccl-world-sizes 2,8"),
+    ("the TorchAir torch_npu 2.13 bundles (76ce3004, not public) against the vocabulary xccl derived at fced8842: "
+     "a diff, or a missing anchor, shows what differs",
+     "mkdir -p /tmp/ta/python && ln -s $(python -c 'import torch_npu, os; print(os.path.dirname(torch_npu.__file__))')"
+     "/dynamo/torchair /tmp/ta/python/torchair && XCCL_TORCHAIR_CHECKOUT=/tmp/ta pytest "
+     "plugins/ascend/tests/test_ascend_torchair.py -k derives"),
+    ("GE's own dtype checks (does GE take bf16 or bool HCCL operators the IR prototypes omit?), the typed error "
+     "through TorchAir's own backend, the CANN floor of graph send/recv, program order under StableRDFS without "
+     "xccl's order joins: a 'conservative' cell means a dtype can move to native, 'WRONG' that the column "
+     "over-claims (run it on a CANN below 8.6.0 too)",
+     f"{_RANKS2} scripts/probe_torchair.py --json torchair.json"),
 )

@@ -18,11 +18,13 @@ from xccl.plugin import (
     RankTableFormat,
     Runtime,
     SimProfile,
+    VendorRuntime,
 )
 
 from ._capabilities import ascend_table
 from ._probe import probe_host
 from ._ranktable import HcclFormat
+from ._vendor import ascend_runtime
 
 __all__ = ["AscendPlugin", "plugin"]
 
@@ -45,6 +47,11 @@ class AscendPlugin(Plugin):
     def capabilities(self) -> CapabilityTable:
         """HCCL's table (``_capabilities``)."""
         return ascend_table()
+
+    def vendor_runtime(self) -> VendorRuntime:
+        """torch_npu's and HCCL's run time: stream completion, the watchdog (TearDown by default) and HCCL's
+        execution timeout, lazy connect, HCCL_BUFFSIZE per communicator, torch_npu's patches (``_vendor``)."""
+        return ascend_runtime()
 
     def simulation(self) -> SimProfile:
         """HCCL's profile for xccl's CPU simulation (``_simprofile``).

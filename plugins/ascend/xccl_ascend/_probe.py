@@ -123,6 +123,7 @@ def probe_host(
         )
     npu_version = npu.version if npu is not None else "unknown (no distribution metadata)"
     facts["torch_npu"] = npu_version
+    facts["all_to_all_vc"] = all_to_all_vc_fact(path)
     torch_dist = _distribution("torch", path)
     if torch_dist is not None:
         facts["torch"] = torch_dist.version
@@ -158,6 +159,25 @@ def probe_host(
 
 
 # ---------------------------------------------------------------------------------------------------- torch_npu
+
+
+def all_to_all_vc_fact(path: Sequence[str] | None = None) -> str:
+    """Whether the installed torch_npu exports ``all_to_all_vc``, read from its source without importing it.
+
+    What ``xccl doctor`` says before any process runs; the runtime decides with ``hasattr`` on the imported
+    module (``NpuSdk.has_all_to_all_vc``), and the two read the same ``torch_npu/distributed/__init__.py``.
+    """
+    spec = importlib.machinery.PathFinder.find_spec("torch_npu", list(path) if path else None)
+    places = [] if spec is None or spec.submodule_search_locations is None else list(spec.submodule_search_locations)
+    for place in places:
+        try:
+            text = (Path(place) / "distributed" / "__init__.py").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if re.search(r"\ball_to_all_vc\b", text):
+            return "exported: all_to_all_v runs natively through it"
+        return "not exported (as in torch_npu 2.13.0): all_to_all_v runs as all_to_all_single with split sizes"
+    return "unknown (torch_npu/distributed/__init__.py not found): xccl.init probes it"
 
 
 def _distribution(name: str, path: Sequence[str] | None) -> metadata.Distribution | None:

@@ -18,9 +18,19 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from xccl.plugin import Collective, InitError, KernelContext, RankTableError, Runtime, reduce_op_name
+from xccl.plugin import (
+    CapabilityTable,
+    Collective,
+    InitError,
+    KernelContext,
+    Mode,
+    RankTableError,
+    Runtime,
+    reduce_op_name,
+)
 
 from . import _constraints as cons
+from ._capabilities import ALL_TO_ALL_VC
 from ._hccl_config import config_for
 from ._probe import find_cann
 from ._ranktable import load_hccl
@@ -52,7 +62,7 @@ class AscendRuntime(Runtime):
             if simulate:
                 from ._sdk_sim import SimSdk
 
-                sdk = SimSdk()
+                sdk = SimSdk(imported=True)  # applies torch_npu's patches of torch.distributed, as its import does
             else:
                 from ._sdk import NpuSdk
 
@@ -71,6 +81,18 @@ class AscendRuntime(Runtime):
         return sim_cann_version()
 
     # ------------------------------------------------------------------------------------------------- setup
+
+    def capabilities(self) -> CapabilityTable:
+        """The plugin's table (torch_npu 2.13.0), with ``all_to_all_v`` native where the installed torch_npu
+        exports ``all_to_all_vc`` (the SDK's probe)."""
+        return self._table
+
+    @functools.cached_property
+    def _table(self) -> CapabilityTable:
+        table: CapabilityTable = self.plugin.capabilities()
+        if not self.sdk.has_all_to_all_vc():
+            return table
+        return table.with_entries({(Collective.ALL_TO_ALL_V, Mode.EAGER): ALL_TO_ALL_VC})
 
     def setup_device(self, local_rank: int) -> torch.device:
         """Check ``RANK_TABLE_FILE`` and the visible NPUs, then make NPU ``local_rank`` current.
@@ -119,6 +141,10 @@ class AscendRuntime(Runtime):
             self._converters_registered = True
         return LOWERED
 
+    def comm_connected(self, group: dist.ProcessGroup) -> bool | None:
+        """Whether HCCL created ``group``'s communicator yet (``get_hccl_comm_name(init_comm=False)``)."""
+        return self.sdk.comm_connected(group)
+
     def compile_backend(self) -> Callable[..., Any] | None:
         """TorchAir's NPU backend on the hardware, the simulated TorchAir in simulation: both trace with the
         lowering of xccl's graph ops to the vendor's (``_torchair_lower``)."""
@@ -127,19 +153,21 @@ class AscendRuntime(Runtime):
     # ------------------------------------------------------------------------------------------------ kernels
 
     def kernels(self) -> Mapping[Collective, Callable[..., Any]]:
-        """torch_npu's uneven collectives and MC2 fused kernels."""
+        """torch_npu's uneven collectives and MC2 fused kernels (``all_to_all_vc`` where the release has it)."""
         return self._kernels
 
     @functools.cached_property
     def _kernels(self) -> Mapping[Collective, Callable[..., Any]]:
-        return {
+        kernels: dict[Collective, Callable[..., Any]] = {
             Collective.ALL_GATHER_INTO_TENSOR_UNEVEN: self._all_gather_uneven,
             Collective.REDUCE_SCATTER_TENSOR_UNEVEN: self._reduce_scatter_uneven,
-            Collective.ALL_TO_ALL_V: self._all_to_all_v,
             Collective.MM_REDUCE_SCATTER: FusedKernel(self, "mm_reduce_scatter"),
             Collective.ALL_GATHER_MM: FusedKernel(self, "all_gather_mm"),
             Collective.MM_ALL_REDUCE: FusedKernel(self, "mm_all_reduce"),
         }
+        if self.sdk.has_all_to_all_vc():
+            kernels[Collective.ALL_TO_ALL_V] = self._all_to_all_v
+        return kernels
 
     def _all_gather_uneven(
         self, ctx: KernelContext, output: torch.Tensor, input: torch.Tensor, sizes: Sequence[int], a: bool
@@ -161,6 +189,10 @@ class AscendRuntime(Runtime):
         self, ctx: KernelContext, output: torch.Tensor, input: torch.Tensor, matrix: Sequence[Sequence[int]], a: bool
     ) -> Any:
         return self.sdk.all_to_all_vc(output, input, matrix, ctx, a)
+
+    def shutdown(self) -> None:
+        """Undo what loading the SDK did that can be undone (in simulation: torch_npu's patches)."""
+        self.sdk.close()
 
     def fused_call(self, op: str, world_size: int, ranks: Sequence[int] = ()) -> cons.FusedCall:
         """What the constraint checks need to know about this process and group."""

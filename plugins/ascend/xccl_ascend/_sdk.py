@@ -69,10 +69,21 @@ class HcclSdk(Protocol):
         """torch_npu's uneven reduce_scatter: rank i receives ``sizes[i]`` rows."""
         ...
 
+    def has_all_to_all_vc(self) -> bool:
+        """Whether the installed torch_npu exports ``torch_npu.distributed.all_to_all_vc`` (v2.7.1-v2.12.0 do,
+        the 2.13.0 releases do not)."""
+        ...
+
+    def comm_connected(self, group: Any) -> bool | None:
+        """Whether ``group``'s communicator exists yet (HCCL creates it at the group's first collective); None
+        when unknown."""
+        ...
+
     def all_to_all_vc(
         self, output: torch.Tensor, input: torch.Tensor, matrix: Sequence[Sequence[int]], ctx: KernelContext, async_op: bool
     ) -> Any:
-        """torch_npu's all_to_all with a count matrix (``matrix[i][j]`` elements from rank i to rank j)."""
+        """torch_npu's all_to_all with a count matrix (``matrix[i][j]`` elements from rank i to rank j); only where
+        :meth:`has_all_to_all_vc`."""
         ...
 
     def mm_reduce_scatter_base(self, a: torch.Tensor, b: torch.Tensor, hcom: str, world_size: int) -> torch.Tensor:
@@ -93,6 +104,10 @@ class HcclSdk(Protocol):
 
     def graph_ops(self) -> GraphOps:
         """The vendor ops xccl's graph ops lower to (TorchAir's ``npu_define`` ops, torch_npu's MC2 ops)."""
+        ...
+
+    def close(self) -> None:
+        """Undo what loading the SDK did, where that can be undone (torch_npu's own import cannot be)."""
         ...
 
     def compile_backend(self, decompositions: Mapping[Any, Callable[..., Any]]) -> Callable[..., Any] | None:
@@ -185,6 +200,24 @@ class NpuSdk:
             output, input, input_split_sizes=list(sizes), op=op, group=ctx.group, async_op=async_op
         )
 
+    @functools.cache  # noqa: B019 - one SDK object per process; the installed release does not change under it
+    def has_all_to_all_vc(self) -> bool:
+        import torch_npu  # noqa: TID251
+
+        # A runtime probe, not a version comparison: the API follows the release branch, not the version number
+        # (the manifest read it in a 2.13.0 wheel that the three public 2.13.0 tags do not match).
+        return hasattr(torch_npu.distributed, "all_to_all_vc")
+
+    def comm_connected(self, group: Any) -> bool | None:
+        import torch.distributed as dist
+
+        try:
+            # init_comm=False: the name if the communicator exists, "" otherwise, without creating it (what
+            # torch_npu's own profiler asks, profiler_interface.py:379-383).
+            return bool(_hccl_backend(group).get_hccl_comm_name(dist.get_rank(), init_comm=False))
+        except (AttributeError, RuntimeError, TypeError):
+            return None
+
     def all_to_all_vc(
         self, output: torch.Tensor, input: torch.Tensor, matrix: Sequence[Sequence[int]], ctx: KernelContext, async_op: bool
     ) -> Any:
@@ -218,6 +251,9 @@ class NpuSdk:
 
         out: torch.Tensor = torch_npu.npu_mm_all_reduce_base(a, b, hcom, reduce_op="sum", bias=bias, comm_turn=0)
         return out
+
+    def close(self) -> None:
+        pass  # torch_npu's import (its patches of torch.distributed included) lasts as long as the process
 
     def graph_ops(self) -> GraphOps:
         import torch_npu  # noqa: F401, TID251 - registers torch.ops.npu.* and installs the lazy ``torchair`` module

@@ -13,6 +13,13 @@ What is simulated, and how faithfully:
   goes to ``hcclUdi`` instead). Rank 0 of the group broadcasts it, so, as on the hardware (which creates the
   communicator there), the call is collective: a rank that skips it leaves the others waiting until the timeout.
   The name is cached per group, as HCCL keeps its communicator;
+* the torch_npu release: ``XCCL_SIM_TORCH_NPU`` (default ``2.13.0``) decides which APIs exist.
+  ``torch_npu.distributed.all_to_all_vc`` exists on the v2.7.1-v2.12.0 branches only (Ascend/pytorch@a63ae3a
+  branch v2.12.0 ``torch_npu/distributed/__init__.py:2,29``); the three 2.13.0 tags (462f4e1, 94c0533, 46936d1)
+  do not export it, so with the default release calling it raises the AttributeError the hardware raises;
+* torch_npu's patches of torch.distributed (``_vendor.ascend_runtime().patches``): a runtime that "imports"
+  the SDK (``SimSdk(imported=True)``, as :class:`~xccl_ascend._runtime.AscendRuntime` builds it) applies
+  the stand-ins of ``_torch_npu_sim`` and :meth:`SimSdk.close` undoes them;
 * uneven collectives: the same semantics through padding (all_gather, reduce_scatter) and ``all_to_all_single``
   with split sizes (HCCL's ``alltoall_base`` honours them, and so does the simulated group);
 * fused kernels: the matmul in float32 on CPU, the collective over the group, the result cast back to the input
@@ -32,24 +39,59 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
-from xccl.plugin import Collective, InitError, KernelContext, c10d_kernel, finish
+from xccl.plugin import (
+    Collective,
+    InitError,
+    KernelContext,
+    c10d_kernel,
+    finish,
+    install_patches,
+    remove_patches,
+    simulated_group_of,
+)
 
 from ._probe import parse_visible_devices
+from ._torch_npu_sim import REPLACEMENTS
 from ._torchair_lower import GraphOps
 from ._torchair_sim import register_fx_node_ge_converter, sim_cann_version, sim_graph_ops, simulated_torchair
+from ._vendor import ascend_runtime
 
-__all__ = ["SIM_DEVICES_ENV", "SIM_SOC_ENV", "SimSdk", "sim_device_name"]
+__all__ = [
+    "ALL_TO_ALL_VC_RELEASES", "SIM_DEVICES_ENV", "SIM_SOC_ENV", "SIM_TORCH_NPU_ENV", "SimSdk", "sim_device_name",
+    "sim_torch_npu",
+]
 
 #: Chip to simulate: ``A2``, ``A3`` or a chip name.
 SIM_SOC_ENV: Final = "XCCL_SIM_ASCEND_SOC"
 #: Physical NPUs of the simulated host.
 SIM_DEVICES_ENV: Final = "XCCL_SIM_ASCEND_DEVICES"
+#: The torch_npu release to simulate, e.g. ``2.13.0`` (default) or ``2.12.0``.
+SIM_TORCH_NPU_ENV: Final = "XCCL_SIM_TORCH_NPU"
+_DEFAULT_TORCH_NPU: Final = "2.13.0"
+#: The releases that export ``torch_npu.distributed.all_to_all_vc``: [first, first release without it).
+ALL_TO_ALL_VC_RELEASES: Final = ((2, 7, 1), (2, 13, 0))
 _CHIPS: Final = {"A2": "Ascend910B1", "A3": "Ascend910_9391"}
 _NAME_BYTES: Final = 128  # HCCL's communicator names are char[128]
 
 # torch 2.13 deprecates the old names of the tensor collectives (a warning per call); use the new ones if present.
 _all_gather_single: Final = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter_single: Final = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def sim_torch_npu(env: Mapping[str, str] | None = None) -> tuple[str, tuple[int, int, int]]:
+    """The simulated torch_npu release from ``XCCL_SIM_TORCH_NPU``, as text and as (major, minor, patch).
+
+    Raises:
+        InitError: the value is not a version such as ``2.12.0``.
+    """
+    raw = (os.environ if env is None else env).get(SIM_TORCH_NPU_ENV, "").strip() or _DEFAULT_TORCH_NPU
+    parts = raw.split("+", 1)[0].split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+        patch = int("".join(c for c in parts[2].split("post")[0] if c.isdigit()) or 0) if len(parts) > 2 else 0
+    except (IndexError, ValueError):
+        raise InitError(f"{SIM_TORCH_NPU_ENV}={raw!r} is not a torch_npu release; set e.g. 2.13.0 or 2.12.0") from None
+    return raw, (major, minor, patch)
 
 
 def sim_device_name(env: Mapping[str, str] | None = None) -> str:
@@ -59,13 +101,23 @@ def sim_device_name(env: Mapping[str, str] | None = None) -> str:
 
 
 class SimSdk:
-    """torch_npu's behaviour on CPU; see the module docstring."""
+    """torch_npu's behaviour on CPU; see the module docstring.
+
+    Args:
+        env: the environment to read (default ``os.environ``).
+        imported: behave as ``import torch_npu`` does: apply its patches of torch.distributed (undone by
+            :meth:`close`). The runtime passes True; a test that only needs the SDK's calls leaves them off.
+    """
 
     device_type = "cpu"
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None, *, imported: bool = False) -> None:
         env = os.environ if env is None else env
         self._env = env
+        #: The simulated torch_npu release.
+        self.version, release = sim_torch_npu(env)
+        first, gone = ALL_TO_ALL_VC_RELEASES
+        self._has_all_to_all_vc = first <= release < gone
         raw = env.get(SIM_DEVICES_ENV, "").strip() or "8"
         if not raw.isdigit():
             raise InitError(f"{SIM_DEVICES_ENV}={raw!r} is not a number of NPUs; set it to e.g. 8, or unset it")
@@ -74,6 +126,24 @@ class SimSdk:
         self._current = -1
         self._names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._groups: dict[str, weakref.ref[Any]] = {}
+        self._patched = imported
+        if imported:
+            install_patches("ascend", ascend_runtime().patches, REPLACEMENTS)
+
+    def close(self) -> None:
+        """Undo what the simulated import did (torch_npu's patches of torch.distributed)."""
+        if self._patched:
+            self._patched = False
+            remove_patches("ascend")
+
+    def has_all_to_all_vc(self) -> bool:
+        """Whether the simulated release exports ``torch_npu.distributed.all_to_all_vc``."""
+        return self._has_all_to_all_vc
+
+    def comm_connected(self, group: Any) -> bool | None:
+        """Whether ``group``'s communicator is connected (``get_hccl_comm_name(init_comm=False)`` is not empty)."""
+        found = simulated_group_of(group)
+        return None if found is None else found.simulated_runtime.connected
 
     def device_count(self) -> int:
         return len(self._visible)
@@ -158,6 +228,9 @@ class SimSdk:
     def all_to_all_vc(
         self, output: torch.Tensor, input: torch.Tensor, matrix: Sequence[Sequence[int]], ctx: KernelContext, async_op: bool
     ) -> Any:
+        if not self._has_all_to_all_vc:
+            # What `torch_npu.distributed.all_to_all_vc` raises on a release without it.
+            raise AttributeError("module 'torch_npu.distributed' has no attribute 'all_to_all_vc'")
         send = list(matrix[ctx.rank])
         recv = [row[ctx.rank] for row in matrix]
         a2a = c10d_kernel(Collective.ALL_TO_ALL_SINGLE_UNEVEN, ctx.native)

@@ -13,7 +13,7 @@ from typing import Final, final
 
 from xccl.plugin import Collective, Mode
 
-__all__ = ["CLAIMS", "ENTRY_SOURCES", "SUMMARY", "Claim"]
+__all__ = ["CLAIMS", "ENTRY_SOURCES", "HARDWARE", "SUMMARY", "Claim"]
 
 #: What the sources are, for the ledger's section.
 SUMMARY: Final = (
@@ -168,4 +168,23 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "destroys it right after enqueueing the op; whether the destroy waits for the op is not in the source",
           (f"{PG}:131-154 (collective)", f"{PG}:235-246 (getSCCLcomm)", "manifest B3"),
           "not simulated [inferred: the hardware decides; first-hour checklist]"),
+)
+
+#: What only the hardware can settle, in the order to try it on the first Sophgo machine, each with the command that
+#: settles it (the ledger's "First hour on hardware").
+HARDWARE: Final = (
+    ("how libsccl reads a sub-group's chip map (xccl gives every group on one node the node's whole map, as Sophgo's "
+     "own code does; inferred): TP x DP groups on one node compute right",
+     "RANK_TABLE_FILE=rank_table.json torchrun --standalone --nproc-per-node 8 examples/sophgo_tp_dp.py (then 4)"),
+    ("SCCL destroys its communicator right after queuing each op (ProcessGroupSCCL.cpp:146-150): whether async "
+     "results stay right, every op sync and async against references, and that no rank leaves a barrier early",
+     "pytest --xccl-plugin sophgo --xccl-world-sizes 2,4,8"),
+    ("whether importing torch_tpu.accelerator turns the torch adaptor on by default (False means it patched)",
+     "python -c \"import torch_tpu.accelerator, torch.distributed as d; "
+     "print(d.init_process_group is d.distributed_c10d.init_process_group)\""),
+    ("the driver's 4-chip ring (the simulation assumes [0, 1, 3, 2])",
+     "LOCAL_WORLD_SIZE=4 python -c \"import torch_tpu; o = torch_tpu.ProcessGroupSCCLOptions(); "
+     "torch_tpu.tpu.set_chip_map(o); print(o.chip_map)\""),
+    ("the mpirun path (LOCAL_WORLD_SIZE set for set_chip_map from Open MPI's variables)",
+     "mpirun -np 4 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 python examples/sophgo_all_reduce.py"),
 )

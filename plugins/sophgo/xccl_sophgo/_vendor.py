@@ -59,4 +59,8 @@ ADAPTOR_PATCHES: Final = (
 
 #: SCCL's run-time behaviour. Completion: WorkSCCL::isCompleted() and wait() return true at once, for every op,
 #: barrier included (ProcessGroupSCCL.cpp:183-191, 745-782); the op is queued on the current TPU stream.
-SCCL_RUNTIME: Final = VendorRuntime(completion=Completion.AT_ONCE, patches=ADAPTOR_PATCHES)
+SCCL_RUNTIME: Final = VendorRuntime(
+    completion=Completion.AT_ONCE,
+    completion_source="sophgo/torch-tpu@fe9b478 torch_tpu/csrc/distributed/c10d/ProcessGroupSCCL.cpp:183-191,745-782",
+    patches=ADAPTOR_PATCHES,
+)

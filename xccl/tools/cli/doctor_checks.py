@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from .doctor_model import Finding, Report, Status
 from .doctor_node import devices, rank_table, rendezvous
+from .doctor_runtime import vendor_runtime
 
 __all__ = ["AUTOLOAD_ENV", "autoload_failure", "collect", "tpu_flavour"]
 
@@ -61,6 +62,7 @@ def collect(
     findings += devices(env, reg, chosen)
     findings += rank_table(env)
     findings += rendezvous(env)
+    findings += vendor_runtime(env, reg, chosen)
     return Report(tuple(findings), chosen)
 
 

@@ -1,0 +1,132 @@
+"""torch_npu's replacements of ``torch.distributed`` functions, as the simulated SDK applies them on "import".
+
+Each function follows torch_npu 2.13's own (Ascend/pytorch@462f4e1, ``torch_npu/distributed/nn/functional.py`` and
+``torch_npu/distributed/distributed_c10d.py``), with two substitutions: the simulated NPU's device type is the CPU's,
+and where torch_npu reaches the group's HCCL backend (``group._get_backend(npu)``) the simulation reaches the
+simulated HCCL group, so HCCL's own checks still apply while xccl's dispatch is bypassed, as on the hardware.
+:data:`REPLACEMENTS` maps every target the plugin declares (``_vendor.ascend_runtime().patches``) to its stand-in.
+
+What is not reproduced: HCCL's gather in torch_npu's "compatible" mode (off by default) and the coalesced
+batch_isend_irecv path of CANN >= 9.0 on Atlas A2/A3 (the simulation has no CANN version; it takes the path of
+older CANN, which calls the backend's ``batch_isend_irecv``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any, Final
+
+import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
+
+from xccl.plugin import Work, simulated_group_of
+
+__all__ = ["NPU", "REPLACEMENTS"]
+
+#: The simulated NPU's device type.
+NPU: Final = "cpu"
+
+
+def _hccl(group: Any) -> Any:
+    """What torch_npu's ``group._get_backend(torch.device("npu"))`` is in simulation: the simulated HCCL group."""
+    found = simulated_group_of(group)
+    return found if found is not None else group._get_backend(torch.device(NPU))
+
+
+def allgather_base_backward_hccl(ctx: Any, grad_output: torch.Tensor) -> tuple[None, torch.Tensor, None]:
+    """torch_npu's ``_allgather_base_backward_hccl`` (``nn/functional.py:8-30``): its backend-name check included."""
+    if dist.get_backend(group=ctx.group) in (dist.Backend.NCCL, dist.Backend.XCCL, dist.Backend.HCCL):  # type: ignore[attr-defined]
+        world_size = dist.get_world_size(group=ctx.group)
+        out_size = list(grad_output.size())
+        if out_size[0] % world_size != 0:
+            raise RuntimeError(
+                f"Tensor with dimensions: {out_size} does not have first dimension divisible by world_size: "
+                f"{world_size}"
+            )
+        out_size[0] = out_size[0] // world_size
+        gx = torch.empty(out_size, device=grad_output.device, dtype=grad_output.dtype)
+        dist._reduce_scatter_base(gx, grad_output, dist.ReduceOp.SUM, ctx.group)
+    else:
+        raise RuntimeError("Backend not supported!")
+    return (None, gx, None)
+
+
+def gather(tensor: torch.Tensor, gather_list: list[torch.Tensor] | None = None, dst: int = 0, group: Any = None,
+           async_op: bool = False) -> Any:
+    """torch_npu's ``_gather`` (``distributed_c10d.py:167-279``), default (non-compatible) mode: an all_gather on
+    the group's HCCL backend, after a ``broadcast_object_list`` of the root's sizes."""
+    c10d._check_single_tensor(tensor, "tensor")
+    if gather_list:
+        c10d._check_tensor_list(gather_list, "gather_list")
+    else:
+        gather_list = []
+    c10d._ensure_all_tensors_same_dtype(tensor, gather_list)
+    if c10d._rank_not_in_group(group):
+        c10d._warn_not_in_group("gather")
+        return None
+    my_rank = dist.get_rank()
+    c10d._validate_output_list_for_rank(my_rank, dst, gather_list)
+    group_size = c10d._get_group_size(group)
+    recv_size_list: list[Any] = (
+        [None for _ in range(group_size)] if my_rank != dst else [t.size() for t in gather_list]
+    )
+    if group is None or group is c10d.GroupMember.WORLD:
+        group = c10d._get_default_group()
+    if tensor.device.type != NPU:
+        output_tensors = [gather_list] if dst == my_rank else []
+        opts = dist.GatherOptions()
+        opts.rootRank = dist.get_group_rank(group, dst)
+        work = group.gather(output_tensors, [tensor], opts)
+    else:
+        if my_rank == dst:
+            warnings.warn("HCCL doesn't support gather at the moment. Implemented with allgather instead.",
+                          stacklevel=2)
+        dist.broadcast_object_list(recv_size_list, dst, group)
+        if not gather_list:
+            gather_list = [torch.empty(size, dtype=tensor.dtype, device=tensor.device) for size in recv_size_list]
+        work = _hccl(group).allgather([gather_list], [tensor])
+    if async_op:
+        return work
+    work.wait()
+    return None
+
+
+def batch_isend_irecv(p2p_op_list: list[dist.P2POp]) -> list[Any]:
+    """torch_npu's ``_batch_isend_irecv`` (``distributed_c10d.py:87-164``), the branch of CANN before 9.0: one
+    call of the HCCL backend's ``batch_isend_irecv`` with the ops' types, tensors and group ranks (the simulated
+    HCCL group runs them as its own sends and receives)."""
+    group = p2p_op_list[0].group
+    device = p2p_op_list[0].tensor.device
+    is_multi_pg = True
+    if device.type != NPU:
+        reqs = []
+        for op in p2p_op_list:
+            work = op.op(op.tensor, op.peer, op.group, op.tag)
+            if work:
+                reqs.append(work)
+        return reqs
+    if group is None:
+        group = c10d._get_default_group()
+        is_multi_pg = False
+    backend = _hccl(group)
+    works = []
+    for op in p2p_op_list:
+        if op.tensor.device.type != NPU:
+            raise RuntimeError(f"No backend type associated with device type {op.tensor.device.type}")
+        peer = dist.get_group_rank(group, op.peer) if is_multi_pg else op.peer
+        send = op.op.__name__ == "isend"
+        works.append(backend.send([op.tensor], peer, op.tag) if send else backend.recv([op.tensor], peer, op.tag))
+    return [Work(works)]
+
+
+#: Every declared target and its stand-in (the gather and batch_isend_irecv aliases under ``distributed_c10d``
+#: are the same functions, as in torch_npu).
+REPLACEMENTS: Final[dict[str, Callable[..., Any]]] = {
+    "torch.distributed.nn.functional._AllGatherBase.backward": allgather_base_backward_hccl,
+    "torch.distributed.gather": gather,
+    "torch.distributed.distributed_c10d.gather": gather,
+    "torch.distributed.batch_isend_irecv": batch_isend_irecv,
+    "torch.distributed.distributed_c10d.batch_isend_irecv": batch_isend_irecv,
+}

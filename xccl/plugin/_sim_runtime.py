@@ -1,0 +1,428 @@
+"""The vendor's run time in simulation, as its :class:`~xccl.plugin.VendorRuntime` declares it.
+
+The capability table makes the simulated group refuse what the vendor refuses (``_sim``); this module makes it
+*fail* where the vendor fails, so that a test on the simulation goes red where the hardware would:
+
+* **the watchdog** (:class:`~xccl.plugin.Watchdog`): the mode is read once per process from the vendor's
+  variable, as torch_npu reads ``TORCH_HCCL_ASYNC_ERROR_HANDLING``; a group's watchdog timeout follows the vendor's
+  rule (torch's 30-minute default replaced by the execution timeout plus a margin, a warning at or below the
+  execution timeout); a thread watches every collective and, when one outlasts the timeout, logs the vendor's
+  message and, in the modes that tear down, aborts the process as torch_npu's rethrow on its watchdog thread does
+  (``std::terminate``);
+* **the execution timeout**: the simulated group's gloo times out after the vendor's execution timeout, and the
+  failure carries the vendor's text (HCCL's EI0002) instead of gloo's. On the hardware the error surfaces at the
+  next synchronisation of the stream; here it is raised by the collective's ``wait()``. gloo closes the
+  connections of a collective that timed out, so a rank that arrives after its peers gave up sees them gone
+  (gloo's text) at once, where the vendor's would wait out its own execution timeout;
+* **lazy connect** (:class:`~xccl.plugin.LazyConnect`): a group connects at its first collective (or the
+  vendor's call that creates the communicator), and fails with the vendor's text when a member has not arrived
+  within the connect timeout; a member arriving after its peers gave up fails at once (on the hardware it would
+  wait out its own connect timeout). Point-to-point calls do not connect the group (HCCL gives each pair of ranks
+  a communicator of its own, not simulated);
+* **patches** (:class:`~xccl.plugin.TorchPatch`): :func:`install_patches` applies a simulated SDK's replacements
+  of ``torch.distributed`` functions, checked against the declaration, and :func:`remove_patches` undoes them.
+
+Memory per communicator is not simulated (the CPU has no device memory to run out of); ``xccl doctor`` reports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import importlib
+import logging
+import math
+import os
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, final
+
+import torch.distributed as dist
+from torch._C._distributed_c10d import PrefixStore
+
+from ._vendor_runtime import ErrorHandling, LazyConnect, TorchPatch, VendorRuntime, Watchdog
+
+__all__ = [
+    "GroupRuntime",
+    "WatchSettings",
+    "install_patches",
+    "installed_patches",
+    "process_mode",
+    "remove_patches",
+    "watch_settings",
+]
+
+logger = logging.getLogger(__name__)
+
+#: How often the simulated watchdog looks at the collectives in flight (torch_npu: kWatchdogThreadSleepMillis).
+_POLL: Final = 0.05
+#: How often a rank waiting to connect looks at the store.
+_CONNECT_POLL: Final = 0.01
+#: ``Backend`` methods that need only two ranks, not the group's communicator.
+_POINT_TO_POINT: Final = frozenset({"send", "recv", "recv_anysource"})
+
+# --------------------------------------------------------------------------------------------------- watchdog
+
+#: The mode per variable, read once per process: torch_npu keeps the first value it reads (a ``const static``).
+_MODES: dict[str, ErrorHandling] = {}
+_MODES_LOCK = threading.Lock()
+
+
+def process_mode(watchdog: Watchdog) -> ErrorHandling:
+    """The watchdog's mode in this process, read from the environment the first time a group needs it.
+
+    Raises:
+        RuntimeError: the variable is not 0, 1, 2 or 3 (the vendor's check when it creates its first group).
+    """
+    with _MODES_LOCK:
+        mode = _MODES.get(watchdog.mode_env)
+        if mode is None:
+            try:
+                mode = watchdog.mode(os.environ)
+            except ValueError as exc:
+                raise RuntimeError(str(exc)) from None
+            _MODES[watchdog.mode_env] = mode
+        return mode
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class WatchSettings:
+    """What the vendor makes of one group's timeout."""
+
+    #: The watchdog's mode.
+    mode: ErrorHandling
+    #: Seconds after which the watchdog fires (:data:`math.inf`: never).
+    timeout: float
+    #: Seconds after which the vendor's own execution timeout fails a collective (:data:`math.inf`: never).
+    exec_timeout: float
+    #: The vendor's warning at group creation, or None.
+    warning: str | None
+
+
+def watch_settings(watchdog: Watchdog, requested: float, env: Mapping[str, str], mode: ErrorHandling
+                   ) -> WatchSettings:
+    """The vendor's rules for a group created with a timeout of ``requested`` seconds, in ``mode`` and ``env``."""
+    pinned = {**env, watchdog.mode_env: str(mode.value)}  # the process's mode, whatever the variable says now
+    exec_s = watchdog.exec_timeout(env)
+    return WatchSettings(
+        mode=mode,
+        timeout=math.inf if mode is ErrorHandling.NO_HANDLING else watchdog.group_timeout(requested, pinned),
+        exec_timeout=math.inf if exec_s == 0 else exec_s,
+        warning=watchdog.creation_warning(requested, pinned),
+    )
+
+
+@dataclass(slots=True)
+class _Watched:
+    """One collective in flight, as the watchdog sees it."""
+
+    work: Any
+    started: float
+    timeout: float
+    mode: ErrorHandling
+    describe: str
+    rank: int
+    fired: bool = False
+
+
+class _WatchdogThread:
+    """One thread per process watching every simulated collective in flight, as torch_npu's watchdog does."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inflight: list[_Watched] = []
+        self._thread: threading.Thread | None = None
+
+    def watch(self, entry: _Watched) -> None:
+        with self._lock:
+            self._inflight.append(entry)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="xccl-sim-watchdog", daemon=True)
+                self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(_POLL)
+            now = time.monotonic()
+            with self._lock:
+                entries = list(self._inflight)
+            done = []
+            for entry in entries:
+                try:
+                    completed = bool(entry.work.is_completed())
+                except RuntimeError:
+                    completed = True  # failed: its wait() reports it
+                if completed:
+                    done.append(entry)
+                elif not entry.fired and now - entry.started > entry.timeout:
+                    entry.fired = True
+                    _fire(entry, now)
+            if done:
+                with self._lock:
+                    self._inflight = [e for e in self._inflight if e not in done]
+
+
+_WATCHDOG: Final = _WatchdogThread()
+
+
+def _fire(entry: _Watched, now: float) -> None:
+    """What the vendor's watchdog does when a collective outlasts its timeout (torch_npu's ``checkTimeout`` and
+    ``handleException``)."""
+    message = (f"[Rank {entry.rank}] Watchdog caught collective operation timeout: {entry.describe} ran for "
+               f"{round((now - entry.started) * 1000)} milliseconds before timing out.")
+    logger.error("%s (simulated)", message)
+    if not entry.mode.tears_down:
+        return  # CleanUpOnly / NoHandling: the process lives; the collective fails by the execution timeout
+    # torch_npu rethrows on its watchdog thread, which terminates the process: nothing reaches Python.
+    sys.stderr.write(
+        f"{message}\nSome collective operations have failed or timed out. To avoid data inconsistency, we are taking "
+        f"the entire process down.\nterminate called after throwing an instance of 'std::runtime_error'\n  what():  "
+        f"{message} (xccl simulation of the vendor's watchdog)\n"
+    )
+    sys.stderr.flush()
+    os.abort()
+
+
+# ------------------------------------------------------------------------------------------------------ works
+
+
+class _VendorWork(dist.Work):
+    """A simulated collective's handle: gloo's, with the vendor's execution-timeout text on failure."""
+
+    __slots__ = ("_exec_error", "work")
+
+    def __init__(self, work: Any, exec_error: str) -> None:
+        super().__init__()
+        self.work: Final = work
+        self._exec_error = exec_error
+
+    def _vendor(self, exc: RuntimeError) -> RuntimeError:
+        low = str(exc).lower()
+        if self._exec_error and ("timed out" in low or "timeout" in low):
+            return RuntimeError(self._exec_error)
+        return exc
+
+    def wait(self, timeout: _dt.timedelta | None = None) -> bool:
+        """The inner work's ``wait``; a timeout fails with the vendor's text."""
+        try:
+            return bool(self.work.wait() if timeout is None else self.work.wait(timeout))
+        except RuntimeError as exc:
+            vendor = self._vendor(exc)
+            if vendor is exc:
+                raise
+            raise vendor from exc
+
+    def synchronize(self) -> None:
+        """``Work.synchronize``: waits (the simulation computes on the host)."""
+        self.wait()
+
+    def is_completed(self) -> bool:
+        """Whether the collective finished."""
+        return bool(self.work.is_completed())
+
+    def is_success(self) -> bool:
+        """Whether it finished without error."""
+        return bool(self.work.is_success())
+
+    def exception(self) -> Any:
+        """The inner work's exception."""
+        return self.work.exception()
+
+    def result(self) -> Any:
+        """The output tensors."""
+        return self.work.result()
+
+    def source_rank(self) -> int:
+        """The sender of a receive from any source."""
+        work = self.work
+        return int(work._source_rank() if hasattr(work, "_source_rank") else work.source_rank())
+
+    def _source_rank(self) -> int:  # the name torch.distributed.recv calls
+        return self.source_rank()
+
+    def get_future(self) -> Any:
+        """The inner work's future."""
+        return self.work.get_future()
+
+
+# ------------------------------------------------------------------------------------------------ per group
+
+
+class GroupRuntime:
+    """The declared run time of one simulated group: its watchdog, execution timeout and lazy connect.
+
+    Args:
+        runtime: the vendor's declaration.
+        opts: torch's ``_DistributedBackendOptions`` for the group.
+        vendor: the vendor's process-group class name, for the watchdog's messages (``"ProcessGroupHCCL"``).
+    """
+
+    def __init__(self, runtime: VendorRuntime, opts: Any, vendor: str) -> None:
+        requested = opts.timeout.total_seconds()
+        self._rank: Final = int(opts.group_rank)
+        self._vendor: Final = vendor.removeprefix("ProcessGroup") or vendor
+        self._seq = 0
+        wd = runtime.watchdog
+        self.settings: Final = (None if wd is None
+                                else watch_settings(wd, requested, os.environ, process_mode(wd)))
+        self._exec_error: Final = "" if wd is None or self.settings is None or math.isinf(
+            self.settings.exec_timeout) else wd.exec_error.format(exec_s=self.settings.exec_timeout)
+        if self.settings is not None and self.settings.warning:
+            warnings.warn(self.settings.warning, UserWarning, stacklevel=2)
+        lazy = runtime.lazy_connect
+        self._connector: Final = None if lazy is None else _Connector(lazy, opts)
+
+    def gloo_timeout(self, requested: _dt.timedelta) -> _dt.timedelta:
+        """The timeout the simulated group's gloo gets: the vendor's execution timeout where it has one."""
+        s = self.settings
+        if s is None or math.isinf(s.exec_timeout):
+            return requested
+        return _dt.timedelta(seconds=s.exec_timeout)
+
+    @property
+    def connected(self) -> bool | None:
+        """Whether the group's communicator connected (None: the vendor connects at creation)."""
+        return None if self._connector is None else self._connector.connected
+
+    def before(self, key: str) -> None:
+        """Before a collective (``Backend`` method ``key``): connect on the group's first, raising the vendor's
+        connect error. Point-to-point calls are left out: HCCL runs them on a communicator of their own per pair of
+        ranks (``ProcessGroupHCCL.cpp:4428-4434``), which only those two connect; that one is not simulated."""
+        if self._connector is not None and not self._connector.connected and key not in _POINT_TO_POINT:
+            self._connector.connect()
+
+    def after(self, method: str, work: Any) -> Any:
+        """After a collective was issued: watch it and give its failures the vendor's text."""
+        s = self.settings
+        if s is None or work is None:
+            return work
+        self._seq += 1
+        if not math.isinf(s.timeout):
+            describe = (f"Work{self._vendor}(SeqNum={self._seq}, OpType={method.upper()}, "
+                        f"Timeout(ms)={round(s.timeout * 1000)})")
+            _WATCHDOG.watch(_Watched(work, time.monotonic(), s.timeout, s.mode, describe, self._rank))
+        return _VendorWork(work, self._exec_error)
+
+
+class _Connector:
+    """A group's lazy connect over its store: every member must arrive within the connect timeout."""
+
+    def __init__(self, lazy: LazyConnect, opts: Any) -> None:
+        self._lazy: Final = lazy
+        self._store: Final = PrefixStore("xccl.sim.connect", opts.store)
+        self._rank: Final = int(opts.group_rank)
+        self._size: Final = int(opts.group_size)
+        self.connected = False
+
+    def connect(self) -> None:
+        timeout = self._lazy.timeout(os.environ)
+        store = self._store
+        store.set(f"arrived/{self._rank}", "1")
+        everyone = [f"arrived/{r}" for r in range(self._size)]
+        deadline = time.monotonic() + timeout
+        while True:
+            if store.check(["gave_up"]):
+                raise RuntimeError(self._lazy.error.format(timeout_s=timeout))
+            if store.check(everyone):
+                self.connected = True
+                return
+            if time.monotonic() > deadline:
+                with contextlib.suppress(Exception):
+                    store.set("gave_up", str(self._rank))
+                raise RuntimeError(self._lazy.error.format(timeout_s=timeout))
+            time.sleep(_CONNECT_POLL)
+
+
+# ---------------------------------------------------------------------------------------------------- patches
+
+
+@dataclass(slots=True)
+class _Installed:
+    owners: int
+    undo: list[tuple[Any, str, Any, bool]]
+
+
+_PATCHED: dict[str, _Installed] = {}
+_PATCH_LOCK = threading.Lock()
+
+
+def _owner_of(target: str) -> tuple[Any, str]:
+    """The object holding the last attribute of ``target`` (a dotted path starting with a module), and its name."""
+    parts = target.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:-1]:
+            obj = getattr(obj, name)
+        return obj, parts[-1]
+    raise ValueError(f"patch target {target!r} names no importable module")
+
+
+def install_patches(owner: str, declared: Sequence[TorchPatch], impls: Mapping[str, Callable[..., Any]]) -> None:
+    """Apply a simulated SDK's replacements of ``torch.distributed`` functions, as the vendor's import does.
+
+    Installing again under the same ``owner`` only counts (each install needs its :func:`remove_patches`).
+
+    Args:
+        owner: who installs them (the plugin's name).
+        declared: the plugin's :attr:`VendorRuntime.patches`.
+        impls: target -> the simulated replacement, one for every declared target and no other.
+
+    Raises:
+        ValueError: a declared patch has no simulated replacement, or a replacement was not declared.
+    """
+    targets = [p.target for p in declared]
+    missing, extra = sorted(set(targets) - set(impls)), sorted(set(impls) - set(targets))
+    if missing or extra:
+        raise ValueError(f"simulated patches of {owner!r} do not match its declaration: missing {missing}, "
+                         f"undeclared {extra}")
+    with _PATCH_LOCK:
+        installed = _PATCHED.get(owner)
+        if installed is not None:
+            installed.owners += 1
+            return
+        undo = []
+        for target in targets:
+            obj, name = _owner_of(target)
+            had = name in vars(obj) if isinstance(obj, type) else hasattr(obj, name)
+            # A class keeps its raw attribute (a staticmethod object), so that removing restores it exactly.
+            original = vars(obj).get(name) if isinstance(obj, type) else getattr(obj, name, None)
+            undo.append((obj, name, original, had))
+            setattr(obj, name, impls[target])
+        _PATCHED[owner] = _Installed(1, undo)
+    logger.debug("simulated %s patches installed: %s", owner, ", ".join(targets))
+
+
+def remove_patches(owner: str) -> None:
+    """Undo :func:`install_patches` (once every install of ``owner`` is removed); nothing if none is installed."""
+    with _PATCH_LOCK:
+        installed = _PATCHED.get(owner)
+        if installed is None:
+            return
+        installed.owners -= 1
+        if installed.owners > 0:
+            return
+        del _PATCHED[owner]
+        for obj, name, original, had in reversed(installed.undo):
+            if had:
+                setattr(obj, name, original)
+            else:
+                delattr(obj, name)
+
+
+def installed_patches(owner: str) -> tuple[str, ...]:
+    """The targets ``owner`` has installed now (empty when none)."""
+    with _PATCH_LOCK:
+        installed = _PATCHED.get(owner)
+        if installed is None:
+            return ()
+        return tuple(f"{getattr(o, '__module__', '')}.{getattr(o, '__qualname__', o.__name__)}.{n}"
+                     if isinstance(o, type) else f"{o.__name__}.{n}" for o, n, _, _ in installed.undo)
+
