@@ -201,6 +201,10 @@ class XcclBackend:
             _check_converters(converters)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        # xccl's ops are defined by the first graph form that needs them; a plugin's compiler (its lowering of
+        # torch.ops.xccl.*) may name all of them, whichever this graph holds.
+        from . import _ops  # noqa: F401 - defines torch.ops.xccl.*
+
         runtime = _runtime()
         converters = self.converters
         if converters is None:

@@ -2,6 +2,7 @@
 dispatch, in ``xccl.collectives``)."""
 
 from ._communicators import Communicator, communicators
-from ._init import connect, vendor_group
+from ._init import vendor_group
+from ._vendor import connect
 
 __all__ = ["Communicator", "communicators", "connect", "vendor_group"]

@@ -30,7 +30,6 @@ import torch.distributed as dist
 from ..collectives._liveness import close_quietly
 from ..collectives._process_group import PREFIX, backend_name, register_backend
 from ..collectives._state import DEFAULT_TIMEOUT, STATE, Fallback, World, state_of
-from ..collectives._watchdog import choose_mode, settings_of
 from ..errors import BackendUnavailable, InitError, InvalidArgument, XcclError
 from ..plugin._capabilities import CapabilityTable
 from ..plugin._contract import Plugin, Runtime
@@ -41,6 +40,7 @@ from ..plugin._sim import register_simulated_backend, simulated_backend_of
 from ._backend_check import all_arrived, wrong_backend
 from ._env import env_init_method, job_of, rendezvous_error, resolve_ranks, timeout_of
 from ._rendezvous import rendezvous
+from ._vendor import collective_timeout, connect, connect_world, watchdog_settings
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -95,7 +95,7 @@ def _prepare(runtime: Runtime, fallback: Fallback, check: bool) -> str:
             register_simulated_backend(profile, runtime=vendor)
     STATE.runtime, STATE.fallback, STATE.check = runtime, fallback, check
     STATE.job = STATE.device = STATE.job_at = None
-    STATE.watchdog = _watchdog_settings(runtime, choose=True)
+    STATE.watchdog = watchdog_settings(runtime, choose=True)
     return register_backend(runtime)
 
 
@@ -104,23 +104,6 @@ def _place(runtime: Runtime, job: Job, *, adopted: bool = False) -> torch.device
     STATE.device = runtime.place(job, adopted=adopted)
     STATE.job = job
     return STATE.device
-
-
-def _watchdog_settings(runtime: Runtime, *, choose: bool) -> Any:
-    """The vendor watchdog's settings in force; with ``choose``, xccl's mode unless the user set one.
-
-    Raises:
-        InitError: the user's mode variable holds no mode.
-    """
-    vendor = runtime.plugin.vendor_runtime()
-    if vendor.watchdog is None:
-        return None
-    try:
-        source = choose_mode(vendor.watchdog, os.environ) if choose else (
-            "the vendor's default" if vendor.watchdog.mode_source(os.environ) is None else "set by the user")
-        return settings_of(vendor, os.environ, source)
-    except ValueError as exc:
-        raise InitError(f"{exc}: 0 (no handling), 1 (tear down), 2 (clean up only) or 3 (skip clean up)") from None
 
 
 def process_group_backend(
@@ -240,7 +223,7 @@ def init(
     STATE.default = state_of(dist.group.WORLD)
     STATE.lap("group state", t)
     if not world.adopted:
-        _connect_world()
+        connect_world()
     return world
 
 
@@ -309,40 +292,7 @@ def _create_world(
     atexit.register(_shutdown_at_exit)
     group_tmo = getattr(dist.group.WORLD, "timeout", tmo)
     return World(rank_, size, job.local_rank, device, plugin.name, runtime.backend, sim, fallback, check, group_tmo, name,
-                 False, _collective_timeout(group_tmo))
-
-
-def _collective_timeout(group_timeout: _dt.timedelta) -> _dt.timedelta:
-    """How long a collective waits on a group with this timeout: the vendor's execution timeout may come first."""
-    settings = STATE.watchdog
-    if settings is None:
-        return group_timeout
-    return _dt.timedelta(seconds=settings.collective_bound(group_timeout.total_seconds()))
-
-
-def _connect_world() -> None:
-    """Connect the world's communicator now, where the vendor connects lazily: every rank is here, right after the
-    rendezvous, so a rank that reaches its first collective late (a slow checkpoint load, a first compile) is
-    bounded by the execution timeout instead of the much shorter connect timeout (HCCL_CONNECT_TIMEOUT)."""
-    runtime, world = STATE.runtime, STATE.default
-    if runtime is not None and world is not None and runtime.plugin.vendor_runtime().lazy_connect is not None:
-        runtime.connect(world.group)
-
-
-def connect(group: Any = None) -> None:
-    """Connect ``group``'s communicator now (default: the world's; ``xccl.init`` already did). Every member calls it.
-
-    Where the vendor connects a group at its first collective (HCCL, within ``HCCL_CONNECT_TIMEOUT``), a member that
-    reaches that first collective late makes the others fail; calling this right after creating the group, while
-    its ranks are together, moves the connect there. On other vendors it costs one tiny collective.
-
-    Example::
-
-        tp = xccl.new_group([0, 1])
-        xccl.runtime.connect(tp)
-    """
-    st = state_of(group)
-    st.runtime.connect(st.group)
+                 False, collective_timeout(group_tmo))
 
 
 def _adopt_world(
@@ -369,7 +319,7 @@ def _adopt_world(
     STATE.groups.clear()
     STATE.runtime, STATE.fallback, STATE.check = runtime, fallback, check
     if STATE.watchdog is None:  # set by process_group_backend when xccl prepared the backend; else as found
-        STATE.watchdog = _watchdog_settings(runtime, choose=False)
+        STATE.watchdog = watchdog_settings(runtime, choose=False)
     # A world created on xccl's backend placed this process when its group was created (_process_group._Creator).
     job, device = STATE.job, STATE.device
     if not ours or job is None or device is None:
@@ -377,7 +327,7 @@ def _adopt_world(
         device = _place(runtime, job, adopted=True)
     tmo = getattr(dist.group.WORLD, "timeout", None) or timeout_of(timeout)
     return World(job.rank, job.world_size, job.local_rank, device, runtime.plugin.name, runtime.backend,
-                 runtime.simulate, fallback, check, tmo, backend, True, _collective_timeout(tmo))
+                 runtime.simulate, fallback, check, tmo, backend, True, collective_timeout(tmo))
 
 
 def _plugin_for(backend: str, vendor: str, registry: Registry) -> Plugin:

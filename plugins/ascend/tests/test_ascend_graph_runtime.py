@@ -63,6 +63,8 @@ def _xccl_compile(fn: Callable[..., Any], graphs: list[set[str]] | None = None) 
     from xccl_ascend._runtime import MC2_DOMAIN
     from xccl_ascend._torchair_lower import lowering
 
+    from xccl.graph import _ops  # noqa: F401 - the lowering names every torch.ops.xccl.*, which xccl defines lazily
+
     def observe(phase: str, gm: torch.fx.GraphModule) -> None:
         graphs.append({ops.names.get(n, n) for n in (target_name(x.target) for x in gm.graph.nodes
                                                      if x.op == "call_function")})
