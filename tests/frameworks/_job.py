@@ -22,15 +22,24 @@ from typing import Any
 import torch
 from torch import nn
 
-STEPS = 3
+#: Training steps (``XCCL_FRAMEWORK_STEPS`` raises it for benchmarks/frameworks.py, which compares no results).
+STEPS = int(os.environ.get("XCCL_FRAMEWORK_STEPS", "3"))
 LR = 0.1
 D_IN, HIDDEN, D_OUT = 8, 16, 4
 #: Rows of the global batch: divisible by 1, 2 and 4 ranks.
 BATCH = 8
 #: float32 sums in a different order (a ring, a tree, a reduce_scatter) differ in the last bits only.
 TOL = 1e-5
+#: ``gloo``: the job creates its world on plain gloo instead of xccl's backend (the baseline of
+#: benchmarks/frameworks.py).
+BASELINE_ENV = "XCCL_FRAMEWORK_BASELINE"
 #: The folder where a job script writes its results, one ``NAME.json`` per run (set by the test; rank 0 writes).
 OUT_ENV = "XCCL_FRAMEWORK_TEST_OUT"
+
+
+def baseline() -> bool:
+    """Whether this run is the plain-gloo baseline of benchmarks/frameworks.py (no xccl at all)."""
+    return os.environ.get(BASELINE_ENV, "") == "gloo"
 
 
 def model() -> nn.Sequential:

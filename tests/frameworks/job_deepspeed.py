@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ def train(stage: int) -> None:
                                            config=config(stage, size))
     x, y = _job.rows(rank, size)
     losses = []
+    started = time.perf_counter()
     for _ in range(_job.STEPS):
         loss = nn.functional.mse_loss(engine(x), y)
         engine.backward(loss)
@@ -50,12 +52,14 @@ def train(stage: int) -> None:
         total = loss.detach().clone()
         dist.all_reduce(total)
         losses.append(total.item() / size)
+    train_s = time.perf_counter() - started
     # ZeRO-3 keeps each parameter partitioned: gather them (a collective on every rank) to read them whole.
     with deepspeed.zero.GatheredParameters(list(engine.module.parameters()), enabled=stage == 3):
         params = {k: v.detach().clone() for k, v in engine.module.state_dict().items()}
     if rank == 0:
         _job.write_result(f"zero{stage}", losses, params, backend=dist.get_backend(),
-                          xccl_group=isinstance(dist.group.WORLD, xccl.XcclProcessGroup), world_size=size)
+                          xccl_group=isinstance(dist.group.WORLD, xccl.XcclProcessGroup), world_size=size,
+                          train_s=train_s)
     engine.destroy()
 
 
@@ -66,10 +70,13 @@ def main() -> None:
     import deepspeed
 
     # The recipe: DeepSpeed creates the world on xccl's backend; xccl.init() then adopts it.
-    deepspeed.init_distributed(dist_backend=xccl.process_group_backend())
-    world = xccl.init()
-    if not world.adopted:
-        raise AssertionError("xccl.init() did not adopt DeepSpeed's world")
+    if _job.baseline():
+        deepspeed.init_distributed(dist_backend="gloo")
+    else:
+        deepspeed.init_distributed(dist_backend=xccl.process_group_backend())
+        world = xccl.init()
+        if not world.adopted:
+            raise AssertionError("xccl.init() did not adopt DeepSpeed's world")
     for stage in map(int, args.stages.split(",")):
         try:
             train(stage)

@@ -11,6 +11,7 @@ job. Rank 0 writes the per-step global loss and the final parameters (:func:`_jo
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 import _job
@@ -66,7 +67,7 @@ def main() -> None:
     args = p.parse_args()
 
     # The recipe: xccl's backend name, given to Lightning's strategy; Lightning creates the world on it.
-    backend = xccl.process_group_backend()
+    backend = "gloo" if _job.baseline() else xccl.process_group_backend()
     for name in args.strategies.split(","):
         fit(name, backend, args.devices)
 
@@ -87,7 +88,9 @@ def fit(name: str, backend: str, devices: int) -> None:
     dp = devices if name != "tp" else 1
     data = DataLoader(TensorDataset(x, y), batch_size=_job.BATCH // dp)  # Lightning adds a DistributedSampler
     module = Net(name)
+    started = time.perf_counter()
     trainer.fit(module, data)
+    train_s = time.perf_counter() - started
 
     import torch.distributed as dist
 
@@ -96,7 +99,8 @@ def fit(name: str, backend: str, devices: int) -> None:
               for k, v in module.net.state_dict().items()}
     if trainer.global_rank == 0:
         _job.write_result(name, module.losses, params, backend=dist.get_backend(),
-                          xccl_group=isinstance(group, xccl.XcclProcessGroup), world_size=trainer.world_size)
+                          xccl_group=isinstance(group, xccl.XcclProcessGroup), world_size=trainer.world_size,
+                          train_s=train_s)
 
 
 if __name__ == "__main__":
