@@ -31,7 +31,7 @@ def train(force_sum: bool = False) -> dict[str, Any]:
     memory): a plain SUM and a local divide instead of ``PREMUL_SUM``, which plain gloo lacks.
     """
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
     from torchtitan.distributed.fsdp import disable_fsdp_gradient_division
 
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -43,8 +43,10 @@ def train(force_sum: bool = False) -> dict[str, Any]:
         fully_shard(layer, mesh=mesh, mp_policy=mp)
     fully_shard(model, mesh=mesh, mp_policy=mp)
     disable_fsdp_gradient_division(model)  # divide factor 1.0: FSDP2 reduce-scatters with PREMUL_SUM(1.0)
-    if force_sum:
-        model.set_force_sum_reduction_for_comms(True)
+    if force_sum:  # on every FSDP module, as torchtitan's enable_fsdp_symm_mem does (the setting is per module)
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.set_force_sum_reduction_for_comms(True)
     opt = torch.optim.SGD(model.parameters(), lr=_job.LR)
     x, y = _job.rows(rank, n)
     losses = []

@@ -3,7 +3,7 @@ simulated Sophgo and Ascend, each stage's per-step global loss and final paramet
 the whole batch.
 
 DeepSpeed runs on its CPU accelerator, which JIT-builds its shared-memory all_reduce kernel (g++ and ninja) the
-first time on a machine (a minute or more; cached in ``~/.cache/torch_extensions`` after). ZeRO-3 all_reduces its
+first time (a minute or more; cached after, in this environment's folder: ``DS_ENV``). ZeRO-3 all_reduces its
 gradient norm in float64 (``get_norm_dtype()`` in ``deepspeed/runtime/zero/stage3.py``): the path of issue 21's
 defect (2) on simulated Sophgo and Ascend.
 """
@@ -11,6 +11,7 @@ defect (2) on simulated Sophgo and Ascend.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import _job
@@ -23,6 +24,10 @@ pytestmark = [
 ]
 
 BACKENDS = {"cpu": "xccl_gloo", "sophgo": "xccl_sccl", "ascend": "xccl_hccl"}
+#: DeepSpeed's CPU accelerator, and its JIT-built kernel cached in this environment's own folder: the default
+#: (~/.cache/torch_extensions) is shared by every environment of the user, whose builds differ by include paths
+#: and so rebuild over each other, under a lock, when several run at once.
+DS_ENV = {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(Path(sys.prefix) / "torch_extensions")}
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +36,7 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, str]
     done = {}
     for plugin in PLUGINS:
         out = tmp_path_factory.mktemp(f"deepspeed-{plugin}")
-        job = run("job_deepspeed.py", ["--stages", "1,2,3"], plugin, out, nproc=2, timeout=540,
-                  env={"DS_ACCELERATOR": "cpu"})
+        job = run("job_deepspeed.py", ["--stages", "1,2,3"], plugin, out, nproc=2, timeout=540, env=DS_ENV)
         done[plugin] = (out, "" if job.returncode == 0 else f"{job.first_error()}\n{job.output[-2000:]}")
     return done
 
