@@ -7,9 +7,9 @@ PIP    := $(PY) -m pip
 # Plugin distributions that live in this repository (installed editable for tests and simulation).
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
 TEST_PLUGINS := tests/plugins/xccl-testplugins $(dir $(wildcard examples/plugin-template/pyproject.toml))
-PYTEST_ARGS ?= -m "not slow and not gpu" --durations=15
+PYTEST_ARGS ?= -m "not slow and not gpu and not frameworks" --durations=15
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test test-frameworks bench lint clean
 
 $(VENV)/.core: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,15 @@ demo: $(VENV)/.core
 ## Run the tests (core, plugins in simulation, conformance), excluding slow and GPU-only ones.
 test: $(VENV)/.test
 	$(PY) -m pytest $(PYTEST_ARGS) tests $(wildcard plugins/*/tests) $(wildcard examples/plugin-template/tests)
+
+$(VENV)/.frameworks: $(VENV)/.test
+	$(PIP) install --quiet -e ".[frameworks]"
+	touch $@
+
+## The training frameworks on xccl (Lightning, Ray Train, DeepSpeed, Accelerate, torchtitan; tests/frameworks):
+## cpu and simulated Sophgo and Ascend. Installs the `frameworks` extra first. .ci/run runs it after `make test`.
+test-frameworks: $(VENV)/.frameworks
+	$(PY) -m pytest -m frameworks --durations=15 tests/frameworks
 
 ## Lint (also run by the tests): ruff over the tree, mypy --strict over the package, the import-layer contract.
 lint: $(VENV)/.test
