@@ -21,11 +21,7 @@ graph ops at run time), goes through :func:`dispatch`:
 
 from __future__ import annotations
 
-import os
-import sys
 import time
-import types
-import warnings
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Final
@@ -37,6 +33,7 @@ from ..errors import InvalidArgument, UnsupportedCollective
 from ..plugin._c10d import c10d_kernel
 from ..plugin._capabilities import Collective, Level, Resolution, reduce_op_name
 from ..plugin._kernels import kernel_problems
+from ..plugin._warn import warn_at_user
 from . import _emulate, _faults
 from . import _specs as S
 from ._check import checked, checked_all_reduce
@@ -133,28 +130,7 @@ def warn_once(key: tuple[str, ...], message: str, category: type[Warning] = Emul
     if key in STATE.warned:
         return
     STATE.warned.add(key)
-    warnings.warn(message, category, stacklevel=outside_xccl())
-
-
-#: Frames of these packages are not the user's line: xccl itself, and torch (torch.distributed's wrappers, the
-#: custom-op and autograd machinery between the user's call and xccl's).
-_INTERNAL_DIRS: Final = tuple(
-    os.path.dirname(os.path.abspath(path)) + os.sep
-    for path in (os.path.dirname(os.path.abspath(__file__)), torch.__file__)
-)
-
-
-def outside_xccl() -> int:
-    """The ``stacklevel`` that names the first frame outside xccl and torch, for a ``warnings.warn`` in the caller.
-
-    A fixed level points into xccl or torch for calls that arrive through torch.distributed, a graph op or an
-    emulation; the user's line is what a warning should name. Runs once per warning, so the walk costs nothing.
-    """
-    frame: types.FrameType | None = sys._getframe(1)  # the caller: the frame that stacklevel=1 names
-    level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL_DIRS):
-        frame, level = frame.f_back, level + 1
-    return level
+    warn_at_user(message, category)
 
 
 # ------------------------------------------------------------------------------------------------------ running

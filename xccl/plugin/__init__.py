@@ -21,7 +21,7 @@ What is here, by concern:
 * the CPU simulation: :class:`SimProfile` and the simulated process group;
 * rank tables: :class:`RankTableFormat` (a plugin's format for ``xccl rank-table``), the JSON reading kit that
   reports every defect as a :class:`~xccl.RankTableError` with its JSON path;
-* the errors a plugin raises.
+* the errors a plugin raises, and :func:`warn_at_user` for warnings that name the user's line.
 """
 
 from ..errors import (
@@ -100,6 +100,7 @@ from ._sim import (
     register_simulated_backend,
     simulated_backend_of,
 )
+from ._warn import user_stacklevel, warn_at_user
 from ._work import Work, finish
 
 __all__ = [
@@ -179,4 +180,6 @@ __all__ = [
     "require",
     "simulated_backend_of",
     "table_from",
+    "user_stacklevel",
+    "warn_at_user",
 ]
