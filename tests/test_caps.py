@@ -94,7 +94,7 @@ def test_text_matrix_matches_tables(capsys: pytest.CaptureFixture[str], plugins:
                 got = next(cells)
                 text, _, number = got.partition(" [")
                 assert text == cell(sup), (op, name, mode, got)
-                assert notes.get(number.rstrip("]"), "") == footnote(op, sup), (op, name, mode)
+                assert notes.get(number.rstrip("]"), "") == footnote(op, sup, mode), (op, name, mode)
 
 
 def _toy_table() -> xccl.CapabilityTable:

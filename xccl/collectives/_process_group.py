@@ -269,13 +269,14 @@ def _op(opts: Any) -> Any:
 
     An options struct holds a ``ReduceOp`` *object* (a new one per read); a plain op is returned as its
     ``RedOpType`` enum value, which the plan cache keys on directly, as it does for ``xccl.all_reduce(op=SUM)``.
-    Only premul_sum, whose object carries its factor, stays an object.
+    Only premul_sum, whose object carries its factor, stays an object. pybind hands out a new ``RedOpType`` object
+    on every read too, so the kind is compared by value (``==``), never by identity.
     """
     if opts is None:
         return _SUM
     op = getattr(opts, "reduceOp", opts)
     kind = getattr(op, "op", None)
-    return op if kind is None or kind is _PREMUL_SUM else kind
+    return op if kind is None or kind == _PREMUL_SUM else kind
 
 
 def _root(opts: Any) -> int:
