@@ -218,9 +218,86 @@ def check_float64(outs: list[dict[str, torch.Tensor]], plugin: str) -> None:
             assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True)), (name, got, want)
 
 
+# ------------------------------------------------------------------------------------ futures of composed ops
+
+
+def body_futures() -> dict[str, Any]:
+    """``get_future()`` of asynchronous reductions, emulated on at least one of them on every plugin (premul_sum
+    on gloo and SCCL, float64 on SCCL and HCCL, AVG on SCCL): returned at once, completed with the output tensors,
+    ``.then()`` chains on it. Rank 0 asks for the future while rank 1 is still 1 s away from the collective."""
+    import time
+
+    rank, n = dist.get_rank(), dist.get_world_size()
+    got: dict[str, Any] = {}
+    calls = {
+        "all_reduce avg": (lambda t: dist.all_reduce(t, op=dist.ReduceOp.AVG, async_op=True), torch.float32,
+                           lambda rows: sum(rows) / n),
+        "all_reduce premul": (lambda t: dist.all_reduce(t, op=_premul(0.5), async_op=True), torch.float32,
+                              lambda rows: sum(rows) * 0.5),
+        "all_reduce float64": (lambda t: dist.all_reduce(t, async_op=True), torch.float64, sum),
+    }
+    for name, (call, dtype, reduced) in calls.items():
+        t = _rows(rank, 4, dtype)
+        if rank == 1:
+            time.sleep(1.0)
+        started = time.monotonic()
+        fut = call(t).get_future()
+        got[f"{name}: future at once"] = rank != 0 or time.monotonic() - started < 0.5
+        doubled = fut.then(lambda f: f.value()[0] * 2).wait()
+        want = reduced([_rows(r, 4, dtype) for r in range(n)])
+        got[f"{name}: value()[0]"] = torch.equal(fut.value()[0], want) and fut.value()[0].data_ptr() == t.data_ptr()
+        got[f"{name}: then"] = torch.equal(doubled, 2 * want)
+    for name, op, dtype, scale in (("reduce_scatter_tensor premul", _premul(0.5), torch.float32, 0.5),
+                                   ("reduce_scatter_tensor float64", dist.ReduceOp.SUM, torch.float64, 1.0)):
+        inp = torch.stack([_rows(rank, 3, dtype) + 10 * j for j in range(n)])
+        out = torch.empty(3, dtype=dtype)
+        fut = dist.reduce_scatter_tensor(out, inp, op=op, async_op=True).get_future()
+        value = fut.then(lambda f: f.value()[0]).wait()
+        want = scale * sum(_rows(r, 3, dtype) + 10 * rank for r in range(n))
+        got[f"{name}: then"] = torch.equal(value, want) and value.data_ptr() == out.data_ptr()
+    return got
+
+
+def _avg_hook(state: Any, bucket: Any) -> Any:
+    """A DDP communication hook: the bucket averaged by an asynchronous AVG all_reduce (emulated on SCCL)."""
+    return dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.AVG, async_op=True).get_future().then(
+        lambda fut: fut.value()[0])
+
+
+# DDP checks a hook's annotations as objects (this module's are strings: ``from __future__ import annotations``).
+_avg_hook.__annotations__ = {"state": object, "bucket": dist.GradBucket,
+                             "return": torch.futures.Future[torch.Tensor]}
+
+
+def body_ddp_hooks() -> dict[str, float]:
+    """DDP with an AVG communication hook (float32), and DDP's own hook on a float64 model (whose all_reduce is
+    emulated on SCCL and HCCL): 3 steps each, against the single-process reference."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    rank, n = dist.get_rank(), dist.get_world_size()
+    worst: dict[str, float] = {}
+    for name, dtype in (("avg hook", torch.float32), ("float64", torch.float64)):
+        ddp = DistributedDataParallel(_model().to(dtype))
+        if name == "avg hook":
+            ddp.register_comm_hook(None, _avg_hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=LR)
+        ref_losses, ref_params = _reference(n, LR)
+        worst[name] = 0.0
+        for step in range(STEPS):
+            x, y = (v.to(dtype) for v in _batch(step))
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(ddp(x.chunk(n)[rank]), y.chunk(n)[rank])
+            loss.backward()
+            opt.step()
+            worst[name] = max(worst[name], abs(loss.item() - ref_losses[step][rank]))
+        for k, v in ddp.module.state_dict().items():
+            worst[name] = max(worst[name], (v.double() - ref_params[k].double()).abs().max().item())
+    return worst
+
+
 # --------------------------------------------------------------------------------------------------- the tests
 
-CHECKS = ("premul", "float64", "fsdp2_divide_factor")
+CHECKS = ("premul", "float64", "futures", "ddp_hooks", "fsdp2_divide_factor")
 ORDERED = [(plugin, ws, check) for plugin, ws in CASES for check in CHECKS]  # pool order: one config after the other
 
 
@@ -236,6 +313,13 @@ def test_reduction_through_torch_distributed_matches_the_local_reference(
             assert all(got.values()), f"rank {rank}: {got}"
     elif check == "float64":
         check_float64(pool.run_ok(body_float64, timeout=TIMEOUT), plugin)
+    elif check == "futures":
+        # A composed op's future held [] before, and get_future() waited for the collective.
+        for rank, got in enumerate(pool.run_ok(body_futures, timeout=TIMEOUT)):
+            assert all(got.values()), f"rank {rank}: {[k for k, v in got.items() if not v]}"
+    elif check == "ddp_hooks":
+        for rank, worst in enumerate(pool.run_ok(body_ddp_hooks, timeout=TIMEOUT)):
+            assert all(w < 1e-5 for w in worst.values()), f"rank {rank}: largest differences {worst}"
     else:
         losses = pool.run_ok(body_fsdp2_divide_factor, timeout=TIMEOUT)
         assert all(len(ls) == STEPS for ls in losses), losses

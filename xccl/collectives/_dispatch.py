@@ -99,7 +99,7 @@ def _kernel(st: GroupState, op: Collective, res: Resolution, native: Kernel | No
         if native is None:
             raise UnsupportedCollective(str(op), st.backend, "marked native but the plugin has no kernel")
         return native
-    kernel = _emulate.build(st, op, res, native, partial(_block, st))
+    kernel = _emulate.with_result(op, _emulate.build(st, op, res, native, partial(_block, st)))
     if res.level is Level.EMULATED and st.fallback == "warn":
         warn_once(
             (op.value, st.backend),

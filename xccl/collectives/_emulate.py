@@ -35,14 +35,14 @@ import torch
 
 from ..errors import UnsupportedCollective
 from ..plugin._capabilities import Collective, Level, Resolution
-from ..plugin._work import finish
+from ..plugin._work import Work, finish
 from . import _layers, _uneven
 from . import _specs as S
 from ._compose import Call, local_reduce, nothing
 from ._compose import last as _last
 from ._compose import take as _take
 
-__all__ = ["AGREED_BYTES", "EMULATIONS", "build", "by_size", "describe", "local_reduce"]
+__all__ = ["AGREED_BYTES", "EMULATIONS", "build", "by_size", "describe", "local_reduce", "with_result"]
 
 C = Collective
 Kernel = Callable[..., Any]
@@ -249,6 +249,28 @@ def build(st: Any, op: Collective, res: Resolution, native: Kernel | None, call:
             raise UnsupportedCollective(op.value, st.backend, f"no emulation named {res.via!r}")
         kernel = partial(entry[0], st, call)
     return _layers.wrap(spec, st, res, kernel)
+
+
+def with_result(op: Collective, kernel: Kernel) -> Kernel:
+    """``kernel`` whose asynchronous handle holds the op's output tensors (the arguments it writes), as a native
+    work's ``result()`` and future do: a DDP communication hook reads the reduced bucket as ``fut.value()[0]``."""
+    spec = S.SPECS[op]
+    written = tuple(i for i, arg in enumerate(spec.args) if arg.access in (S.Access.WRITE, S.Access.UPDATE))
+
+    def composed(*kargs: Any) -> Any:
+        work = kernel(*kargs)
+        if type(work) is Work:
+            outputs: list[torch.Tensor] = []
+            for i in written:
+                value = kargs[i]
+                if isinstance(value, torch.Tensor):
+                    outputs.append(value)
+                elif value is not None:
+                    outputs.extend(t for ts in value for t in (ts if isinstance(ts, (list, tuple)) else (ts,)))
+            work.set_result(outputs)
+        return work
+
+    return composed
 
 
 def describe(op: Collective, res: Resolution, dtype: torch.dtype | None = None) -> str:
