@@ -130,7 +130,7 @@ class Work(dist.Work):
                 self.wait()
                 fut.set_result(self._result)
             except Exception as exc:  # the future carries the failure, as a backend's does
-                fut.set_exception(exc)
+                fut.set_exception(exc)  # type: ignore[arg-type]  # torch's stub types it as the result
             return fut
         inner = _futures(self._works)
         if inner is None:
@@ -153,7 +153,7 @@ class Work(dist.Work):
                 self.wait()
                 fut.set_result(self._result)
             except Exception as exc:  # the future carries the failure
-                fut.set_exception(exc)
+                fut.set_exception(exc)  # type: ignore[arg-type]  # torch's stub types it as the result
 
         threading.Thread(target=complete, name="xccl-work-future", daemon=True).start()
         return fut
