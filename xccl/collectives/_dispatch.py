@@ -29,9 +29,9 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
-from ..errors import InvalidArgument, UnsupportedCollective
+from ..errors import InvalidArgument, InvalidArgumentType, UnsupportedCollective
 from ..plugin._c10d import c10d_kernel
-from ..plugin._capabilities import Collective, Level, Resolution, reduce_op_name
+from ..plugin._capabilities import COMPLEX_REDUCE_OPS, Collective, Level, Resolution, reduce_op_name
 from ..plugin._kernels import kernel_problems
 from ..plugin._warn import warn_at_user
 from . import _emulate, _faults
@@ -53,9 +53,9 @@ class EmulationWarning(UserWarning):
     """A collective runs as an emulation on this backend (warned once per op and backend)."""
 
 
-def invalid(op: str, detail: str) -> Any:
+def invalid(op: str, detail: str, wrong_type: bool = False) -> Any:
     """The eager path's error-raiser for validation (``Spec.validate``'s ``fail``)."""
-    raise InvalidArgument(op, detail)
+    raise (InvalidArgumentType if wrong_type else InvalidArgument)(op, detail)
 
 
 # ------------------------------------------------------------------------------------------------------- plans
@@ -78,6 +78,11 @@ def plan(st: GroupState, op: Collective, dtype: torch.dtype | None, reduce_op: A
     if kernel is not None:
         return kernel
     redop = None if reduce_op is None else reduce_op_name(reduce_op)
+    if dtype is not None and dtype.is_complex and redop is not None and redop not in COMPLEX_REDUCE_OPS:
+        # What torch refuses itself (a ValueError, its message): checked here too, as all_reduce's flat path
+        # skips validation and every such call lands here (it is never cached).
+        raise InvalidArgument(op.value, f"{'all_reduce' if op.value.startswith('all_reduce') else op.value} does "
+                              f"not support {reduce_op} on complex tensors")
     res = st.table.require(op, dtype=dtype, reduce_op=redop, world_size=st.size,
                            allow_emulated=st.fallback != "error")
     native = native_kernel(st, op)

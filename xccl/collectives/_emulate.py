@@ -36,7 +36,7 @@ import torch
 from ..errors import UnsupportedCollective
 from ..plugin._capabilities import Collective, Level, Resolution
 from ..plugin._work import Work, finish
-from . import _layers, _uneven
+from . import _layers, _monitored, _uneven
 from . import _specs as S
 from ._compose import Call, local_reduce, nothing
 from ._compose import last as _last
@@ -219,6 +219,10 @@ EMULATIONS: Final[dict[Collective, dict[str, tuple[Kernel, str]]]] = {
     C.GATHER: {
         "all_gather": (_gather_via_all_gather, "an all_gather kept on the root: every rank receives the whole "
                        "gathered data (world size x the bytes of a gather)"),
+    },
+    C.MONITORED_BARRIER: {
+        "store": (_monitored.via_store, "over the rendezvous store, not the backend: a few store round trips per "
+                  "rank (torch's gloo algorithm, naming the late ranks on every rank)"),
     },
     C.SEND: {"host_gloo": (_send_via_host, "staged through host memory over a gloo group")},
     C.RECV: {"host_gloo": (_recv_via_host, "staged through host memory over a gloo group")},

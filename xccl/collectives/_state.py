@@ -74,8 +74,8 @@ class GroupState:
     """
 
     __slots__ = (
-        "backend", "check", "comm_name", "device_type", "fallback", "group", "kernel_context", "name", "native",
-        "plans", "rank", "ranks", "runtime", "scratch", "seq", "side", "size", "table",
+        "backend", "barriers", "check", "comm_name", "device_type", "fallback", "group", "kernel_context", "name",
+        "native", "plans", "rank", "ranks", "runtime", "scratch", "seq", "side", "size", "table",
     )
 
     def __init__(self, group: Any, native: Any, side: Any, runtime: Runtime, fallback: Fallback, check: bool) -> None:
@@ -102,6 +102,8 @@ class GroupState:
         self.plans: Final[dict[tuple[Any, ...], Callable[..., Any]]] = {}
         #: Sequence number of collectives issued on this group (the mismatch detector's clock).
         self.seq = 0
+        #: Monitored barriers called on this group (numbers each call's keys in the store: ``_monitored``).
+        self.barriers = 0
         #: The emulations' reusable host buffers (``_scratch``), dropped with the group's state.
         self.scratch: Final = Scratch()
         #: The plugin's communicator name, once asked for (:meth:`communicator_name`).

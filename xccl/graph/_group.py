@@ -21,7 +21,7 @@ import torch.distributed.distributed_c10d as c10d
 
 from ..collectives._state import STATE, state_of
 from ..collectives._validate import group_problem
-from ..errors import InvalidArgument, UnsupportedCollective, XcclError
+from ..errors import InvalidArgument, InvalidArgumentType, UnsupportedCollective, XcclError
 from ..plugin._capabilities import CapabilityTable, Collective, Level, Mode, reduce_op_name
 from ..plugin._registry import default_registry
 
@@ -192,6 +192,7 @@ def resolve(name: str, op: Collective, dtype: torch.dtype | None, reduce_op: str
 
 
 @_assume_constant
-def fail(op: str, detail: str) -> None:
-    """Raise ``InvalidArgument(op, detail)`` from traced code (Dynamo cannot trace xccl's error constructors)."""
-    raise trace_error(InvalidArgument, op, detail)
+def fail(op: str, detail: str, wrong_type: bool = False) -> None:
+    """Raise ``InvalidArgument(op, detail)`` (``InvalidArgumentType`` for a wrong type) from traced code (Dynamo
+    cannot trace xccl's error constructors)."""
+    raise trace_error(InvalidArgumentType if wrong_type else InvalidArgument, op, detail)

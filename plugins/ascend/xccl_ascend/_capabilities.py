@@ -41,7 +41,7 @@ from typing import Final
 
 import torch
 
-from xccl.plugin import CapabilityTable, Collective, Level, Support, table_from
+from xccl.plugin import PORTABLE, CapabilityTable, Collective, Level, Support, table_from
 
 from . import _constraints as cons
 
@@ -144,6 +144,8 @@ def _eager() -> dict[Collective, Support]:
             "implementation on 910B/910_93, so xccl gathers the same way, kept on the root",
         ),
         C.BARRIER: Support(Level.NATIVE),
+        # HCCL has no monitoredBarrier (the c10d base class raises): xccl's, over HCCL's send/recv.
+        C.MONITORED_BARRIER: PORTABLE[C.MONITORED_BARRIER],
         C.MM_REDUCE_SCATTER: _fused("mm_reduce_scatter"),
         C.ALL_GATHER_MM: _fused("all_gather_mm"),
         C.MM_ALL_REDUCE: _fused("mm_all_reduce"),
