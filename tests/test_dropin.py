@@ -675,3 +675,99 @@ def test_monitored_barrier_names_the_late_ranks_on_every_rank(rank_pools: Any, w
         assert out["raised"] == "CollectiveTimeout" and set(out["ranks"]) >= set(named), (rank, out)
         assert out["waited"] < 2.0 * len(late) + 5.0, (rank, out)  # not the collective timeout (300 s)
     assert all(o["after"] == [float(world_size)] * 2 for o in outs), outs
+
+
+# ---------------------------------------------------------------------------- dispatcher-level tools: CommDebugMode
+
+_GLOO: dict[int, Any] = {}
+
+
+def _gloo() -> Any:
+    """A plain gloo group over every rank (made once per world; every rank calls this in the same body)."""
+    key = id(dist.group.WORLD)
+    if key not in _GLOO:
+        _GLOO[key] = dist.new_group(backend="gloo")
+    return _GLOO[key]
+
+
+def _comm_calls() -> dict[str, Callable[[Any], Any]]:
+    """One call per collective, made through ``torch.distributed`` on the group given (``None``: xccl's world)."""
+    rank, n = _me()
+    t = lambda: _data(rank, 4, F32)  # noqa: E731 - a fresh tensor per call
+    peer = rank ^ 1
+
+    def p2p(g: Any) -> None:
+        for step in ("send", "recv") if rank % 2 == 0 else ("recv", "send"):
+            if step == "send":
+                dist.send(t(), dst=peer, group=g)
+            else:
+                dist.recv(torch.empty(4), src=peer, group=g)
+
+    return {
+        "all_reduce": lambda g: dist.all_reduce(t(), group=g),
+        "all_reduce async": lambda g: dist.all_reduce(t(), group=g, async_op=True).wait(),
+        "all_reduce avg": lambda g: dist.all_reduce(t(), op=AVG, group=g),
+        "all_reduce_coalesced": lambda g: dist.all_reduce_coalesced([t(), t()], group=g),
+        "all_gather": lambda g: dist.all_gather([torch.empty(4) for _ in range(n)], t(), group=g),
+        "all_gather_single": lambda g: dist.all_gather_single(torch.empty(4 * n), t(), group=g),
+        "reduce_scatter": lambda g: dist.reduce_scatter(torch.empty(4), [t() for _ in range(n)], group=g),
+        "reduce_scatter_single": lambda g: dist.reduce_scatter_single(torch.empty(4), _data(rank, 4 * n, F32), group=g),
+        "all_to_all": lambda g: dist.all_to_all([torch.empty(4) for _ in range(n)], [t() for _ in range(n)], group=g),
+        "all_to_all_single": lambda g: dist.all_to_all_single(torch.empty(4 * n), _data(rank, 4 * n, F32), group=g),
+        "broadcast": lambda g: dist.broadcast(t(), src=0, group=g),
+        "reduce": lambda g: dist.reduce(t(), dst=n - 1, group=g),
+        "gather": lambda g: dist.gather(t(), [torch.empty(4) for _ in range(n)] if rank == 0 else None, dst=0, group=g),
+        "scatter": lambda g: dist.scatter(torch.empty(4), [t() for _ in range(n)] if rank == 0 else None, src=0,
+                                          group=g),
+        "barrier": lambda g: dist.barrier(group=g),
+        "send/recv": p2p,
+    }
+
+
+def body_comm_debug_mode() -> dict[str, tuple[dict[str, int], dict[str, int]]]:
+    """CommDebugMode's counts for each collective on a plain gloo group and on xccl's world (through
+    torch.distributed, and xccl's own all_reduce / reduce_scatter_single)."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    gloo = _gloo()
+    _, n = _me()
+
+    def counts(fn: Callable[[], Any]) -> dict[str, int]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch's deprecated all_reduce_coalesced
+            with CommDebugMode() as mode:
+                fn()
+        dist.barrier(group=gloo)
+        return {str(k): v for k, v in mode.get_comm_counts().items()}
+
+    out = {name: (counts(lambda c=call: c(gloo)), counts(lambda c=call: c(None)))  # type: ignore[misc]
+           for name, call in _comm_calls().items()}
+    out["xccl.all_reduce"] = (counts(lambda: dist.all_reduce(torch.ones(4), group=gloo)),
+                              counts(lambda: xccl.all_reduce(torch.ones(4))))
+    out["xccl.reduce_scatter_single"] = (
+        counts(lambda: dist.reduce_scatter_single(torch.empty(4), torch.ones(4 * n), group=gloo)),
+        counts(lambda: xccl.reduce_scatter_single(torch.empty(4), torch.ones(4 * n))))
+    return out
+
+
+def body_profiler_names() -> list[str]:
+    """The c10d op names torch.profiler records for dist.all_reduce / reduce_scatter_single on xccl's world."""
+    from torch.profiler import profile
+
+    _, n = _me()
+    with profile() as prof:
+        dist.all_reduce(torch.ones(4))
+        dist.reduce_scatter_single(torch.empty(4), torch.ones(4 * n))
+    return sorted({e.name for e in prof.events() if e.name.startswith("c10d::")})
+
+
+@pytest.mark.parametrize("plugin", ["cpu", "sophgo", "ascend"])
+def test_comm_debug_mode_counts_xccl_collectives_as_gloo_s(rank_pools: Any, plugin: str) -> None:
+    env = {"cpu": {}, "sophgo": SOPHGO, "ascend": {"XCCL_SIMULATE": "ascend"}}[plugin]
+    pool = rank_pools.get(2, env=env, fallback="emulate")
+    for rank, out in enumerate(pool.run_ok(body_comm_debug_mode, timeout=TIMEOUT)):
+        differ = {name: pair for name, pair in out.items() if pair[0] != pair[1]}
+        assert not differ, f"rank {rank}: counts (gloo, xccl) differ: {differ}"
+        assert out["all_reduce"][1] == {"c10d.allreduce_": 1}, out["all_reduce"]
+    for rank, names in enumerate(pool.run_ok(body_profiler_names, timeout=TIMEOUT)):
+        assert {"c10d::allreduce_", "c10d::_reduce_scatter_base_"} <= set(names), f"rank {rank}: {names}"

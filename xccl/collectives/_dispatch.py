@@ -10,9 +10,11 @@ graph ops at run time), goes through :func:`dispatch`:
    capability table, applies the fallback policy and caches the result (:func:`plan`). Where the table prefers a
    composition to the native kernel for some sizes only, the cached kernel picks per call by the call's agreed
    size, which every rank passes alike;
-4. with the mismatch detector on, hand the call to it (``_check.checked``: it records the call, and issues and
+4. while a dispatcher-level tool watches (CommDebugMode, the profiler), show it the call as torch's own path
+   would (``_observe``: a flag check on every call, the rest only while watched);
+5. with the mismatch detector on, hand the call to it (``_check.checked``: it records the call, and issues and
    watches the kernel itself);
-5. call the kernel, translating backend faults into typed errors; an asynchronous call's handle is wrapped so that
+6. call the kernel, translating backend faults into typed errors; an asynchronous call's handle is wrapped so that
    ``wait()`` raises them typed too.
 
 ``all_reduce`` has a flat copy of the same steps (:func:`all_reduce`): its cost per call is benchmarked
@@ -27,6 +29,7 @@ from functools import partial
 from typing import Any, Final
 
 import torch
+import torch.autograd.profiler as _profiler
 import torch.distributed as dist
 
 from ..errors import InvalidArgument, InvalidArgumentType, UnsupportedCollective
@@ -34,10 +37,11 @@ from ..plugin._c10d import c10d_kernel
 from ..plugin._capabilities import COMPLEX_REDUCE_OPS, Collective, Level, Resolution, reduce_op_name
 from ..plugin._kernels import kernel_problems
 from ..plugin._warn import warn_at_user
-from . import _emulate, _faults
+from . import _emulate, _faults, _observe
 from . import _specs as S
 from ._check import checked, checked_all_reduce
 from ._state import STATE, GroupState, state_of
+from ._validate import BARE_PREMUL
 
 __all__ = ["EmulationWarning", "all_reduce", "dispatch", "invalid", "native_kernel", "plan", "run", "warn_once"]
 
@@ -47,6 +51,8 @@ _RED_OP_TYPE: Final = dist.ReduceOp.RedOpType
 _TENSOR: Final = torch.Tensor
 _monotonic: Final = time.monotonic
 _TypedWork: Final = _faults.TypedWork
+#: What tells whether a dispatcher-level tool watches (``_observe.watched``), bound for the hot path.
+_modes: Final = torch._C._len_torch_dispatch_stack
 
 
 class EmulationWarning(UserWarning):
@@ -78,6 +84,8 @@ def plan(st: GroupState, op: Collective, dtype: torch.dtype | None, reduce_op: A
     if kernel is not None:
         return kernel
     redop = None if reduce_op is None else reduce_op_name(reduce_op)
+    if redop == "premul_sum" and not hasattr(reduce_op, "factor"):  # all_reduce's flat path lets it through
+        raise InvalidArgument(op.value, BARE_PREMUL)
     if dtype is not None and dtype.is_complex and redop is not None and redop not in COMPLEX_REDUCE_OPS:
         # What torch refuses itself (a ValueError, its message): checked here too, as all_reduce's flat path
         # skips validation and every such call lands here (it is never cached).
@@ -149,13 +157,21 @@ def run(st: GroupState, spec: S.Spec, kargs: Sequence[Any], async_op: bool, *, i
         spec: the collective.
         kargs: its kernel arguments (``spec.validate``'s result).
         async_op: return a work handle instead of waiting.
-        inner: a building block of an emulation: not recorded by the mismatch detector (the emulated call was)
-            and no typed wrapper (the outer call translates faults).
+        inner: a building block of an emulation: not recorded by the mismatch detector (the emulated call was),
+            no typed wrapper (the outer call translates faults), not shown to dispatcher-level tools on its own.
     """
     idx = spec.reduce_op_index
-    kernel = plan(st, spec.key_of(kargs), spec.dtype_of(kargs), None if idx is None else kargs[idx])
+    key = spec.key_of(kargs)
+    kernel = plan(st, key, spec.dtype_of(kargs), None if idx is None else kargs[idx])
     if inner:
         return kernel(*kargs, async_op)
+    if _modes() or _profiler._is_profiler_enabled:  # CommDebugMode, the profiler: see _observe
+        return _observe.visible(st, key, spec.name, kargs, partial(_issue, st, spec, kargs, kernel, async_op))
+    return _issue(st, spec, kargs, kernel, async_op)
+
+
+def _issue(st: GroupState, spec: S.Spec, kargs: Sequence[Any], kernel: Kernel, async_op: bool) -> Any:
+    """Call a planned kernel: through the mismatch detector when it is on, with typed faults."""
     if st.check:
         return checked(st, spec, kargs, kernel, async_op)
     started = _monotonic()
@@ -211,6 +227,10 @@ def all_reduce(tensor: torch.Tensor, op: Any, group: Any, async_op: bool) -> Any
     ):
         return run(st, _SPEC_ALL_REDUCE, _SPEC_ALL_REDUCE.validate(st, invalid, tensor, op), async_op)
     kernel = st.plans.get((_ALL_REDUCE, tensor.dtype, op)) or plan(st, _ALL_REDUCE, tensor.dtype, op)
+    if _modes() or _profiler._is_profiler_enabled:  # CommDebugMode, the profiler: see _observe
+        kargs = (tensor, op)
+        return _observe.visible(st, _ALL_REDUCE, "all_reduce", kargs,
+                                partial(_issue, st, _SPEC_ALL_REDUCE, kargs, kernel, async_op))
     if st.check:  # the mismatch detector records the call and runs the kernel (what run() would do, flat)
         return checked_all_reduce(st, tensor, op, kernel, async_op)
     try:

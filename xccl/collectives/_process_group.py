@@ -39,9 +39,10 @@ from ..errors import InitError
 from ..plugin._capabilities import Collective
 from ..plugin._contract import Runtime
 from ..plugin._work import Work
+from . import _observe
 from . import _specs as S
 from ._dispatch import all_reduce, dispatch
-from ._state import STATE, forget
+from ._state import STATE, forget, state_of
 
 __all__ = ["PREFIX", "XcclProcessGroup", "backend_name", "register_backend"]
 
@@ -185,8 +186,11 @@ class XcclProcessGroup(dist.ProcessGroup):
     def allgather_into_tensor_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
                                         opts: Any = None) -> Any:
         """``ProcessGroup.allgather_into_tensor_coalesced``: one all_gather_into_tensor per pair."""
-        return _all_of([dispatch(S.ALL_GATHER_INTO_TENSOR, self, True, o, i) for o, i in zip(outputs, inputs,
-                                                                                            strict=True)])
+        def issue() -> Work:
+            return _all_of([dispatch(S.ALL_GATHER_INTO_TENSOR, self, True, o, i)
+                            for o, i in zip(outputs, inputs, strict=True)])
+
+        return _coalesced(self, "allgather_into_tensor_coalesced", (outputs, inputs), issue)
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced  # type: ignore[assignment]
 
@@ -206,8 +210,12 @@ class XcclProcessGroup(dist.ProcessGroup):
                                         opts: Any = None) -> Any:
         """``ProcessGroup.reduce_scatter_tensor_coalesced``: one reduce_scatter_tensor per pair."""
         op = _op(opts)
-        return _all_of([dispatch(S.REDUCE_SCATTER_TENSOR, self, True, o, i, op)
-                        for o, i in zip(outputs, inputs, strict=True)])
+
+        def issue() -> Work:
+            return _all_of([dispatch(S.REDUCE_SCATTER_TENSOR, self, True, o, i, op)
+                            for o, i in zip(outputs, inputs, strict=True)])
+
+        return _coalesced(self, "reduce_scatter_tensor_coalesced", (outputs, inputs), issue)
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced  # type: ignore[assignment]
 
@@ -258,6 +266,14 @@ class XcclProcessGroup(dist.ProcessGroup):
     def recv_anysource(self, tensors: Sequence[torch.Tensor], tag: int = 0) -> Any:
         """``ProcessGroup.recv_anysource``: the returned work reports the sender (``_source_rank()``)."""
         return self._run(S.RECV, tensors[0], None, tag, None)
+
+
+def _coalesced(group: XcclProcessGroup, name: str, kargs: tuple[Any, ...], issue: Any) -> Any:
+    """A coalesced tensor form (one collective per pair), shown to watching tools as its own c10d op, once."""
+    if not _observe.watched():
+        return issue()
+    key = Collective.ALL_GATHER_INTO_TENSOR if name.startswith("allgather") else Collective.REDUCE_SCATTER_TENSOR
+    return _observe.visible(state_of(group), key, name, kargs, issue, _observe.COALESCED[name])
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:

@@ -74,7 +74,7 @@ class GroupState:
     """
 
     __slots__ = (
-        "backend", "barriers", "check", "comm_name", "device_type", "fallback", "group", "kernel_context", "name",
+        "backend", "barriers", "carrier", "check", "comm_name", "device_type", "fallback", "group", "kernel_context", "name",
         "native", "plans", "rank", "ranks", "runtime", "scratch", "seq", "side", "size", "table",
     )
 
@@ -104,6 +104,8 @@ class GroupState:
         self.seq = 0
         #: Monitored barriers called on this group (numbers each call's keys in the store: ``_monitored``).
         self.barriers = 0
+        #: The group dispatcher-level tools see this group's collectives on, once one watched (``_observe``).
+        self.carrier: Any = None
         #: The emulations' reusable host buffers (``_scratch``), dropped with the group's state.
         self.scratch: Final = Scratch()
         #: The plugin's communicator name, once asked for (:meth:`communicator_name`).

@@ -28,6 +28,7 @@ from ..plugin._capabilities import COMPLEX_REDUCE_OPS, reduce_op_name, reduce_op
 from ..plugin._warn import warn_at_user
 
 __all__ = [
+    "BARE_PREMUL",
     "Facts",
     "Fail",
     "Validator",
@@ -206,11 +207,18 @@ def reduce_op(fail: Fail, op: str, value: Any, *tensors: torch.Tensor) -> Any:
         rop = reduce_op_of(value)
     except ValueError as exc:
         fail(op, str(exc))
+    if reduce_op_name(rop) == "premul_sum" and not hasattr(rop, "factor"):
+        fail(op, BARE_PREMUL)
     if any(t.is_complex() for t in tensors) and reduce_op_name(rop) not in COMPLEX_REDUCE_OPS:
         what = "all_reduce" if op.startswith("all_reduce") else op  # all_reduce_coalesced says "all_reduce" too
         fail(op, f"{what} does not support {rop} on complex tensors (only "
              f"{', '.join(sorted(COMPLEX_REDUCE_OPS))} are defined for complex numbers)")
     return rop
+
+
+#: A bare ``ReduceOp.PREMUL_SUM`` has no factor (torch's own wrappers fail on it with a pybind TypeError).
+BARE_PREMUL = ("ReduceOp.PREMUL_SUM needs its factor: pass torch.distributed._make_nccl_premul_sum(factor), as FSDP "
+                "does")
 
 
 def _rows(t: torch.Tensor) -> int:
