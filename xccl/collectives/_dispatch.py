@@ -31,6 +31,7 @@ from typing import Any, Final
 import torch
 import torch.autograd.profiler as _profiler
 import torch.distributed as dist
+import torch.utils._python_dispatch
 
 from ..errors import InvalidArgument, InvalidArgumentType, UnsupportedCollective
 from ..plugin._c10d import c10d_kernel
@@ -41,7 +42,7 @@ from . import _emulate, _faults, _observe
 from . import _specs as S
 from ._check import checked, checked_all_reduce
 from ._state import STATE, GroupState, state_of
-from ._validate import BARE_PREMUL
+from ._validate import BARE_PREMUL, complex_refusal
 
 __all__ = ["EmulationWarning", "all_reduce", "dispatch", "invalid", "native_kernel", "plan", "run", "warn_once"]
 
@@ -51,8 +52,8 @@ _RED_OP_TYPE: Final = dist.ReduceOp.RedOpType
 _TENSOR: Final = torch.Tensor
 _monotonic: Final = time.monotonic
 _TypedWork: Final = _faults.TypedWork
-#: What tells whether a dispatcher-level tool watches (``_observe.watched``), bound for the hot path.
-_modes: Final = torch._C._len_torch_dispatch_stack
+#: What tells whether a dispatcher-level tool may watch (``_observe.watched``): torch's module flags, read per call.
+_python_dispatch: Final = torch.utils._python_dispatch
 
 
 class EmulationWarning(UserWarning):
@@ -84,13 +85,12 @@ def plan(st: GroupState, op: Collective, dtype: torch.dtype | None, reduce_op: A
     if kernel is not None:
         return kernel
     redop = None if reduce_op is None else reduce_op_name(reduce_op)
-    if redop == "premul_sum" and not hasattr(reduce_op, "factor"):  # all_reduce's flat path lets it through
+    # What torch refuses itself (a ValueError, its message), checked here rather than in validation: every call
+    # shape comes here first (these are never cached), all_reduce's flat path included, which skips validation.
+    if redop == "premul_sum" and not hasattr(reduce_op, "factor"):
         raise InvalidArgument(op.value, BARE_PREMUL)
     if dtype is not None and dtype.is_complex and redop is not None and redop not in COMPLEX_REDUCE_OPS:
-        # What torch refuses itself (a ValueError, its message): checked here too, as all_reduce's flat path
-        # skips validation and every such call lands here (it is never cached).
-        raise InvalidArgument(op.value, f"{'all_reduce' if op.value.startswith('all_reduce') else op.value} does "
-                              f"not support {reduce_op} on complex tensors")
+        raise InvalidArgument(op.value, complex_refusal(op.value, reduce_op))
     res = st.table.require(op, dtype=dtype, reduce_op=redop, world_size=st.size,
                            allow_emulated=st.fallback != "error")
     native = native_kernel(st, op)
@@ -165,7 +165,7 @@ def run(st: GroupState, spec: S.Spec, kargs: Sequence[Any], async_op: bool, *, i
     kernel = plan(st, key, spec.dtype_of(kargs), None if idx is None else kargs[idx])
     if inner:
         return kernel(*kargs, async_op)
-    if _modes() or _profiler._is_profiler_enabled:  # CommDebugMode, the profiler: see _observe
+    if _python_dispatch._is_in_torch_dispatch_mode or _profiler._is_profiler_enabled:  # see _observe
         return _observe.visible(st, key, spec.name, kargs, partial(_issue, st, spec, kargs, kernel, async_op))
     return _issue(st, spec, kargs, kernel, async_op)
 
@@ -227,7 +227,7 @@ def all_reduce(tensor: torch.Tensor, op: Any, group: Any, async_op: bool) -> Any
     ):
         return run(st, _SPEC_ALL_REDUCE, _SPEC_ALL_REDUCE.validate(st, invalid, tensor, op), async_op)
     kernel = st.plans.get((_ALL_REDUCE, tensor.dtype, op)) or plan(st, _ALL_REDUCE, tensor.dtype, op)
-    if _modes() or _profiler._is_profiler_enabled:  # CommDebugMode, the profiler: see _observe
+    if _python_dispatch._is_in_torch_dispatch_mode or _profiler._is_profiler_enabled:  # CommDebugMode...: _observe
         kargs = (tensor, op)
         return _observe.visible(st, _ALL_REDUCE, "all_reduce", kargs,
                                 partial(_issue, st, _SPEC_ALL_REDUCE, kargs, kernel, async_op))

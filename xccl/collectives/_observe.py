@@ -5,8 +5,9 @@ go by (``torch/distributed/tensor/debug/_comm_mode.py``), and the profiler recor
 plain process group's collectives are such ops: ``ProcessGroup::allreduce`` in C++ calls ``c10d::allreduce_``
 through the dispatcher, whose kernel runs the backend. xccl's group overrides those methods in Python to run its
 dispatch, and a Python ``Backend`` cannot exist (no Python constructor), so no ``c10d::*`` kernel can lead into
-xccl. Hence, only while a tool watches (:func:`watched`: a dispatch mode is active or the profiler is on; a check of
-two flags on the hot path):
+xccl. Hence, only while a tool watches (:func:`watched`: a dispatch mode was entered or the profiler is on; two
+module flags that torch keeps, read on the hot path, about 40 ns each; the dispatch-mode stack itself is asked
+only then, as its C call costs several times that):
 
 * with a dispatch mode active, the collective runs with the modes set aside (so the vendor's own ``c10d::*`` calls
   underneath, in simulation, are not counted too), then its ``c10d::*`` op goes through the dispatcher once, with
@@ -27,6 +28,7 @@ from typing import Any, Final
 import torch
 import torch.autograd.profiler as _profiler
 import torch.distributed as dist
+import torch.utils._python_dispatch as _python_dispatch
 from torch._C._distributed_c10d import FakeProcessGroup, HashStore
 from torch.utils._python_dispatch import _disable_current_modes
 
@@ -40,8 +42,9 @@ _modes: Final = torch._C._len_torch_dispatch_stack
 
 
 def watched() -> bool:
-    """Whether a dispatcher-level tool is watching: a ``TorchDispatchMode`` is active or the profiler is on."""
-    return bool(_modes()) or _profiler._is_profiler_enabled
+    """Whether a dispatcher-level tool may be watching: a ``TorchDispatchMode`` was entered (torch's flag, set by
+    ``TorchDispatchMode.__enter__``, process-wide) or the profiler is on. :func:`visible` asks precisely."""
+    return _python_dispatch._is_in_torch_dispatch_mode or _profiler._is_profiler_enabled
 
 
 def _sum() -> Any:
@@ -107,8 +110,11 @@ def visible(st: Any, key: Collective, name: str, kargs: Sequence[Any], issue: Ca
     Args:
         c10d: the c10d op and its argument builder, when ``key`` does not say (the coalesced tensor forms).
     """
+    modes = _modes()  # this thread's active modes (none inside a mode's own __torch_dispatch__: it pops itself)
+    if not modes and not _profiler._is_profiler_enabled:
+        return issue()
     op = c10d or _c10d_op(key, kargs)
-    if not _modes():  # the profiler only: name the real work as torch's path would
+    if not modes:  # the profiler only: name the real work as torch's path would
         with _profiler.record_function(f"c10d::{op[0]}" if op else f"xccl::{name}"):
             return issue()
     with _disable_current_modes():

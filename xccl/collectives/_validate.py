@@ -24,7 +24,7 @@ from typing import Any, NoReturn, Protocol
 import torch
 import torch.distributed as dist
 
-from ..plugin._capabilities import COMPLEX_REDUCE_OPS, reduce_op_name, reduce_op_of
+from ..plugin._capabilities import COMPLEX_REDUCE_OPS, reduce_op_of
 from ..plugin._warn import warn_at_user
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "all_to_all_single",
     "all_to_all_v",
     "barrier",
+    "complex_refusal",
     "broadcast",
     "gather",
     "p2p",
@@ -200,20 +201,24 @@ def splits(g: Facts, fail: Fail, op: str, what: str, sizes: Any, total: int | No
     return out
 
 
-def reduce_op(fail: Fail, op: str, value: Any, *tensors: torch.Tensor) -> Any:
-    """A ``ReduceOp`` (kept as given) from a ``ReduceOp``, its name, or DeepSpeed's enum; one defined for complex
-    numbers if a tensor is complex (torch's message: its all_reduce refuses the others before communicating)."""
+def reduce_op(fail: Fail, op: str, value: Any) -> Any:
+    """A ``ReduceOp`` (kept as given) from a ``ReduceOp``, its name, or DeepSpeed's enum.
+
+    What else torch refuses about a reduce op (one not defined for complex numbers on a complex tensor, a
+    ``PREMUL_SUM`` without its factor) is checked where the op's name is known without tracing into it:
+    ``_dispatch.plan`` and the graph path's ``resolve``/``redop`` (:data:`BARE_PREMUL`, :func:`complex_refusal`).
+    """
     try:
-        rop = reduce_op_of(value)
+        return reduce_op_of(value)
     except ValueError as exc:
         fail(op, str(exc))
-    if reduce_op_name(rop) == "premul_sum" and not hasattr(rop, "factor"):
-        fail(op, BARE_PREMUL)
-    if any(t.is_complex() for t in tensors) and reduce_op_name(rop) not in COMPLEX_REDUCE_OPS:
-        what = "all_reduce" if op.startswith("all_reduce") else op  # all_reduce_coalesced says "all_reduce" too
-        fail(op, f"{what} does not support {rop} on complex tensors (only "
-             f"{', '.join(sorted(COMPLEX_REDUCE_OPS))} are defined for complex numbers)")
-    return rop
+
+
+def complex_refusal(op: str, reduce_op: Any) -> str:
+    """torch's message for a reduce op not defined for complex numbers (its all_reduce refuses them)."""
+    what = "all_reduce" if op.startswith("all_reduce") else op  # all_reduce_coalesced says "all_reduce" too
+    return (f"{what} does not support {reduce_op} on complex tensors (only {', '.join(sorted(COMPLEX_REDUCE_OPS))} "
+            "are defined for complex numbers)")
 
 
 #: A bare ``ReduceOp.PREMUL_SUM`` has no factor (torch's own wrappers fail on it with a pybind TypeError).
@@ -234,7 +239,7 @@ def _dim0(fail: Fail, op: str, *ts: torch.Tensor) -> None:
 
 
 def all_reduce(g: Facts, fail: Fail, t: Any, op: Any) -> tuple[Any, ...]:
-    return tensor(g, fail, "all_reduce", "tensor", t), reduce_op(fail, "all_reduce", op, t)
+    return tensor(g, fail, "all_reduce", "tensor", t), reduce_op(fail, "all_reduce", op)
 
 
 def all_reduce_coalesced(g: Facts, fail: Fail, ts: Any, op: Any) -> tuple[Any, ...]:
@@ -245,7 +250,7 @@ def all_reduce_coalesced(g: Facts, fail: Fail, ts: Any, op: Any) -> tuple[Any, .
     if not ts:
         fail(name, "tensors must be a non-empty list of tensors")
     lst = [tensor(g, fail, name, f"tensors[{i}]", t) for i, t in enumerate(ts)]
-    return lst, reduce_op(fail, name, op, *lst)
+    return lst, reduce_op(fail, name, op)
 
 
 def all_gather(g: Facts, fail: Fail, outs: Any, t: Any) -> tuple[Any, ...]:
@@ -300,7 +305,7 @@ def reduce_scatter(g: Facts, fail: Fail, out: Any, ins: Any, op: Any) -> tuple[A
         same_dtype(fail, name, out, t, f"output and input_list[{i}]")
         if t.shape != out.shape:
             fail(name, f"input_list[{i}] has shape {tuple(t.shape)}, output has {tuple(out.shape)}")
-    return out, lst, reduce_op(fail, name, op, out)
+    return out, lst, reduce_op(fail, name, op)
 
 
 def reduce_scatter_tensor(g: Facts, fail: Fail, out: Any, inp: Any, op: Any) -> tuple[Any, ...]:
@@ -310,7 +315,7 @@ def reduce_scatter_tensor(g: Facts, fail: Fail, out: Any, inp: Any, op: Any) -> 
     same_dtype(fail, name, out, inp)
     if inp.numel() != out.numel() * g.size:
         fail(name, f"input has {inp.numel()} elements; expected output's {out.numel()} x {g.size} ranks")
-    return out, inp, reduce_op(fail, name, op, out)
+    return out, inp, reduce_op(fail, name, op)
 
 
 def all_to_all(g: Facts, fail: Fail, outs: Any, ins: Any) -> tuple[Any, ...]:
@@ -349,7 +354,7 @@ def broadcast(g: Facts, fail: Fail, t: Any, src: Any, group_src: Any) -> tuple[A
 
 def reduce(g: Facts, fail: Fail, t: Any, dst: Any, op: Any, group_dst: Any) -> tuple[Any, ...]:
     tensor(g, fail, "reduce", "tensor", t)
-    return t, member(g, fail, "reduce", "dst", dst, group_dst), reduce_op(fail, "reduce", op, t)
+    return t, member(g, fail, "reduce", "dst", dst, group_dst), reduce_op(fail, "reduce", op)
 
 
 def _rooted_list(g: Facts, fail: Fail, op: str, what: str, t: Any, lst: Any, root: int, list_name: str) -> Any:
@@ -451,7 +456,7 @@ def reduce_scatter_uneven(g: Facts, fail: Fail, out: Any, inp: Any, sizes: Any, 
     same_dtype(fail, name, out, inp)
     _dim0(fail, name, out, inp)
     s = _uneven_splits(g, fail, name, "input_split_sizes", sizes, ("input", inp), ("output", out))
-    return out, inp, s, reduce_op(fail, name, op, out)
+    return out, inp, s, reduce_op(fail, name, op)
 
 
 def all_to_all_v(g: Facts, fail: Fail, out: Any, inp: Any, matrix: Any) -> tuple[Any, ...]:
