@@ -197,7 +197,7 @@ def test_markdown_detail_lists_dtypes_and_reduce_ops() -> None:
     cols = [c.strip() for c in row.split("|")]
     assert cols[3] == Level.NATIVE.value
     assert cols[5] == "max, min, product, sum"
-    assert cols[6] == "bool as uint8"
+    assert cols[6] == "bool as uint8, float64 via all_gather"  # float64: moved, reduced by xccl (as SCCL's)
 
 
 # -------------------------------------------------------------------------------------------------------- docs
