@@ -66,8 +66,29 @@ table.require("all_reduce", dtype=torch.bfloat16, reduce_op="sum")   # raises Un
 xccl caps cpu --mode eager     # the matrix as text; --json adds dtypes and reduce ops per op
 ```
 
-Dtypes and reduce ops outside an entry's lists may still run: `dtype casts` name the dtype an unsupported one is
-carried as, and a missing `avg` runs as `sum` then a divide where `sum` is native.
+Dtypes and reduce ops outside an entry's lists may still run, as an emulation (warned once, refused under
+`fallback="error"`):
+
+- `dtype casts` name the dtype an unsupported one is carried as (`float64 as int64`: the same bits, for ops that
+  only move them), or the composition that reduces a dtype the backend moves but cannot reduce (`float64 via
+  all_gather`: every rank's bits gathered and reduced locally in rank order, so the result is exact and the same on
+  every rank; reduce_scatter exchanges only each rank's chunk first). DeepSpeed ZeRO-3 all_reduces its gradient
+  norm in float64: on SCCL and HCCL it runs this way.
+- a missing `avg` runs as `sum` then a divide, and a missing `premul_sum` (`dist._make_nccl_premul_sum(f)`, which
+  FSDP2 uses for a gradient divide factor) as the inputs scaled by `f` locally, then `sum`, where `sum` is native
+  (premul_sum over floats, in eager mode: a compiled graph's functional collectives cannot carry its factor).
+
+The notes of `xccl caps` list each entry's emulated reductions; `table.resolve(...)` says which one a call shape
+gets:
+
+```python
+import torch
+import xccl
+
+sophgo = xccl.capabilities("sophgo")
+print(sophgo.resolve("all_reduce", dtype=torch.float64, reduce_op="sum").via)          # all_gather
+print(sophgo.resolve("all_reduce", dtype=torch.float32, reduce_op="premul_sum").premul_via_sum)  # True
+```
 
 ## Preferred compositions
 

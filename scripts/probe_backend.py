@@ -181,11 +181,15 @@ def _reduce_scatter(c: Ctx, dtype: torch.dtype, op: str) -> None:
     _check(out, _reduce_ref([ins[r][c.rank] for r in range(c.world)], op))
 
 
+# torch 2.13's names (it deprecates the older ones, warning on every call); older torch has only those.
+_RS_SINGLE = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_AG_SINGLE = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
 def _reduce_scatter_tensor(c: Ctx, dtype: torch.dtype, op: str, async_op: bool = False) -> None:
     ins = [_values(r, N * c.world, dtype) for r in range(c.world)]
     out = torch.zeros(N, dtype=dtype, device=c.device)
-    work = dist.reduce_scatter_tensor(out, ins[c.rank].to(c.device, copy=True), op=_torch_op(op), group=c.group,
-                                      async_op=async_op)
+    work = _RS_SINGLE(out, ins[c.rank].to(c.device, copy=True), op=_torch_op(op), group=c.group, async_op=async_op)
     if async_op:
         work.wait()
     chunk = slice(c.rank * N, (c.rank + 1) * N)
@@ -201,8 +205,7 @@ def _all_gather(c: Ctx, dtype: torch.dtype) -> None:
 
 def _all_gather_into_tensor(c: Ctx, dtype: torch.dtype, async_op: bool = False) -> None:
     out = torch.zeros(N * c.world, dtype=dtype, device=c.device)
-    work = dist.all_gather_into_tensor(out, _values(c.rank, N, dtype).to(c.device, copy=True), group=c.group,
-                                       async_op=async_op)
+    work = _AG_SINGLE(out, _values(c.rank, N, dtype).to(c.device, copy=True), group=c.group, async_op=async_op)
     if async_op:
         work.wait()
     _check(out, torch.cat([_values(r, N, dtype) for r in range(c.world)]))

@@ -90,7 +90,8 @@ CALLS: dict[str, Callable[[str], Any]] = {
     "all_reduce-wrong-device": lambda _: xccl.all_reduce(torch.ones(4, device="meta")),
     "all_reduce-non-contiguous": lambda _: xccl.all_reduce(torch.ones(4, 4).t()),
     "all_reduce-op-for-dtype": lambda _: xccl.all_reduce(t4(), op=R.BAND),
-    "all_reduce-premul-sum-on-gloo": lambda _: xccl.all_reduce(t4(), op=dist._make_nccl_premul_sum(2.0)),
+    "all_reduce-premul-sum-on-integers": lambda _: xccl.all_reduce(torch.ones(4, dtype=torch.int32),
+                                                                   op=dist._make_nccl_premul_sum(2.0)),
     "all_reduce-group-not-a-group": lambda _: xccl.all_reduce(t4(), group="tp"),
     "all_reduce-group-not-member": lambda _: xccl.all_reduce(t4(), group=_not_mine()),
     "all_gather-list-length": lambda _: xccl.all_gather([torch.empty(4) for _ in range(_n() + 1)], t4()),
@@ -190,7 +191,7 @@ INVALID = "InvalidArgument"
 UNSUPPORTED = "UnsupportedCollective"
 POOL = [Case(k, "pool", INVALID) for k in CALLS if not k.startswith(("ranktable-", "sophgo-", "ascend-"))]
 POOL = [
-    Case(c.id, c.where, {"all_reduce-op-for-dtype": UNSUPPORTED, "all_reduce-premul-sum-on-gloo": UNSUPPORTED,
+    Case(c.id, c.where, {"all_reduce-op-for-dtype": UNSUPPORTED, "all_reduce-premul-sum-on-integers": UNSUPPORTED,
                          "init-twice-different-arguments": "InitError"}.get(c.id, c.error))
     for c in POOL
 ]

@@ -94,7 +94,7 @@ def test_text_matrix_matches_tables(capsys: pytest.CaptureFixture[str], plugins:
                 got = next(cells)
                 text, _, number = got.partition(" [")
                 assert text == cell(sup), (op, name, mode, got)
-                assert notes.get(number.rstrip("]"), "") == footnote(op, sup), (op, name, mode)
+                assert notes.get(number.rstrip("]"), "") == footnote(op, sup, mode), (op, name, mode)
 
 
 def _toy_table() -> xccl.CapabilityTable:
@@ -222,7 +222,7 @@ def test_markdown_detail_lists_dtypes_and_reduce_ops() -> None:
     cols = [c.strip() for c in row.split("|")]
     assert cols[3] == Level.NATIVE.value
     assert cols[5] == "max, min, product, sum"
-    assert cols[6] == "bool as uint8"
+    assert cols[6] == "bool as uint8, float64 via all_gather"  # float64: moved, reduced by xccl (as SCCL's)
 
 
 # -------------------------------------------------------------------------------------------------------- docs

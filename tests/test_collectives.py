@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.distributed as dist
 
 import xccl
 
@@ -24,7 +25,7 @@ def make(rank: int, shape: tuple[int, ...], dtype: torch.dtype, salt: int = 0) -
 def reduce_ref(ts: list[torch.Tensor], op: str) -> torch.Tensor:
     acc = ts[0].clone()
     for t in ts[1:]:
-        if op in ("sum", "avg"):
+        if op in ("sum", "avg", "premul_sum"):
             acc = acc + t
         elif op == "product":
             acc = acc * t
@@ -40,7 +41,17 @@ def reduce_ref(ts: list[torch.Tensor], op: str) -> torch.Tensor:
             acc = acc ^ t
     if op == "avg":
         acc = acc / len(ts) if acc.is_floating_point() else torch.div(acc, len(ts), rounding_mode="trunc")
+    if op == "premul_sum":
+        acc = acc * PREMUL
     return acc.to(ts[0].dtype)
+
+
+PREMUL = 0.5
+
+
+def _rop(op: str) -> object:
+    """The ReduceOp for a name: premul_sum with its factor (a bare ReduceOp.PREMUL_SUM is refused, as torch does)."""
+    return dist._make_nccl_premul_sum(PREMUL) if op == "premul_sum" else getattr(R, op.upper())
 
 
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -77,18 +88,18 @@ def body_all(dtypes: tuple[torch.dtype, ...], async_op: bool) -> list[str]:
         inputs = [make(i, shape, dt) for i in range(n)]
         for op in _ops_for(dt):
             t = inputs[r].clone()
-            done(xccl.all_reduce(t, getattr(R, op.upper()), async_op=async_op))
+            done(xccl.all_reduce(t, _rop(op), async_op=async_op))
             check(f"all_reduce {dt} {op}", t, reduce_ref(inputs, op))
             t = inputs[r].clone()
-            done(xccl.reduce(t, dst=n - 1, op=getattr(R, op.upper()), async_op=async_op))
+            done(xccl.reduce(t, dst=n - 1, op=_rop(op), async_op=async_op))
             if r == n - 1:
                 check(f"reduce {dt} {op}", t, reduce_ref(inputs, op))
             big = [make(i, (n * 2, 3), dt, salt=7) for i in range(n)]
             out = torch.empty((2, 3), dtype=dt)
-            done(xccl.reduce_scatter_tensor(out, big[r], getattr(R, op.upper()), async_op=async_op))
+            done(xccl.reduce_scatter_tensor(out, big[r], _rop(op), async_op=async_op))
             check(f"reduce_scatter_tensor {dt} {op}", out, reduce_ref(big, op)[2 * r : 2 * r + 2])
             out = torch.empty((2, 3), dtype=dt)
-            done(xccl.reduce_scatter(out, list(big[r].chunk(n)), getattr(R, op.upper()), async_op=async_op))
+            done(xccl.reduce_scatter(out, list(big[r].chunk(n)), _rop(op), async_op=async_op))
             check(f"reduce_scatter {dt} {op}", out, reduce_ref(big, op)[2 * r : 2 * r + 2])
         # Data movement.
         outs = [torch.empty(shape, dtype=dt) for _ in range(n)]
@@ -278,7 +289,7 @@ def _native_truth() -> list[str]:
             level = table.level("all_reduce", dtype=dt, reduce_op=op)
             t = make(xccl.get_world().rank, (3,), dt)
             try:
-                rop = dist._make_nccl_premul_sum(2.0) if op == "premul_sum" else getattr(R, op.upper())
+                rop = dist._make_nccl_premul_sum(2.0) if op == "premul_sum" else _rop(op)
                 dist.all_reduce(t, rop, group=raw)
                 works = True
             except (RuntimeError, ValueError, TypeError):

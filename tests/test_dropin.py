@@ -16,6 +16,7 @@ Each case runs the torch variant and the xccl variant in one body and returns bo
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -32,8 +33,8 @@ C64, C128, F32 = torch.complex64, torch.complex128, torch.float32
 SUM, AVG, MAX = dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.MAX
 TIMEOUT = 60.0
 #: The exception family torch's refusals belong to (``xccl.UnsupportedCollective`` is a RuntimeError,
-#: ``xccl.InvalidArgument`` a ValueError).
-FAMILY = ("ValueError", "RuntimeError")
+#: ``xccl.InvalidArgument`` a ValueError, ``xccl.InvalidArgumentType`` a TypeError too).
+FAMILY = ("ValueError", "RuntimeError", "TypeError")
 
 # ---------------------------------------------------------------------------------------------------------------
 # Helpers run on the ranks
@@ -66,13 +67,17 @@ def _data(rank: int, shape: tuple[int, ...] | int, dtype: torch.dtype, salt: int
     return base.to(dtype)
 
 
-def _attempt(fn: Callable[[], Any]) -> tuple[Any, ...]:
-    """``("ok", value)``, or ``("raised", class names most derived first, message)``."""
+def _attempt(fn: Callable[[], Any], strict: bool = False) -> tuple[Any, ...]:
+    """``("ok", value)``, or ``("raised", class names most derived first, message)``.
+
+    ``strict``: torch's deprecation warnings are errors (xccl's side: neither xccl's old names nor its own calls
+    into torch may warn).
+    """
     try:
         with warnings.catch_warnings():
-            # torch 2.13 deprecates some of these entry points (all_reduce_coalesced, all_gather_coalesced, ...)
-            warnings.simplefilter("ignore", FutureWarning)
-            warnings.simplefilter("ignore", DeprecationWarning)
+            # torch 2.13 deprecates some of these entry points (all_reduce_coalesced, all_gather_into_tensor, ...)
+            warnings.simplefilter("error" if strict else "ignore", FutureWarning)
+            warnings.simplefilter("error" if strict else "ignore", DeprecationWarning)
             return ("ok", fn())
     except Exception as exc:  # compared by the parent
         return ("raised", tuple(c.__name__ for c in type(exc).__mro__), str(exc))
@@ -260,6 +265,87 @@ def case_barrier_timeout(impl: str) -> Any:
     return xccl.barrier(device_ids=None, timeout=limit)
 
 
+def case_all_gather_single(impl: str) -> Any:
+    rank, n = _me()
+    out = torch.zeros(2 * n, 3, dtype=F32)
+    inp = _data(rank, (2, 3), F32)
+    if impl == "torch":
+        return dist.all_gather_single(out, inp, group=_raw()), out
+    return xccl.all_gather_single(out, inp), out
+
+
+def case_reduce_scatter_single(impl: str) -> Any:
+    rank, n = _me()
+    out = torch.zeros(2, 3, dtype=C64)
+    inp = _data(rank, (2 * n, 3), C64)
+    if impl == "torch":
+        return dist.reduce_scatter_single(out, inp, group=_raw()), out
+    return xccl.reduce_scatter_single(out, inp), out
+
+
+def case_old_names(impl: str) -> Any:
+    """all_gather_into_tensor and reduce_scatter_tensor: torch 2.13 warns (ignored on its side here), xccl must not."""
+    rank, n = _me()
+    gathered, reduced = torch.zeros(n * 4, dtype=F32), torch.zeros(4, dtype=F32)
+    inp = _data(rank, 4, F32)
+    if impl == "torch":
+        dist.all_gather_into_tensor(gathered, inp, group=_raw())
+        dist.reduce_scatter_tensor(reduced, _data(rank, 4 * n, F32), group=_raw())
+    else:
+        xccl.all_gather_into_tensor(gathered, inp)
+        xccl.reduce_scatter_tensor(reduced, _data(rank, 4 * n, F32))
+    return gathered, reduced
+
+
+def case_monitored_barrier(impl: str) -> Any:
+    """Every rank arrives: None, as torch's."""
+    import datetime
+
+    limit = datetime.timedelta(seconds=30)
+    if impl == "torch":
+        return dist.monitored_barrier(group=_raw(), timeout=limit, wait_all_ranks=True)
+    return xccl.monitored_barrier(timeout=limit, wait_all_ranks=True)
+
+
+# Calls torch.distributed refuses itself before communicating (torch 2.13's distributed_c10d.py), made so that
+# every rank refuses: xccl must raise the same builtin (TypeError or ValueError), its message containing torch's.
+
+
+def _refusal(torch_call: Callable[[], Any], xccl_call: Callable[[], Any]) -> Callable[[str], Any]:
+    return lambda impl: torch_call() if impl == "torch" else xccl_call()
+
+
+def _both(fn: Callable[[Any, dict[str, Any]], Any]) -> Callable[[str], Any]:
+    """A refusal made the same way through both: ``fn(module, group kwargs)``."""
+    return lambda impl: fn(dist, {"group": _raw()}) if impl == "torch" else fn(xccl, {})
+
+
+_NOT_A_TENSOR = [1.0, 2.0]
+REFUSALS: dict[str, Callable[[str], Any]] = {
+    "refuse-all_reduce-not-a-tensor": _both(lambda m, g: m.all_reduce(_NOT_A_TENSOR, **g)),
+    "refuse-all_reduce-complex-max": _both(lambda m, g: m.all_reduce(_data(0, 2, C64), op=MAX, **g)),
+    "refuse-all_gather-list-not-a-list": _both(lambda m, g: m.all_gather(torch.zeros(2), torch.zeros(2), **g)),
+    "refuse-all_gather-mixed-dtypes": _both(lambda m, g: m.all_gather(
+        [torch.zeros(2) for _ in range(_me()[1])], torch.zeros(2, dtype=torch.int64), **g)),
+    "refuse-all_gather_single-not-a-tensor": _both(lambda m, g: m.all_gather_single(torch.zeros(2), 3, **g)),
+    "refuse-reduce_scatter_single-not-a-tensor": _both(lambda m, g: m.reduce_scatter_single(None, torch.zeros(2), **g)),
+    "refuse-broadcast-src-and-group-src": _both(lambda m, g: m.broadcast(torch.zeros(2), src=0, group_src=0, **g)),
+    "refuse-broadcast-src-not-a-member": _both(lambda m, g: m.broadcast(torch.zeros(2), src=_me()[1] + 3, **g)),
+    "refuse-gather-no-list-on-dst": _both(lambda m, g: m.gather(torch.zeros(2), None, dst=_me()[0], **g)),
+    "refuse-gather-list-on-non-dst": _both(lambda m, g: m.gather(
+        torch.zeros(2), [torch.zeros(2) for _ in range(_me()[1])], dst=(_me()[0] + 1) % _me()[1], **g)),
+    "refuse-scatter-list-on-non-src": _both(lambda m, g: m.scatter(
+        torch.zeros(2), [torch.zeros(2) for _ in range(_me()[1])], src=(_me()[0] + 1) % _me()[1], **g)),
+    "refuse-send-to-self": _both(lambda m, g: m.send(torch.zeros(2), dst=_me()[0], **g)),
+    "refuse-p2pop-not-isend": _refusal(lambda: dist.P2POp(dist.all_reduce, torch.zeros(2), 0, _raw()),
+                                       lambda: xccl.P2POp(dist.all_reduce, torch.zeros(2), 0)),
+    "refuse-p2pop-not-a-tensor": _refusal(lambda: dist.P2POp(dist.isend, [1.0], 0, _raw()),
+                                          lambda: xccl.P2POp(xccl.isend, [1.0], 0)),  # type: ignore[arg-type]
+    "refuse-batch-not-p2pops": _both(lambda m, g: m.batch_isend_irecv([1, 2])),
+    "refuse-monitored_barrier-timeout-type": _both(lambda m, g: m.monitored_barrier(timeout="soon", **g)),
+}
+
+
 VS_TORCH: dict[str, Callable[[str], Any]] = {
     "all_reduce-complex64-sum": _all_reduce(C64, SUM),
     "all_reduce-complex128-sum": _all_reduce(C128, SUM),
@@ -280,6 +366,11 @@ VS_TORCH: dict[str, Callable[[str], Any]] = {
     "all_reduce_coalesced-complex64": _all_reduce_coalesced(C64),
     "all_gather_coalesced-float32": case_all_gather_coalesced,
     "barrier-timeout": case_barrier_timeout,
+    "all_gather_single": case_all_gather_single,
+    "reduce_scatter_single-complex64": case_reduce_scatter_single,
+    "old-names-without-warning": case_old_names,
+    "monitored_barrier": case_monitored_barrier,
+    **REFUSALS,
 }
 
 
@@ -288,7 +379,7 @@ def body_vs_torch(name: str) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     _raw()  # created outside the attempts: a rank whose attempt fails must not leave its peers in new_group
     torch_out = _attempt(lambda: case("torch"))
     dist.barrier(group=_raw())
-    xccl_out = _attempt(lambda: case("xccl"))
+    xccl_out = _attempt(lambda: case("xccl"), strict=True)
     dist.barrier(group=_raw())
     return torch_out, xccl_out
 
@@ -342,8 +433,24 @@ def c10d_recv_any_source(impl: str) -> Any:
     return None, buf
 
 
+def c10d_all_gather_single(impl: str) -> Any:
+    rank, n = _me()
+    inp = _data(rank, (2, 3), F32)
+    out = torch.zeros(2 * n, 3, dtype=F32)
+    return (dist.all_gather_single if impl == "c10d" else xccl.all_gather_single)(out, inp), out
+
+
+def c10d_reduce_scatter_single(impl: str) -> Any:
+    rank, n = _me()
+    inp = _data(rank, (2 * n, 3), F32)
+    out = torch.zeros(2, 3, dtype=F32)
+    return (dist.reduce_scatter_single if impl == "c10d" else xccl.reduce_scatter_single)(out, inp), out
+
+
 VS_EAGER: dict[str, Callable[[str], Any]] = {
     "all_reduce": c10d_all_reduce,
+    "all_gather_single": c10d_all_gather_single,
+    "reduce_scatter_single": c10d_reduce_scatter_single,
     "reduce_scatter_tensor": c10d_reduce_scatter_tensor,
     "all_gather_into_tensor": c10d_all_gather_into_tensor,
     "all_to_all_single-splits": c10d_all_to_all_single_splits,
@@ -417,6 +524,23 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+BUILTINS = ("TypeError", "ValueError", "RuntimeError")
+
+
+def _text(message: str) -> str:
+    """A message without object reprs (``<... at 0x...>``, ``<class 'list'>``) and with its whitespace normalised."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^<>]*>", "", message)).strip()
+
+
+def _assert_same_refusal(ref: tuple[Any, ...], got: tuple[Any, ...], where: str) -> None:
+    """xccl's error is torch's builtin (the first of TypeError, ValueError, RuntimeError in torch's class's MRO),
+    typed, and its message contains torch's."""
+    builtin = next(b for b in ref[1] if b in BUILTINS)
+    assert builtin in got[1], f"torch raised {builtin}, xccl's error is not one: {where}"
+    assert "XcclError" in got[1], f"xccl's error is not typed: {where}"
+    assert _text(ref[2]) in _text(got[2]), f"xccl's message lacks torch's: {where}"
+
+
 def _assert_same_behaviour(outs: list[tuple[Any, ...]], what: str, names: tuple[str, str]) -> None:
     for rank, (ref, got) in enumerate(outs):
         where = f"{what}, rank {rank}: {names[0]} -> {ref!r}; {names[1]} -> {got!r}"
@@ -424,6 +548,8 @@ def _assert_same_behaviour(outs: list[tuple[Any, ...]], what: str, names: tuple[
             assert got[0] == "raised", f"{names[0]} raises, {names[1]} does not: {where}"
             assert any(f in ref[1] for f in FAMILY), f"{names[0]} raised outside {FAMILY}: {where}"
             assert any(f in got[1] for f in FAMILY), f"{names[1]} raised outside {FAMILY}: {where}"
+            if what in REFUSALS or what.endswith("-max"):
+                _assert_same_refusal(ref, got, where)
         else:
             assert got[0] == "ok", f"{names[1]} raises where {names[0]} does not: {where}"
             assert _same(ref[1], got[1]), f"different results: {where}"
@@ -438,10 +564,11 @@ def _assert_same_behaviour(outs: list[tuple[Any, ...]], what: str, names: tuple[
 def test_xccl_call_behaves_as_torch_on_the_vendor_group(rank_pools: Any, name: str) -> None:
     outs = rank_pools.get(2, fallback="emulate").run_ok(body_vs_torch, name, timeout=TIMEOUT)
     _assert_same_behaviour(outs, name, ("torch.distributed on the vendor group", "xccl"))
-    if name.endswith("-max"):
-        # torch refuses MAX on complex (ValueError); xccl refuses it before communicating, typed.
-        for rank, (_, got) in enumerate(outs):
-            assert got[0] == "raised" and "UnsupportedCollective" in got[1], f"rank {rank}: {got!r}"
+    if name.endswith("-max") or name in REFUSALS:
+        # torch refuses these before communicating (a ValueError or TypeError); xccl too, typed and the same builtin.
+        for rank, (ref, got) in enumerate(outs):
+            assert ref[0] == "raised", f"rank {rank}: torch did not refuse {name}: {ref!r}"
+            assert got[0] == "raised" and "InvalidArgument" in got[1], f"rank {rank}: {got!r}"
     else:
         assert all(ref[0] == "ok" for ref, _ in outs), f"torch itself refused {name}: {outs!r}"
     if "any-source" in name:
@@ -499,3 +626,148 @@ def test_sophgo_simulation_runs_the_dropin_calls(rank_pools: Any) -> None:
     outs = rank_pools.get(2, env=SOPHGO, fallback="emulate").run_ok(body_sophgo, timeout=TIMEOUT)
     assert "recv without src: sender" in outs[0], outs
     assert all(len(o) >= 3 and all(o.values()) for o in outs), outs
+
+
+# ------------------------------------------------------------------------------------------- monitored_barrier
+
+
+def body_monitored_barrier_late(wait_all_ranks: bool) -> dict[str, Any]:
+    """Odd ranks arrive 2.5 s late at a monitored barrier whose timeout is 1 s; then every rank all_reduces."""
+    import datetime
+    import time
+
+    rank, _ = _me()
+    start = time.monotonic()
+    if rank % 2:
+        time.sleep(2.5)
+    out: dict[str, Any] = {"raised": "", "message": "", "ranks": (), "waited": 0.0}
+    arrived = time.monotonic()
+    try:
+        xccl.monitored_barrier(timeout=datetime.timedelta(seconds=1) if rank % 2 == 0 else None,
+                               wait_all_ranks=wait_all_ranks)
+    except xccl.CollectiveTimeout as exc:
+        out.update(raised=type(exc).__name__, message=str(exc), ranks=exc.ranks)
+    out["waited"] = time.monotonic() - arrived
+    out["total"] = time.monotonic() - start
+    t = torch.ones(2)
+    xccl.all_reduce(t)  # the group is still usable
+    out["after"] = t.tolist()
+    return out
+
+
+@pytest.mark.parametrize(("world_size", "wait_all_ranks"), [(2, False), (4, True), (4, False)],
+                         ids=["2ranks", "4ranks-wait-all", "4ranks-fail-fast"])
+def test_monitored_barrier_names_the_late_ranks_on_every_rank(rank_pools: Any, world_size: int,
+                                                               wait_all_ranks: bool) -> None:
+    outs = rank_pools.get(world_size, fallback="emulate").run_ok(body_monitored_barrier_late, wait_all_ranks,
+                                                                 timeout=TIMEOUT)
+    late = tuple(r for r in range(world_size) if r % 2)
+    named = late if wait_all_ranks else late[:1]
+    root = outs[0]
+    assert root["raised"] == "CollectiveTimeout" and root["ranks"] == named, root
+    torch_text = f"Rank{'s' if len(named) > 1 else ''} {', '.join(map(str, named))} failed to pass monitoredBarrier in 1000 ms"
+    assert "[Rank 0]: " + torch_text in root["message"], root
+    # A second per late rank with wait_all_ranks (each gets the whole timeout, as torch's), else one; the slack is
+    # for a loaded machine.
+    assert 0.9 <= root["waited"] < (1.0 * len(late) if wait_all_ranks else 1.0) + 5.0, root
+    for rank, out in enumerate(outs[1:], start=1):
+        # Every other rank raises at once (no wait for the group's timeout), naming the late ranks.
+        assert out["raised"] == "CollectiveTimeout" and set(out["ranks"]) >= set(named), (rank, out)
+        assert out["waited"] < 2.0 * len(late) + 5.0, (rank, out)  # not the collective timeout (300 s)
+    assert all(o["after"] == [float(world_size)] * 2 for o in outs), outs
+
+
+# ---------------------------------------------------------------------------- dispatcher-level tools: CommDebugMode
+
+_GLOO: dict[int, Any] = {}
+
+
+def _gloo() -> Any:
+    """A plain gloo group over every rank (made once per world; every rank calls this in the same body)."""
+    key = id(dist.group.WORLD)
+    if key not in _GLOO:
+        _GLOO[key] = dist.new_group(backend="gloo")
+    return _GLOO[key]
+
+
+def _comm_calls() -> dict[str, Callable[[Any], Any]]:
+    """One call per collective, made through ``torch.distributed`` on the group given (``None``: xccl's world)."""
+    rank, n = _me()
+    t = lambda: _data(rank, 4, F32)  # noqa: E731 - a fresh tensor per call
+    peer = rank ^ 1
+
+    def p2p(g: Any) -> None:
+        for step in ("send", "recv") if rank % 2 == 0 else ("recv", "send"):
+            if step == "send":
+                dist.send(t(), dst=peer, group=g)
+            else:
+                dist.recv(torch.empty(4), src=peer, group=g)
+
+    return {
+        "all_reduce": lambda g: dist.all_reduce(t(), group=g),
+        "all_reduce async": lambda g: dist.all_reduce(t(), group=g, async_op=True).wait(),
+        "all_reduce avg": lambda g: dist.all_reduce(t(), op=AVG, group=g),
+        "all_reduce_coalesced": lambda g: dist.all_reduce_coalesced([t(), t()], group=g),
+        "all_gather": lambda g: dist.all_gather([torch.empty(4) for _ in range(n)], t(), group=g),
+        "all_gather_single": lambda g: dist.all_gather_single(torch.empty(4 * n), t(), group=g),
+        "reduce_scatter": lambda g: dist.reduce_scatter(torch.empty(4), [t() for _ in range(n)], group=g),
+        "reduce_scatter_single": lambda g: dist.reduce_scatter_single(torch.empty(4), _data(rank, 4 * n, F32), group=g),
+        "all_to_all": lambda g: dist.all_to_all([torch.empty(4) for _ in range(n)], [t() for _ in range(n)], group=g),
+        "all_to_all_single": lambda g: dist.all_to_all_single(torch.empty(4 * n), _data(rank, 4 * n, F32), group=g),
+        "broadcast": lambda g: dist.broadcast(t(), src=0, group=g),
+        "reduce": lambda g: dist.reduce(t(), dst=n - 1, group=g),
+        "gather": lambda g: dist.gather(t(), [torch.empty(4) for _ in range(n)] if rank == 0 else None, dst=0, group=g),
+        "scatter": lambda g: dist.scatter(torch.empty(4), [t() for _ in range(n)] if rank == 0 else None, src=0,
+                                          group=g),
+        "barrier": lambda g: dist.barrier(group=g),
+        "send/recv": p2p,
+    }
+
+
+def body_comm_debug_mode() -> dict[str, tuple[dict[str, int], dict[str, int]]]:
+    """CommDebugMode's counts for each collective on a plain gloo group and on xccl's world (through
+    torch.distributed, and xccl's own all_reduce / reduce_scatter_single)."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    gloo = _gloo()
+    _, n = _me()
+
+    def counts(fn: Callable[[], Any]) -> dict[str, int]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch's deprecated all_reduce_coalesced
+            with CommDebugMode() as mode:
+                fn()
+        dist.barrier(group=gloo)
+        return {str(k): v for k, v in mode.get_comm_counts().items()}
+
+    out = {name: (counts(lambda c=call: c(gloo)), counts(lambda c=call: c(None)))  # type: ignore[misc]
+           for name, call in _comm_calls().items()}
+    out["xccl.all_reduce"] = (counts(lambda: dist.all_reduce(torch.ones(4), group=gloo)),
+                              counts(lambda: xccl.all_reduce(torch.ones(4))))
+    out["xccl.reduce_scatter_single"] = (
+        counts(lambda: dist.reduce_scatter_single(torch.empty(4), torch.ones(4 * n), group=gloo)),
+        counts(lambda: xccl.reduce_scatter_single(torch.empty(4), torch.ones(4 * n))))
+    return out
+
+
+def body_profiler_names() -> list[str]:
+    """The c10d op names torch.profiler records for dist.all_reduce / reduce_scatter_single on xccl's world."""
+    from torch.profiler import profile
+
+    _, n = _me()
+    with profile() as prof:
+        dist.all_reduce(torch.ones(4))
+        dist.reduce_scatter_single(torch.empty(4), torch.ones(4 * n))
+    return sorted({e.name for e in prof.events() if e.name.startswith("c10d::")})
+
+
+@pytest.mark.parametrize("plugin", ["cpu", "sophgo", "ascend"])
+def test_comm_debug_mode_counts_xccl_collectives_as_gloo_s(rank_pools: Any, plugin: str) -> None:
+    env = {"cpu": {}, "sophgo": SOPHGO, "ascend": {"XCCL_SIMULATE": "ascend"}}[plugin]
+    pool = rank_pools.get(2, env=env, fallback="emulate")
+    for rank, out in enumerate(pool.run_ok(body_comm_debug_mode, timeout=TIMEOUT)):
+        differ = {name: pair for name, pair in out.items() if pair[0] != pair[1]}
+        assert not differ, f"rank {rank}: counts (gloo, xccl) differ: {differ}"
+        assert out["all_reduce"][1] == {"c10d.allreduce_": 1}, out["all_reduce"]
+    for rank, names in enumerate(pool.run_ok(body_profiler_names, timeout=TIMEOUT)):
+        assert {"c10d::allreduce_", "c10d::_reduce_scatter_base_"} <= set(names), f"rank {rank}: {names}"

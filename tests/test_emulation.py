@@ -22,6 +22,7 @@ emulation cannot do is refused before anything is sent.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import time
 import zlib
@@ -359,6 +360,11 @@ def c_barrier(e: Env, tag: str, dtype: torch.dtype, a: bool) -> Case:
     return torch.ones(1), torch.ones(1), [], []
 
 
+def c_monitored_barrier(e: Env, tag: str, dtype: torch.dtype, a: bool) -> Case:
+    xccl.monitored_barrier(e.group, datetime.timedelta(seconds=60), wait_all_ranks=True)  # blocking only, as torch's
+    return torch.ones(1), torch.ones(1), [], []
+
+
 #: Case name -> (the Collective dispatch resolves it as, the case function).
 REDUCING: dict[str, tuple[C, Callable[..., Case]]] = {
     "all_reduce": (C.ALL_REDUCE, c_all_reduce),
@@ -395,6 +401,7 @@ def cases(only: Sequence[str] | None, dtypes: Sequence[torch.dtype]) -> list[tup
     for name in MOVING:
         out += [(f"{name}|{d}|-", name, d, None) for d in dtypes]
     out.append(("barrier|-|-", "barrier", None, None))
+    out.append(("monitored_barrier|-|-", "monitored_barrier", None, None))
     return [c for c in out if only is None or c[1] in only]
 
 
@@ -429,7 +436,8 @@ def body_matrix(
     for key, name, dtype, op in cases(only, dtypes):
         if name in skip:
             continue
-        fn = REDUCING[name][1] if name in REDUCING else MOVING[name][1] if name in MOVING else c_barrier
+        fn = (REDUCING[name][1] if name in REDUCING else MOVING[name][1] if name in MOVING
+              else c_monitored_barrier if name == "monitored_barrier" else c_barrier)
         for a in (False, True):
             args = (e, key, dtype, op, a) if op is not None else (e, key, dtype, a)
             try:
@@ -446,8 +454,8 @@ def body_matrix(
 
 
 def _collective(name: str) -> C:
-    if name == "barrier":
-        return C.BARRIER
+    if name in ("barrier", "monitored_barrier"):
+        return C(name)
     return (REDUCING.get(name) or MOVING[name])[0]
 
 
@@ -564,9 +572,12 @@ def test_every_collective_emulated_agrees_with_native_and_reference(rank_pools: 
         # The same composition at 4 ranks without starting a third 4-rank pool: its kernel called directly (its
         # selection by the table is covered at 2 ranks); the all_reduce inside dispatches as usual.
         via_ar = emulated_pool.run_ok(body_matrix, None, ["reduce_scatter_tensor"], DTYPES, (), "all_reduce")
+    # float64, which gloo-emulated moves but does not reduce natively (as SCCL and HCCL): gathered, reduced locally.
+    f64 = emulated_pool.run_ok(body_matrix, None, ["all_reduce", "reduce"], (torch.float64,), timeout=BODY_TIMEOUT)
     # The cpu table's own emulations count too (the uneven ops over all_to_all_single with split sizes).
     exercised = check_pool("cpu", native, world_size) | check_pool("gloo-emulated", emulated, world_size)
     exercised |= check_pool("gloo-emulated-ar", via_ar, world_size)
+    exercised |= check_pool("gloo-emulated", f64, world_size)
     assert compare(emulated, native, world_size, "gloo-emulated vs cpu") > 0
     assert compare(via_ar, native, world_size, "gloo-emulated-ar vs cpu") > 0
     missing = emulation_names() - {(op, via) for op, via, _ in exercised}

@@ -123,6 +123,23 @@ def body_warn() -> dict[str, Any]:
     return {"fallback": xccl.get_world().fallback, "first": first, "again": again, "subgroup": subgroup}
 
 
+def body_warn_through_torch() -> list[tuple[str, str, str]]:
+    """Emulated calls that reach xccl through torch.distributed's wrappers: torch 2.13's deprecated names
+    (``typing_extensions.deprecated`` puts a frame of its own between the user's line and torch), and the c10d
+    path of ``dist.all_reduce``."""
+    from xccl.collectives._state import STATE
+
+    STATE.warned.clear()
+    _forget_plans()
+    n = dist.get_world_size()
+
+    def calls() -> None:
+        dist.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * n))
+        dist.all_reduce(torch.ones(2), op=dist.ReduceOp.AVG)
+
+    return [w for w in _record(calls) if w[0] == "EmulationWarning"]
+
+
 def body_emulate() -> list[tuple[str, str, str]]:
     from xccl.collectives._state import STATE
 
@@ -182,6 +199,13 @@ def test_warn_is_the_default_and_warns_once_per_op_naming_emulation_and_traffic(
                 assert phrase in hows[0], f"rank {rank}: {op}'s warning lacks {phrase!r}: {hows[0]}"
         assert out["again"] == [], f"rank {rank}: warned again: {out['again']}"
         assert out["subgroup"] == [], f"rank {rank}: warned again on another group: {out['subgroup']}"
+
+
+def test_warning_names_the_users_line_when_called_through_torch_distributed(rank_pools: Any) -> None:
+    for rank, caught in enumerate(rank_pools.get(2, vendor="gloo-emulated").run_ok(body_warn_through_torch)):
+        assert len(caught) == 2, f"rank {rank}: {caught}"
+        for _, message, filename in caught:
+            assert filename.endswith("test_fallback.py"), f"rank {rank}: {message!r} names {filename}"
 
 
 def test_error_raises_on_every_rank_before_communicating_and_group_survives(rank_pools: Any) -> None:

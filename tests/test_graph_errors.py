@@ -25,7 +25,7 @@ from xccl.testing import RankPool
 #: Catalog cases that are calls of a collective (not group creation, init or rank-table parsing).
 #: Cases whose *call* Dynamo cannot trace, whatever xccl does: the catalog builds the premul_sum op inside the call,
 #: and ``dist._make_nccl_premul_sum`` is a pybind builtin Dynamo refuses (``Unsupported``) before xccl is reached.
-UNTRACEABLE = {"all_reduce-premul-sum-on-gloo"}
+UNTRACEABLE = {"all_reduce-premul-sum-on-integers"}
 GRAPH_CASES = [c for c in POOL
                if not c.id.startswith(("new_group-", "init-", "ranktable-")) and c.id not in UNTRACEABLE]
 

@@ -2,8 +2,10 @@
 
 One flat hierarchy, at most two levels deep: ``XcclError`` and its direct subclasses. Each error keeps its
 context as attributes (which op, which backend, which file) and its message says what was wrong, where, and
-what to do about it. Errors that describe bad input also derive from the matching builtin (``ValueError``,
-``TypeError``) so that code written against ``torch.distributed`` keeps catching them.
+what to do about it. Errors that describe bad input also derive from the builtin ``torch.distributed`` raises for
+the same input (``ValueError``, ``TypeError``, ``RuntimeError``), and their message contains torch's, so that code
+written against ``torch.distributed`` keeps catching them. :class:`InvalidArgumentType` is the one third level:
+the ``TypeError`` twin of :class:`InvalidArgument`, so that ``except xccl.InvalidArgument`` still catches it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ __all__ = [
     "ConstraintViolation",
     "InitError",
     "InvalidArgument",
+    "InvalidArgumentType",
     "PeerFailure",
     "RankTableError",
     "RendezvousTimeout",
@@ -30,8 +33,12 @@ class XcclError(Exception):
     """Base class of every error raised by xccl."""
 
 
-class InitError(XcclError):
-    """``xccl.init`` cannot proceed: bad environment, conflicting re-initialisation, no process group yet."""
+class InitError(XcclError, ValueError):
+    """``xccl.init`` cannot proceed: bad environment, conflicting re-initialisation, no process group yet.
+
+    Also a ``ValueError``, as torch.distributed's own refusals to initialise twice or to run a collective before
+    ``init_process_group``.
+    """
 
 
 class BackendNotFound(XcclError, LookupError):
@@ -92,6 +99,11 @@ class InvalidArgument(XcclError, ValueError):
         super().__init__(f"{op}: {detail}")
 
 
+class InvalidArgumentType(InvalidArgument, TypeError):
+    """An argument of the wrong type (not a tensor, not a list of tensors, a timeout that is not a ``timedelta``):
+    an :class:`InvalidArgument` that is also a ``TypeError``, which is what torch.distributed raises for these."""
+
+
 class RankTableError(XcclError, ValueError):
     """A rank table file is missing, unreadable or malformed."""
 
@@ -103,13 +115,17 @@ class RankTableError(XcclError, ValueError):
 
 
 class _FaultError(XcclError):
-    """Shared shape of the runtime faults: who saw it, in which op and group, after how long."""
+    """Shared shape of the runtime faults: who saw it, in which op and group, after how long, and (where known) the
+    global ranks at fault."""
 
-    def __init__(self, message: str, *, rank: int, op: str, group: str, elapsed: float) -> None:
+    def __init__(self, message: str, *, rank: int, op: str, group: str, elapsed: float,
+                 ranks: tuple[int, ...] = ()) -> None:
         self.rank: Final = rank
         self.op: Final = op
         self.group: Final = group
         self.elapsed: Final = elapsed
+        #: Global ranks at fault, where known (``monitored_barrier``: those that did not arrive in time).
+        self.ranks: Final = tuple(ranks)
         super().__init__(f"rank {rank}, {op} on group {group!r} after {elapsed:.1f}s: {message}")
 
 

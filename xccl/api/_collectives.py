@@ -28,14 +28,17 @@ from ..graph import _forms as G
 __all__ = [
     "all_gather",
     "all_gather_into_tensor",
+    "all_gather_single",
     "all_reduce",
     "all_to_all",
     "all_to_all_single",
     "barrier",
     "broadcast",
     "gather",
+    "monitored_barrier",
     "reduce",
     "reduce_scatter",
+    "reduce_scatter_single",
     "reduce_scatter_tensor",
     "scatter",
 ]
@@ -100,10 +103,11 @@ def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group: Any
     return dispatch(S.ALL_GATHER, group, async_op, tensor_list, tensor)
 
 
-def all_gather_into_tensor(
+def all_gather_single(
     output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any = None, async_op: bool = False
 ) -> Any:
-    """Gather every rank's ``input_tensor`` into ``output_tensor``, along dim 0 or stacked.
+    """Gather every rank's ``input_tensor`` into ``output_tensor``, along dim 0 or stacked
+    (``torch.distributed.all_gather_single``, torch 2.13's name; ``all_gather_into_tensor`` is the same function).
 
     Args:
         output_tensor: ``world_size`` times ``input_tensor``'s elements, same dtype.
@@ -120,11 +124,15 @@ def all_gather_into_tensor(
     Example::
 
         out = torch.empty(2 * world_size)
-        xccl.all_gather_into_tensor(out, torch.ones(2))
+        xccl.all_gather_single(out, torch.ones(2))
     """
     if _compiling():
         return G.run(S.ALL_GATHER_INTO_TENSOR, group, async_op, output_tensor, input_tensor)
     return dispatch(S.ALL_GATHER_INTO_TENSOR, group, async_op, output_tensor, input_tensor)
+
+
+#: torch's older name (deprecated by torch 2.13, which warns on every call): the same function, without a warning.
+all_gather_into_tensor: Final = all_gather_single
 
 
 def reduce_scatter(
@@ -156,10 +164,11 @@ def reduce_scatter(
     return dispatch(S.REDUCE_SCATTER, group, async_op, output, input_list, op)
 
 
-def reduce_scatter_tensor(
+def reduce_scatter_single(
     output: torch.Tensor, input: torch.Tensor, op: Any = SUM, group: Any = None, async_op: bool = False
 ) -> Any:
-    """Reduce ``input`` across ranks and scatter equal dim-0 chunks of the result into ``output``.
+    """Reduce ``input`` across ranks and scatter equal dim-0 chunks of the result into ``output``
+    (``torch.distributed.reduce_scatter_single``, torch 2.13's name; ``reduce_scatter_tensor`` is the same function).
 
     Args:
         output: this rank's chunk of the reduced tensor.
@@ -178,11 +187,15 @@ def reduce_scatter_tensor(
     Example::
 
         out = torch.empty(2)
-        xccl.reduce_scatter_tensor(out, torch.arange(2.0 * world_size))   # emulated on Sophgo SCCL
+        xccl.reduce_scatter_single(out, torch.arange(2.0 * world_size))   # emulated on Sophgo SCCL
     """
     if _compiling():
         return G.run(S.REDUCE_SCATTER_TENSOR, group, async_op, output, input, op)
     return dispatch(S.REDUCE_SCATTER_TENSOR, group, async_op, output, input, op)
+
+
+#: torch's older name (deprecated by torch 2.13, which warns on every call): the same function, without a warning.
+reduce_scatter_tensor: Final = reduce_scatter_single
 
 
 def all_to_all(
@@ -408,4 +421,35 @@ def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None, t
     if timeout is None or async_op:
         return dispatch(S.BARRIER, group, async_op)
     dispatch(S.BARRIER, group, True).wait(timeout)
+    return None
+
+
+def monitored_barrier(group: Any = None, timeout: Any = None, wait_all_ranks: bool = False) -> None:
+    """A barrier that names the ranks that did not reach it within ``timeout``
+    (``torch.distributed.monitored_barrier``, on every backend: torch's is gloo-only).
+
+    Group rank 0 waits for every other rank within ``timeout``; the others wait for rank 0's answer (bounded by
+    the group's timeout). Rank 0 then tells every rank which ranks were late, so each rank that arrived raises
+    naming them (torch's gloo leaves those waiting out the group's timeout). Costs one small point-to-point
+    message per rank each way: a debugging aid, not a hot-path barrier.
+
+    Args:
+        group: the process group (``None``: the world).
+        timeout: a ``datetime.timedelta`` (``None``: the collective timeout, ``xccl.init(timeout=...)``); a float
+            is taken as seconds, with torch's warning.
+        wait_all_ranks: name every late rank (after waiting ``timeout`` for each), instead of failing at the
+            first one.
+
+    Raises:
+        CollectiveTimeout: some rank did not arrive in time; its ``ranks`` are the late global ranks and its
+            message has torch's ("Rank 1 failed to pass monitoredBarrier in 1000 ms").
+        InvalidArgumentType: ``timeout`` is not a ``timedelta`` (a ``TypeError``, as torch's).
+
+    Example::
+
+        xccl.monitored_barrier(timeout=datetime.timedelta(seconds=30), wait_all_ranks=True)
+    """
+    if _compiling():
+        return G.run(S.MONITORED_BARRIER, group, False, timeout, wait_all_ranks)  # type: ignore[no-any-return]
+    dispatch(S.MONITORED_BARRIER, group, False, timeout, wait_all_ranks)
     return None

@@ -10,9 +10,11 @@ graph ops at run time), goes through :func:`dispatch`:
    capability table, applies the fallback policy and caches the result (:func:`plan`). Where the table prefers a
    composition to the native kernel for some sizes only, the cached kernel picks per call by the call's agreed
    size, which every rank passes alike;
-4. with the mismatch detector on, hand the call to it (``_check.checked``: it records the call, and issues and
+4. while a dispatcher-level tool watches (CommDebugMode, the profiler), show it the call as torch's own path
+   would (``_observe``: a flag check on every call, the rest only while watched);
+5. with the mismatch detector on, hand the call to it (``_check.checked``: it records the call, and issues and
    watches the kernel itself);
-5. call the kernel, translating backend faults into typed errors; an asynchronous call's handle is wrapped so that
+6. call the kernel, translating backend faults into typed errors; an asynchronous call's handle is wrapped so that
    ``wait()`` raises them typed too.
 
 ``all_reduce`` has a flat copy of the same steps (:func:`all_reduce`): its cost per call is benchmarked
@@ -21,27 +23,27 @@ graph ops at run time), goes through :func:`dispatch`:
 
 from __future__ import annotations
 
-import os
-import sys
 import time
-import types
-import warnings
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Final
 
 import torch
+import torch.autograd.profiler as _profiler
 import torch.distributed as dist
+import torch.utils._python_dispatch
 
-from ..errors import InvalidArgument, UnsupportedCollective
+from ..errors import InvalidArgument, InvalidArgumentType, UnsupportedCollective
 from ..plugin._c10d import c10d_kernel
-from ..plugin._capabilities import Collective, Level, Resolution, reduce_op_name
+from ..plugin._capabilities import COMPLEX_REDUCE_OPS, Collective, Level, Resolution, reduce_op_name
 from ..plugin._kernels import kernel_problems
 from ..plugin._vendor_runtime import Completion
-from . import _emulate, _faults
+from ..plugin._warn import warn_at_user
+from . import _emulate, _faults, _observe
 from . import _specs as S
 from ._host_barrier import host_barrier
 from ._state import STATE, GroupState, state_of
+from ._validate import BARE_PREMUL, complex_refusal
 
 __all__ = ["EmulationWarning", "all_reduce", "dispatch", "invalid", "native_kernel", "plan", "run", "warn_once"]
 
@@ -51,15 +53,17 @@ _RED_OP_TYPE: Final = dist.ReduceOp.RedOpType
 _TENSOR: Final = torch.Tensor
 _monotonic: Final = time.monotonic
 _TypedWork: Final = _faults.TypedWork
+#: What tells whether a dispatcher-level tool may watch (``_observe.watched``): torch's module flags, read per call.
+_python_dispatch: Final = torch.utils._python_dispatch
 
 
 class EmulationWarning(UserWarning):
     """A collective runs as an emulation on this backend (warned once per op and backend)."""
 
 
-def invalid(op: str, detail: str) -> Any:
+def invalid(op: str, detail: str, wrong_type: bool = False) -> Any:
     """The eager path's error-raiser for validation (``Spec.validate``'s ``fail``)."""
-    raise InvalidArgument(op, detail)
+    raise (InvalidArgumentType if wrong_type else InvalidArgument)(op, detail)
 
 
 # ------------------------------------------------------------------------------------------------------- plans
@@ -83,6 +87,12 @@ def plan(st: GroupState, op: Collective, dtype: torch.dtype | None, reduce_op: A
         return kernel
     redop = None if reduce_op is None else reduce_op_name(reduce_op)
     versions = st.runtime.sdk_versions()
+    # What torch refuses itself (a ValueError, its message), checked here rather than in validation: every call
+    # shape comes here first (these are never cached), all_reduce's flat path included, which skips validation.
+    if redop == "premul_sum" and not hasattr(reduce_op, "factor"):
+        raise InvalidArgument(op.value, BARE_PREMUL)
+    if dtype is not None and dtype.is_complex and redop is not None and redop not in COMPLEX_REDUCE_OPS:
+        raise InvalidArgument(op.value, complex_refusal(op.value, reduce_op))
     res = st.table.require(op, dtype=dtype, reduce_op=redop, world_size=st.size, sdk_versions=versions,
                            allow_emulated=st.fallback != "error")
     native = native_kernel(st, op)
@@ -104,7 +114,7 @@ def _kernel(st: GroupState, op: Collective, res: Resolution, native: Kernel | No
         if native is None:
             raise UnsupportedCollective(str(op), st.backend, "marked native but the plugin has no kernel")
         return native
-    kernel = _emulate.build(st, op, res, native, partial(_block, st))
+    kernel = _emulate.with_result(op, _emulate.build(st, op, res, native, partial(_block, st)))
     if res.level is Level.EMULATED and st.fallback == "warn":
         warn_once(
             (op.value, st.backend),
@@ -141,28 +151,7 @@ def warn_once(key: tuple[str, ...], message: str, category: type[Warning] = Emul
     if key in STATE.warned:
         return
     STATE.warned.add(key)
-    warnings.warn(message, category, stacklevel=outside_xccl())
-
-
-#: Frames of these packages are not the user's line: xccl itself, and torch (torch.distributed's wrappers, the
-#: custom-op and autograd machinery between the user's call and xccl's).
-_INTERNAL_DIRS: Final = tuple(
-    os.path.dirname(os.path.abspath(path)) + os.sep
-    for path in (os.path.dirname(os.path.abspath(__file__)), torch.__file__)
-)
-
-
-def outside_xccl() -> int:
-    """The ``stacklevel`` that names the first frame outside xccl and torch, for a ``warnings.warn`` in the caller.
-
-    A fixed level points into xccl or torch for calls that arrive through torch.distributed, a graph op or an
-    emulation; the user's line is what a warning should name. Runs once per warning, so the walk costs nothing.
-    """
-    frame: types.FrameType | None = sys._getframe(1)  # the caller: the frame that stacklevel=1 names
-    level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL_DIRS):
-        frame, level = frame.f_back, level + 1
-    return level
+    warn_at_user(message, category)
 
 
 # ------------------------------------------------------------------------------------------------------ running
@@ -176,13 +165,21 @@ def run(st: GroupState, spec: S.Spec, kargs: Sequence[Any], async_op: bool, *, i
         spec: the collective.
         kargs: its kernel arguments (``spec.validate``'s result).
         async_op: return a work handle instead of waiting.
-        inner: a building block of an emulation: not recorded by the mismatch detector (the emulated call was)
-            and no typed wrapper (the outer call translates faults).
+        inner: a building block of an emulation: not recorded by the mismatch detector (the emulated call was),
+            no typed wrapper (the outer call translates faults), not shown to dispatcher-level tools on its own.
     """
     idx = spec.reduce_op_index
-    kernel = plan(st, spec.key_of(kargs), spec.dtype_of(kargs), None if idx is None else kargs[idx])
+    key = spec.key_of(kargs)
+    kernel = plan(st, key, spec.dtype_of(kargs), None if idx is None else kargs[idx])
     if inner:
         return kernel(*kargs, async_op)
+    if _python_dispatch._is_in_torch_dispatch_mode or _profiler._is_profiler_enabled:  # see _observe
+        return _observe.visible(st, key, spec.name, kargs, partial(_issue, st, spec, kargs, kernel, async_op))
+    return _issue(st, spec, kargs, kernel, async_op)
+
+
+def _issue(st: GroupState, spec: S.Spec, kargs: Sequence[Any], kernel: Kernel, async_op: bool) -> Any:
+    """Call a planned kernel: through the mismatch detector when it is on, with typed faults."""
     if st.check:
         # Imported on the first checked call: the detector is off by default, and importing it costs start-up.
         from ._check import checked
@@ -241,6 +238,10 @@ def all_reduce(tensor: torch.Tensor, op: Any, group: Any, async_op: bool) -> Any
     ):
         return run(st, _SPEC_ALL_REDUCE, _SPEC_ALL_REDUCE.validate(st, invalid, tensor, op), async_op)
     kernel = st.plans.get((_ALL_REDUCE, tensor.dtype, op)) or plan(st, _ALL_REDUCE, tensor.dtype, op)
+    if _python_dispatch._is_in_torch_dispatch_mode or _profiler._is_profiler_enabled:  # CommDebugMode...: _observe
+        kargs = (tensor, op)
+        return _observe.visible(st, _ALL_REDUCE, "all_reduce", kargs,
+                                partial(_issue, st, _SPEC_ALL_REDUCE, kargs, kernel, async_op))
     if st.check:  # the mismatch detector records the call and runs the kernel (what run() would do, flat)
         from ._check import checked_all_reduce
 

@@ -14,8 +14,12 @@ native kernel for this call shape (``Prefer``: it measured faster there; the res
 
 1. the op itself: the native kernel, or the ``via`` composition;
 2. ``avg`` as ``sum`` then a divide, where the kernel lacks AVG (``_layers``);
-3. a dtype cast where the kernel lacks the dtype (``_layers``);
-4. complex tensors viewed as real ones (``_layers``), as torch.distributed does.
+3. ``premul_sum`` as a local scale of the inputs then ``sum``, where the kernel lacks PREMUL_SUM (``_layers``);
+4. a dtype cast where the kernel lacks the dtype (``_layers``);
+5. complex tensors viewed as real ones (``_layers``), as torch.distributed does.
+
+A dtype the backend moves but cannot reduce (``Support.dtype_via``: float64 on SCCL and HCCL) takes a composition
+at step 1 that gathers the bits and reduces them locally, in rank order: exactly, and alike on every rank.
 
 Traffic notes (``EMULATIONS``) feed the once-per-op warning so users see what emulation costs.
 """
@@ -31,14 +35,14 @@ import torch
 
 from ..errors import UnsupportedCollective
 from ..plugin._capabilities import Collective, Level, Resolution
-from ..plugin._work import finish
-from . import _layers, _uneven
+from ..plugin._work import Work, finish
+from . import _layers, _monitored, _uneven
 from . import _specs as S
 from ._compose import Call, local_reduce, nothing
 from ._compose import last as _last
 from ._compose import take as _take
 
-__all__ = ["AGREED_BYTES", "EMULATIONS", "build", "by_size", "describe", "local_reduce"]
+__all__ = ["AGREED_BYTES", "EMULATIONS", "build", "by_size", "describe", "local_reduce", "with_result"]
 
 C = Collective
 Kernel = Callable[..., Any]
@@ -131,6 +135,27 @@ def _gather_via_all_gather(
     return _last(call, S.ALL_GATHER_INTO_TENSOR, (buf.tensor, t.reshape(-1)), a, copy_out, buf)
 
 
+def _ar_via_all_gather(st: Any, call: Call, t: torch.Tensor, op: Any, a: bool) -> Any:
+    """all_reduce = all_gather of every rank's bits + a local reduction in rank order: exact and the same on every
+    rank, for a dtype the backend moves but cannot reduce (float64 on SCCL and HCCL; the gather moves it as a
+    same-width dtype where the backend lacks it, e.g. int64 on SCCL)."""
+    buf = _take(st, st.size * t.numel(), t)
+    return _last(call, S.ALL_GATHER_INTO_TENSOR, (buf.tensor, t.view(-1)), a,
+                 lambda: local_reduce(buf.tensor.view(st.size, t.numel()), op, t), buf)
+
+
+def _reduce_via_all_gather(st: Any, call: Call, t: torch.Tensor, root: int, op: Any, a: bool) -> Any:
+    """reduce = the all_reduce composition above, kept on the root (the other ranks' tensors are left as they
+    were): every rank receives world-size times the bytes, as torch_npu's gather does."""
+    buf = _take(st, st.size * t.numel(), t)
+
+    def reduce_on_root() -> None:
+        if st.rank == root:
+            local_reduce(buf.tensor.view(st.size, t.numel()), op, t)
+
+    return _last(call, S.ALL_GATHER_INTO_TENSOR, (buf.tensor, t.view(-1)), a, reduce_on_root, buf)
+
+
 def _send_via_host(st: Any, call: Call, t: torch.Tensor, peer: int, tag: int, a: bool) -> Any:
     """Point-to-point through the group's host-side gloo group (same ranks), staging through host memory."""
     host = t.detach().cpu()
@@ -183,9 +208,21 @@ EMULATIONS: Final[dict[Collective, dict[str, tuple[Kernel, str]]]] = {
     C.ALL_GATHER_COALESCED: {
         "all_gather": (_ag_coalesced_via_all_gather, "one all_gather per input tensor"),
     },
+    C.ALL_REDUCE: {
+        "all_gather": (_ar_via_all_gather, "all_gather_into_tensor of every rank's bits + a local reduction in rank "
+                       "order: exact, identical on every rank; world size x the bytes of the tensor received"),
+    },
+    C.REDUCE: {
+        "all_gather": (_reduce_via_all_gather, "all_gather_into_tensor + a local reduction on the root, in rank "
+                       "order: exact; every rank receives world size x the bytes of the tensor"),
+    },
     C.GATHER: {
         "all_gather": (_gather_via_all_gather, "an all_gather kept on the root: every rank receives the whole "
                        "gathered data (world size x the bytes of a gather)"),
+    },
+    C.MONITORED_BARRIER: {
+        "store": (_monitored.via_store, "over the rendezvous store, not the backend: a few store round trips per "
+                  "rank (torch's gloo algorithm, naming the late ranks on every rank)"),
     },
     C.SEND: {"host_gloo": (_send_via_host, "staged through host memory over a gloo group")},
     C.RECV: {"host_gloo": (_recv_via_host, "staged through host memory over a gloo group")},
@@ -204,7 +241,9 @@ def build(st: Any, op: Collective, res: Resolution, native: Kernel | None, call:
         call: runs a building block on ``st`` (dispatch's ``run``, bound).
     """
     spec = S.SPECS[op]
-    if st.table.entry(op).level is Level.NATIVE and res.prefer is None:
+    # A native entry runs its own kernel, unless the call shape chose a composition (a preference by size, or a
+    # dtype the backend moves but cannot reduce): then ``res.via`` names it.
+    if st.table.entry(op).level is Level.NATIVE and res.prefer is None and res.via == "":
         if native is None:
             raise UnsupportedCollective(op.value, st.backend, "marked native but the plugin has no kernel")
         kernel = native
@@ -214,6 +253,28 @@ def build(st: Any, op: Collective, res: Resolution, native: Kernel | None, call:
             raise UnsupportedCollective(op.value, st.backend, f"no emulation named {res.via!r}")
         kernel = partial(entry[0], st, call)
     return _layers.wrap(spec, st, res, kernel)
+
+
+def with_result(op: Collective, kernel: Kernel) -> Kernel:
+    """``kernel`` whose asynchronous handle holds the op's output tensors (the arguments it writes), as a native
+    work's ``result()`` and future do: a DDP communication hook reads the reduced bucket as ``fut.value()[0]``."""
+    spec = S.SPECS[op]
+    written = tuple(i for i, arg in enumerate(spec.args) if arg.access in (S.Access.WRITE, S.Access.UPDATE))
+
+    def composed(*kargs: Any) -> Any:
+        work = kernel(*kargs)
+        if type(work) is Work:
+            outputs: list[torch.Tensor] = []
+            for i in written:
+                value = kargs[i]
+                if isinstance(value, torch.Tensor):
+                    outputs.append(value)
+                elif value is not None:
+                    outputs.extend(t for ts in value for t in (ts if isinstance(ts, (list, tuple)) else (ts,)))
+            work.set_result(outputs)
+        return work
+
+    return composed
 
 
 def describe(op: Collective, res: Resolution, dtype: torch.dtype | None = None) -> str:

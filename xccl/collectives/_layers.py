@@ -1,11 +1,16 @@
-"""The layers an emulated resolution puts around a kernel: avg as sum, a dtype cast, complex as real.
+"""The layers an emulated resolution puts around a kernel: avg as sum, premul_sum as sum, a dtype cast, complex as
+real.
 
 Each layer is a kernel wrapping a kernel (``kernel(*kernel_args, async_op)``), and finds the arguments it
 rewrites from the op's :class:`~xccl.collectives._specs.Spec`: which arguments are tensors, whether the op reads
-or writes them, where the reduce op and the root are. Order, outermost first: complex view, cast, avg.
+or writes them, where the reduce op and the root are. Order, outermost first: complex view, cast, premul, avg.
 
 * **avg as sum**: the reduce op becomes SUM; the written tensors are divided by the group size afterwards (on the
   root only, for reduce). Integers divide with truncation, as gloo's AVG would if it had one.
+* **premul_sum as sum** (gloo and SCCL lack PREMUL_SUM; FSDP2 uses it for a gradient divide factor): the inputs
+  are multiplied by the op's factor first, then summed, as NCCL and HCCL do on the device. A tensor the op
+  updates in place (all_reduce's, reduce's) is scaled in place, since the result overwrites it; a tensor it only
+  reads (reduce_scatter's input) is scaled into a scratch copy, so the caller's input is left untouched.
 * **cast**: for ops that only move bytes between dtypes of one size (bool as uint8, float64 as int64), a free
   ``view``; otherwise a converting copy in, and a copy back into the caller's written tensors. Reductions over
   bool run on the cast dtype as max/min, which is logical or/and.
@@ -43,6 +48,8 @@ def wrap(spec: S.Spec, st: Any, res: Resolution, kernel: Kernel) -> Kernel:
     """``kernel`` with the layers ``res`` asks for."""
     if res.avg_via_sum:
         kernel = partial(_avg, spec, st, kernel)
+    if res.premul_via_sum:
+        kernel = partial(_premul, spec, st, kernel)
     if res.cast is not None:
         kernel = _cast_for(spec, st, kernel, res.cast)
     if res.complex_view:
@@ -69,6 +76,38 @@ def _avg(spec: S.Spec, st: Any, base: Kernel, *kargs: Any) -> Any:
                     t.copy_(torch.div(t, st.size, rounding_mode="trunc"))
 
     return finish(work, a, divide)
+
+
+# ------------------------------------------------------------------------------------------------- premul_sum
+
+
+def _premul(spec: S.Spec, st: Any, base: Kernel, *kargs: Any) -> Any:
+    args, a = list(kargs[:-1]), kargs[-1]
+    at = spec.reduce_op_index
+    factor = args[at].factor  # type: ignore[index]  # a float or a 1-element tensor (torch's _make_nccl_premul_sum)
+    args[at] = R.SUM  # type: ignore[index]
+    leases: list[Any] = []
+
+    def scaled(t: torch.Tensor) -> torch.Tensor:
+        lease = st.scratch.take(t.numel(), t.dtype, t.device)
+        leases.append(lease)
+        return torch.mul(t.reshape(-1), factor, out=lease.tensor).view(t.shape)
+
+    for i, arg in enumerate(spec.args):
+        if not arg.holds_tensors or args[i] is None:
+            continue
+        if arg.access is S.Access.UPDATE:
+            for t in _flat(args[i]):
+                t.mul_(factor)
+        elif arg.access is S.Access.READ:
+            args[i] = _map(args[i], scaled)
+    work = base(*args, a)
+
+    def release() -> None:
+        for lease in leases:
+            lease.release()
+
+    return finish(work, a, release if leases else None)
 
 
 # ------------------------------------------------------------------------------------------------------- cast
@@ -165,6 +204,9 @@ def describe(spec: S.Spec, res: Resolution, dtype: torch.dtype | None) -> list[s
     parts = []
     if res.avg_via_sum:
         parts.append("avg as sum then a local divide (no extra traffic)")
+    if res.premul_via_sum:
+        parts.append("premul_sum as a local scale by its factor then sum (no extra traffic; a scaled copy of an "
+                     "input the op only reads)")
     if res.cast is not None:
         to = str(res.cast).removeprefix("torch.")
         base = dtype.to_real() if dtype is not None and res.complex_view else dtype

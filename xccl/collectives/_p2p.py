@@ -13,7 +13,7 @@ from typing import Any, final
 
 import torch
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, InvalidArgumentType
 from . import _specs as S
 from ._dispatch import invalid, run
 from ._state import state_of
@@ -42,17 +42,22 @@ class P2POp:
         group_peer: the peer's rank within ``group``.
 
     Raises:
-        InvalidArgument: ``op`` is not an isend or irecv, or ``tensor`` is not a tensor.
+        InvalidArgument: ``op`` is not an isend or irecv (a ``ValueError``, as torch's); ``tensor`` is not a tensor
+            (:class:`~xccl.InvalidArgumentType`, a ``TypeError``).
     """
 
     __slots__ = ("group", "group_peer", "op", "peer", "tag", "tensor")
 
     def __init__(self, op: Any, tensor: torch.Tensor, peer: int | None = None, group: Any = None, tag: int = 0,
                  group_peer: int | None = None) -> None:
+        # torch's messages (_check_op, _check_single_tensor), and its builtins: ValueError, TypeError.
         if _kind(op) is None:
-            raise InvalidArgument("P2POp", f"op must be xccl.isend or xccl.irecv, got {op!r}")
+            raise InvalidArgument("P2POp", "Invalid ``op``. Expected ``op`` to be of type "
+                                  f"``torch.distributed.isend`` or ``torch.distributed.irecv``. (xccl's or torch's; "
+                                  f"got {op!r})")
         if not isinstance(tensor, torch.Tensor):
-            raise InvalidArgument("P2POp", f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
+            raise InvalidArgumentType("P2POp", "Invalid function argument. Expected parameter `tensor` of type "
+                                      f"torch.Tensor but got {type(tensor)} instead.")
         self.op, self.tensor, self.peer, self.group, self.tag, self.group_peer = op, tensor, peer, group, tag, group_peer
 
     def __repr__(self) -> str:
@@ -75,9 +80,10 @@ def batch_isend_irecv(p2p_op_list: Sequence[Any]) -> list[Any]:
     for i, p in enumerate(ops):
         spec = _kind(getattr(p, "op", None))
         if spec is None or not hasattr(p, "tensor"):
-            raise InvalidArgument("batch_isend_irecv", f"p2p_op_list[{i}] is {p!r}, not a P2POp of isend or irecv")
+            raise InvalidArgument("batch_isend_irecv", "Invalid ``p2p_op_list``. Each op is expected to to be of type "
+                                  f"``torch.distributed.P2POp``. (p2p_op_list[{i}] is {p!r})")
         if p.group is not group:
-            raise InvalidArgument("batch_isend_irecv", "every operation of the batch must use the same group")
+            raise InvalidArgument("batch_isend_irecv", "All ops need to use the same group.")
         st = state_of(p.group)
         peer, group_peer = p.peer, getattr(p, "group_peer", None)
         if peer is None and group_peer is None:

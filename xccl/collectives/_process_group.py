@@ -50,9 +50,10 @@ from ..plugin._capabilities import Collective
 from ..plugin._contract import Runtime
 from ..plugin._vendor_runtime import Completion
 from ..plugin._work import Work
+from . import _observe
 from . import _specs as S
 from ._dispatch import all_reduce, dispatch, warn_once
-from ._state import STATE, forget
+from ._state import STATE, forget, state_of
 from ._watchdog import group_timeout
 
 __all__ = ["PREFIX", "BackendName", "TimeoutWarning", "XcclProcessGroup", "backend_name", "register_backend"]
@@ -275,8 +276,11 @@ class XcclProcessGroup(dist.ProcessGroup):
     def allgather_into_tensor_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
                                         opts: Any = None) -> Any:
         """``ProcessGroup.allgather_into_tensor_coalesced``: one all_gather_into_tensor per pair."""
-        return _all_of([dispatch(S.ALL_GATHER_INTO_TENSOR, self, True, o, i) for o, i in zip(outputs, inputs,
-                                                                                            strict=True)])
+        def issue() -> Work:
+            return _all_of([dispatch(S.ALL_GATHER_INTO_TENSOR, self, True, o, i)
+                            for o, i in zip(outputs, inputs, strict=True)])
+
+        return _coalesced(self, "allgather_into_tensor_coalesced", (outputs, inputs), issue)
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced  # type: ignore[assignment]
 
@@ -296,8 +300,12 @@ class XcclProcessGroup(dist.ProcessGroup):
                                         opts: Any = None) -> Any:
         """``ProcessGroup.reduce_scatter_tensor_coalesced``: one reduce_scatter_tensor per pair."""
         op = _op(opts)
-        return _all_of([dispatch(S.REDUCE_SCATTER_TENSOR, self, True, o, i, op)
-                        for o, i in zip(outputs, inputs, strict=True)])
+
+        def issue() -> Work:
+            return _all_of([dispatch(S.REDUCE_SCATTER_TENSOR, self, True, o, i, op)
+                            for o, i in zip(outputs, inputs, strict=True)])
+
+        return _coalesced(self, "reduce_scatter_tensor_coalesced", (outputs, inputs), issue)
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced  # type: ignore[assignment]
 
@@ -350,6 +358,14 @@ class XcclProcessGroup(dist.ProcessGroup):
         return self._run(S.RECV, tensors[0], None, tag, None)
 
 
+def _coalesced(group: XcclProcessGroup, name: str, kargs: tuple[Any, ...], issue: Any) -> Any:
+    """A coalesced tensor form (one collective per pair), shown to watching tools as its own c10d op, once."""
+    if not _observe.watched():
+        return issue()
+    key = Collective.ALL_GATHER_INTO_TENSOR if name.startswith("allgather") else Collective.REDUCE_SCATTER_TENSOR
+    return _observe.visible(state_of(group), key, name, kargs, issue, _observe.COALESCED[name])
+
+
 def _tensors(value: Any) -> list[torch.Tensor]:
     return [value] if isinstance(value, torch.Tensor) else list(value)
 
@@ -359,13 +375,14 @@ def _op(opts: Any) -> Any:
 
     An options struct holds a ``ReduceOp`` *object* (a new one per read); a plain op is returned as its
     ``RedOpType`` enum value, which the plan cache keys on directly, as it does for ``xccl.all_reduce(op=SUM)``.
-    Only premul_sum, whose object carries its factor, stays an object.
+    Only premul_sum, whose object carries its factor, stays an object. pybind hands out a new ``RedOpType`` object
+    on every read too, so the kind is compared by value (``==``), never by identity.
     """
     if opts is None:
         return _SUM
     op = getattr(opts, "reduceOp", opts)
     kind = getattr(op, "op", None)
-    return op if kind is None or kind is _PREMUL_SUM else kind
+    return op if kind is None or kind == _PREMUL_SUM else kind
 
 
 def _root(opts: Any) -> int:

@@ -72,6 +72,8 @@ class Kind(enum.Enum):
     MATRIX = "matrix"
     #: A point-to-point tag.
     TAG = "tag"
+    #: A plain option of the call (monitored_barrier's timeout and wait_all_ranks).
+    OPTION = "option"
 
 
 class Access(enum.Enum):
@@ -220,6 +222,10 @@ SCATTER: Final = _spec(
     V.scatter, ("tensor",),
 )
 BARRIER: Final = _spec("barrier", C.BARRIER, (), V.barrier, ())
+MONITORED_BARRIER: Final = _spec(
+    "monitored_barrier", C.MONITORED_BARRIER, (Arg("timeout", Kind.OPTION), Arg("wait_all_ranks", Kind.OPTION)),
+    V.monitored_barrier, (),
+)
 SEND: Final = _spec("send", C.SEND, (Arg("tensor", _T, _R), Arg("dst", Kind.PEER), Arg("tag", Kind.TAG)),
                     V.p2p("send", "dst", any_source=False), ())
 ISEND: Final = _spec("isend", C.SEND, SEND.args, V.p2p("isend", "dst", any_source=False), ())
@@ -246,7 +252,8 @@ SPECS: Final[dict[Collective, Spec]] = {
     s.key: s
     for s in (
         ALL_REDUCE, ALL_REDUCE_COALESCED, ALL_GATHER, ALL_GATHER_COALESCED, ALL_GATHER_INTO_TENSOR, REDUCE_SCATTER,
-        REDUCE_SCATTER_TENSOR, ALL_TO_ALL, ALL_TO_ALL_SINGLE, BROADCAST, REDUCE, GATHER, SCATTER, BARRIER, SEND, RECV,
+        REDUCE_SCATTER_TENSOR, ALL_TO_ALL, ALL_TO_ALL_SINGLE, BROADCAST, REDUCE, GATHER, SCATTER, BARRIER,
+        MONITORED_BARRIER, SEND, RECV,
         ALL_GATHER_INTO_TENSOR_UNEVEN, REDUCE_SCATTER_TENSOR_UNEVEN, ALL_TO_ALL_V,
     )
 }

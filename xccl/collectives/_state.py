@@ -83,8 +83,8 @@ class GroupState:
     """
 
     __slots__ = (
-        "backend", "check", "comm_name", "device_type", "fallback", "group", "kernel_context", "name", "native",
-        "plans", "rank", "ranks", "runtime", "scratch", "seq", "side", "size", "table",
+        "backend", "barriers", "carrier", "check", "comm_name", "device_type", "fallback", "group", "kernel_context", "name",
+        "native", "plans", "rank", "ranks", "runtime", "scratch", "seq", "side", "size", "table",
     )
 
     def __init__(self, group: Any, native: Any, side: Any, runtime: Runtime, fallback: Fallback, check: bool) -> None:
@@ -111,6 +111,10 @@ class GroupState:
         self.plans: Final[dict[tuple[Any, ...], Callable[..., Any]]] = {}
         #: Sequence number of collectives issued on this group (the mismatch detector's clock).
         self.seq = 0
+        #: Monitored barriers called on this group (numbers each call's keys in the store: ``_monitored``).
+        self.barriers = 0
+        #: The group dispatcher-level tools see this group's collectives on, once one watched (``_observe``).
+        self.carrier: Any = None
         #: The emulations' reusable host buffers (``_scratch``), dropped with the group's state.
         self.scratch: Final = Scratch()
         #: The plugin's communicator name, once asked for (:meth:`communicator_name`).

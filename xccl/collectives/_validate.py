@@ -5,12 +5,18 @@ calls ``fail(op, detail)`` on anything wrong: the eager path passes a ``fail`` t
 :class:`~xccl.InvalidArgument`, the graph path one that raises its trace-time twin, so both modes refuse a bad call
 with the same typed error. The shared checks below are the pieces every op's validator is made of.
 
+Where ``torch.distributed`` refuses the same call itself before communicating (torch 2.13's
+``distributed_c10d.py``), the detail starts with torch's own message and the error is the same builtin: a wrong
+type is ``fail(op, detail, wrong_type=True)``, an :class:`~xccl.InvalidArgumentType` (a ``TypeError``); every other
+refusal a ``ValueError``. Code that catches torch's errors, or matches their text, keeps working.
+
 What a validator reads of a group is :class:`Facts`: the eager :class:`~xccl.collectives._state.GroupState` and the
 graph path's trace-time ``GroupInfo`` both have it.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import operator
 from collections.abc import Callable
 from typing import Any, NoReturn, Protocol
@@ -18,9 +24,11 @@ from typing import Any, NoReturn, Protocol
 import torch
 import torch.distributed as dist
 
-from ..plugin._capabilities import reduce_op_of
+from ..plugin._capabilities import COMPLEX_REDUCE_OPS, reduce_op_of
+from ..plugin._warn import warn_at_user
 
 __all__ = [
+    "BARE_PREMUL",
     "Facts",
     "Fail",
     "Validator",
@@ -34,6 +42,7 @@ __all__ = [
     "all_to_all_single",
     "all_to_all_v",
     "barrier",
+    "complex_refusal",
     "broadcast",
     "gather",
     "p2p",
@@ -45,6 +54,7 @@ __all__ = [
     "counts",
     "group_problem",
     "member",
+    "monitored_barrier",
     "same_dtype",
     "splits",
     "tensor",
@@ -68,18 +78,28 @@ class Facts(Protocol):
     backend: str
 
 
-#: ``fail(op, detail)`` raises the invalid-argument error of the calling path; it never returns.
-Fail = Callable[[str, str], NoReturn]
+class Fail(Protocol):
+    """``fail(op, detail)`` raises the invalid-argument error of the calling path (``wrong_type``: its
+    ``TypeError`` form); it never returns."""
+
+    def __call__(self, op: str, detail: str, wrong_type: bool = False) -> NoReturn: ...
+
+
 Validator = Callable[..., tuple[Any, ...]]
 
 
 # ------------------------------------------------------------------------------------------- shared validators
 
 
+def _not_a_tensor(what: str, value: Any) -> str:
+    """torch's message for a parameter that is not a tensor (``_check_single_tensor``, whitespace normalised)."""
+    return f"Invalid function argument. Expected parameter `{what}` of type torch.Tensor but got {type(value)} instead."
+
+
 def tensor(g: Facts, fail: Fail, op: str, what: str, t: Any) -> torch.Tensor:
     """``t`` if it is a contiguous tensor on the group's device type."""
     if not isinstance(t, torch.Tensor):
-        fail(op, f"{what} must be a torch.Tensor, got {type(t).__name__}")
+        fail(op, _not_a_tensor(what, t), True)
     dev = g.device_type
     if t.device.type != dev:
         fail(op, f"{what} is on {t.device}, but the {g.backend} backend takes {dev} tensors; move it with .to()")
@@ -99,16 +119,25 @@ def group_problem(group: Any) -> str | None:
     return None
 
 
+def _dtypes_differ(a: torch.dtype, b: torch.dtype, what: str) -> str:
+    # torch's message (``_ensure_all_tensors_same_dtype``, its missing space and double space included), then ours.
+    return f"Invalid usage of tensors with different dtypesFound {a} and  {b} ({what} dtypes differ)"
+
+
 def same_dtype(fail: Fail, op: str, a: torch.Tensor, b: torch.Tensor, what: str = "output and input") -> None:
     """Both tensors have one dtype."""
     if a.dtype != b.dtype:
-        fail(op, f"{what} dtypes differ ({a.dtype} vs {b.dtype})")
+        fail(op, _dtypes_differ(a.dtype, b.dtype, what))
 
 
 def tensor_list(g: Facts, fail: Fail, op: str, what: str, ts: Any, n: int | None = None) -> list[torch.Tensor]:
     """``ts`` as a list of valid tensors, one per member (or ``n``)."""
     if not isinstance(ts, (list, tuple)):
-        fail(op, f"{what} must be a list of tensors, got {type(ts).__name__}")
+        fail(op, f"Invalid function argument. Expected parameter `{what}` of type List[torch.Tensor] but got "
+             f"{type(ts)} instead.", True)
+    if not all(isinstance(t, torch.Tensor) for t in ts):
+        fail(op, f"Invalid function argument. Expected parameter `{what}` of type List[torch.Tensor] but got "
+             f"{type(ts)} with elements of type {[type(t) for t in ts]}.", True)
     want = g.size if n is None else n
     if len(ts) != want:
         fail(op, f"{what} has {len(ts)} tensors; the group has {g.size} ranks")
@@ -118,17 +147,21 @@ def tensor_list(g: Facts, fail: Fail, op: str, what: str, ts: Any, n: int | None
 
 
 def member(g: Facts, fail: Fail, op: str, what: str, rank: Any, group_rank: Any) -> int:
-    """A root or peer given as a global rank (``rank``) or a group rank (``group_<what>``), as a group rank."""
+    """A root or peer given as a global rank (``rank``) or a group rank (``group_<what>``), as a group rank.
+
+    The messages start with torch's (``_canonicalize_group_rank``, ``get_group_rank``, ``get_global_rank``).
+    """
     if group_rank is not None:
         if rank is not None:
-            fail(op, f"pass {what} or group_{what}, not both")
+            fail(op, f"Can't specify both group_rank and global_rank: pass {what} or group_{what}, not both")
         if not isinstance(group_rank, int) or isinstance(group_rank, bool) or not 0 <= group_rank < g.size:
-            fail(op, f"group_{what}={group_rank!r} is outside [0, {g.size}) for this group")
+            fail(op, f"Group rank {group_rank!r} is not part of group (ranks {list(g.ranks)}): group_{what} is "
+                 f"outside [0, {g.size})")
         return group_rank
     if rank is None:
-        fail(op, f"{what} is required")
+        fail(op, f"Must specify global_rank or group_rank: {what} is required")
     if not isinstance(rank, int) or isinstance(rank, bool) or rank not in g.ranks:
-        fail(op, f"{what}={rank!r} is not a member of this group (ranks {list(g.ranks)})")
+        fail(op, f"Global rank {rank!r} is not part of group (ranks {list(g.ranks)}): {what} must be a member")
     return g.ranks.index(rank)
 
 
@@ -169,11 +202,28 @@ def splits(g: Facts, fail: Fail, op: str, what: str, sizes: Any, total: int | No
 
 
 def reduce_op(fail: Fail, op: str, value: Any) -> Any:
-    """A ``ReduceOp`` (kept as given) from a ``ReduceOp``, its name, or DeepSpeed's enum."""
+    """A ``ReduceOp`` (kept as given) from a ``ReduceOp``, its name, or DeepSpeed's enum.
+
+    What else torch refuses about a reduce op (one not defined for complex numbers on a complex tensor, a
+    ``PREMUL_SUM`` without its factor) is checked where the op's name is known without tracing into it:
+    ``_dispatch.plan`` and the graph path's ``resolve``/``redop`` (:data:`BARE_PREMUL`, :func:`complex_refusal`).
+    """
     try:
         return reduce_op_of(value)
     except ValueError as exc:
         fail(op, str(exc))
+
+
+def complex_refusal(op: str, reduce_op: Any) -> str:
+    """torch's message for a reduce op not defined for complex numbers (its all_reduce refuses them)."""
+    what = "all_reduce" if op.startswith("all_reduce") else op  # all_reduce_coalesced says "all_reduce" too
+    return (f"{what} does not support {reduce_op} on complex tensors (only {', '.join(sorted(COMPLEX_REDUCE_OPS))} "
+            "are defined for complex numbers)")
+
+
+#: A bare ``ReduceOp.PREMUL_SUM`` has no factor (torch's own wrappers fail on it with a pybind TypeError).
+BARE_PREMUL = ("ReduceOp.PREMUL_SUM needs its factor: pass torch.distributed._make_nccl_premul_sum(factor), as FSDP "
+                "does")
 
 
 def _rows(t: torch.Tensor) -> int:
@@ -194,7 +244,10 @@ def all_reduce(g: Facts, fail: Fail, t: Any, op: Any) -> tuple[Any, ...]:
 
 def all_reduce_coalesced(g: Facts, fail: Fail, ts: Any, op: Any) -> tuple[Any, ...]:
     name = "all_reduce_coalesced"
-    if not isinstance(ts, (list, tuple)) or not ts:
+    if not isinstance(ts, (list, tuple)):
+        fail(name, f"Invalid function argument. Expected parameter `tensor` of type List[torch.Tensor] but got "
+             f"{type(ts)} instead.", True)
+    if not ts:
         fail(name, "tensors must be a non-empty list of tensors")
     lst = [tensor(g, fail, name, f"tensors[{i}]", t) for i, t in enumerate(ts)]
     return lst, reduce_op(fail, name, op)
@@ -213,9 +266,14 @@ def all_gather(g: Facts, fail: Fail, outs: Any, t: Any) -> tuple[Any, ...]:
 
 def all_gather_coalesced(g: Facts, fail: Fail, out_lists: Any, ins: Any) -> tuple[Any, ...]:
     name = "all_gather_coalesced"
-    if not isinstance(ins, (list, tuple)) or not ins:
+    if not isinstance(ins, (list, tuple)):
+        fail(name, f"Invalid function argument. Expected parameter `input_tensor_list` of type List[torch.Tensor] "
+             f"but got {type(ins)} instead.", True)
+    if not ins:
         fail(name, "input_tensor_list must be a non-empty list of tensors")
-    if not isinstance(out_lists, (list, tuple)) or len(out_lists) != g.size:
+    if not isinstance(out_lists, (list, tuple)):
+        fail(name, "Invalid function argument: output_tensor_lists should be a list", True)
+    if len(out_lists) != g.size:
         fail(name, f"output_tensor_lists must hold one list per rank of the group ({g.size})")
     inputs = [tensor(g, fail, name, f"input_tensor_list[{i}]", t) for i, t in enumerate(ins)]
     outs = []
@@ -267,7 +325,7 @@ def all_to_all(g: Facts, fail: Fail, outs: Any, ins: Any) -> tuple[Any, ...]:
     dtype = i[0].dtype
     for t in [*o, *i]:
         if t.dtype != dtype:
-            fail(name, f"tensors have mixed dtypes ({t.dtype} vs {dtype})")
+            fail(name, _dtypes_differ(dtype, t.dtype, "input and output tensors'"))
     if o[g.rank].numel() != i[g.rank].numel():
         fail(name, f"output/input sizes for this rank ({g.rank}) differ")
     return o, i
@@ -300,7 +358,10 @@ def reduce(g: Facts, fail: Fail, t: Any, dst: Any, op: Any, group_dst: Any) -> t
 
 
 def _rooted_list(g: Facts, fail: Fail, op: str, what: str, t: Any, lst: Any, root: int, list_name: str) -> Any:
+    role = "destination" if what == "dst" else "source"
     if g.rank == root:
+        if not lst:  # torch's _validate_output_list_for_rank (gather) and scatter's own check
+            fail(op, f"Argument ``{list_name}`` must be specified on {role} rank.")
         items = tensor_list(g, fail, op, list_name, lst)
         for i, x in enumerate(items):
             same_dtype(fail, op, x, t, f"{list_name}[{i}] and tensor")
@@ -308,7 +369,7 @@ def _rooted_list(g: Facts, fail: Fail, op: str, what: str, t: Any, lst: Any, roo
                 fail(op, f"{list_name}[{i}] has shape {tuple(x.shape)}, tensor {tuple(t.shape)}")
         return items
     if lst:
-        fail(op, f"{list_name} must be None or empty on ranks other than {what}")
+        fail(op, f"Argument ``{list_name}`` must NOT be specified on non-{role} ranks.")
     return None
 
 
@@ -329,6 +390,18 @@ def barrier(g: Facts, fail: Fail) -> tuple[Any, ...]:
     return ()
 
 
+def monitored_barrier(g: Facts, fail: Fail, timeout: Any, wait_all_ranks: Any) -> tuple[Any, ...]:
+    """torch's checks (``monitored_barrier``, ``_check_valid_timeout``): a ``timedelta`` or None (the group's
+    timeout); a float is taken as seconds, with torch's warning."""
+    if isinstance(timeout, float) and not isinstance(timeout, bool):
+        warn_at_user("Please specify timeout arg as a timedelta. "
+                     f"Converting current value of {timeout} assuming it represents seconds")
+        timeout = _dt.timedelta(seconds=timeout)
+    if timeout is not None and not isinstance(timeout, _dt.timedelta):
+        fail("monitored_barrier", f"Expected timeout argument to be of type datetime.timedelta, got {timeout}", True)
+    return timeout, bool(wait_all_ranks)
+
+
 def p2p(name: str, what: str, any_source: bool) -> Validator:
     def validate(g: Facts, fail: Fail, t: Any, peer: Any, tag: Any, group_peer: Any) -> tuple[Any, ...]:
         tensor(g, fail, name, "tensor", t)
@@ -336,7 +409,9 @@ def p2p(name: str, what: str, any_source: bool) -> Validator:
             return t, None, _tag(fail, name, tag)
         p = member(g, fail, name, what, peer, group_peer)
         if p == g.rank:
-            fail(name, f"{what}={g.ranks[p]} is this rank itself")
+            role = "destination" if what == "dst" else "source"
+            fail(name, f"Invalid {role} rank: {role} rank should not be the same as the rank of the current "
+                 f"process. ({what}={g.ranks[p]} is this rank itself)")
         return t, p, _tag(fail, name, tag)
 
     return validate
@@ -344,7 +419,7 @@ def p2p(name: str, what: str, any_source: bool) -> Validator:
 
 def _tag(fail: Fail, op: str, tag: Any) -> int:
     if not isinstance(tag, int) or isinstance(tag, bool):
-        fail(op, f"tag must be an int, got {type(tag).__name__}")
+        fail(op, f"tag must be an int, got {type(tag).__name__}", True)
     return tag
 
 

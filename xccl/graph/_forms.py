@@ -30,8 +30,9 @@ import torch
 
 from ..collectives import _specs as S
 from ..collectives._state import STATE
+from ..errors import UnsupportedCollective
 from ..plugin._capabilities import Collective
-from ._group import GroupInfo, emittable, fail, group_info, order_joins, redop, resolve
+from ._group import GroupInfo, emittable, fail, group_info, order_joins, redop, resolve, trace_error
 from ._layers import carry
 
 __all__ = ["GraphWork", "run"]
@@ -354,6 +355,15 @@ def _f_barrier(g: GroupInfo, _: bool, __: None, async_op: bool) -> Any:
     """``xccl.barrier``, ordered with the group's other xccl ops."""
     _chained(g, "barrier")
     return _work(async_op)
+
+
+@_form(S.MONITORED_BARRIER, resolves=False)
+def _f_monitored_barrier(g: GroupInfo, _: bool, __: None, async_op: bool, timeout: Any, wait_all_ranks: bool) -> Any:
+    """None: a monitored barrier times host-side waits and names late ranks, which a graph cannot do (torch's
+    breaks the graph); it raises at trace time, naming the way out."""
+    raise trace_error(UnsupportedCollective, "monitored_barrier", g.backend,
+                      "a compiled graph cannot time host-side waits or name late ranks: call monitored_barrier "
+                      "outside the compiled function (graph mode)")
 
 
 @_form(S.SEND)

@@ -21,9 +21,17 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from ..collectives._state import STATE, state_of
-from ..collectives._validate import group_problem
-from ..errors import InvalidArgument, UnsupportedCollective, XcclError
-from ..plugin._capabilities import BOOL_REDUCE_AS, CapabilityTable, Collective, Level, Mode, reduce_op_name
+from ..collectives._validate import BARE_PREMUL, complex_refusal, group_problem
+from ..errors import InvalidArgument, InvalidArgumentType, UnsupportedCollective, XcclError
+from ..plugin._capabilities import (
+    BOOL_REDUCE_AS,
+    COMPLEX_REDUCE_OPS,
+    CapabilityTable,
+    Collective,
+    Level,
+    Mode,
+    reduce_op_name,
+)
 from ..plugin._registry import default_registry
 
 F = TypeVar("F")
@@ -188,8 +196,15 @@ def group_info(group: Any) -> GroupInfo:
 
 @_assume_constant
 def redop(op: Any) -> str:
-    """``op`` (a ``ReduceOp``, DeepSpeed's ``ReduceOp`` or a string) as the lower-case name graph ops take."""
-    return reduce_op_name(op)
+    """``op`` (a ``ReduceOp``, DeepSpeed's ``ReduceOp`` or a string) as the lower-case name graph ops take.
+
+    Raises:
+        InvalidArgument: a ``PREMUL_SUM`` without its factor, as eager dispatch refuses it.
+    """
+    name = reduce_op_name(op)
+    if name == "premul_sum" and not hasattr(op, "factor"):
+        raise trace_error(InvalidArgument, "reduce op", BARE_PREMUL)
+    return name
 
 
 @_assume_constant
@@ -210,6 +225,9 @@ def resolve(name: str, op: Collective, dtype: torch.dtype | None, reduce_op: str
         UnsupportedCollective: the table says unsupported (the vendor SDK below the entry's floor included), or
             emulated under the ``"error"`` fallback policy.
     """
+    if dtype is not None and dtype.is_complex and reduce_op is not None and reduce_op not in COMPLEX_REDUCE_OPS:
+        # What torch refuses itself, with its message and builtin (ValueError), as in eager mode.
+        raise trace_error(InvalidArgument, op.value, complex_refusal(op.value, f"RedOpType.{reduce_op.upper()}"))
     pg = c10d._resolve_process_group(name)  # type: ignore[arg-type]
     table, _, fallback = _table_of(pg)
     shape = {"mode": Mode.GRAPH, "world_size": pg.size(), "sdk_versions": _sdk_versions()}
@@ -273,6 +291,7 @@ def refuse(op: str, backend: str, detail: str) -> None:
 
 
 @_assume_constant
-def fail(op: str, detail: str) -> None:
-    """Raise ``InvalidArgument(op, detail)`` from traced code (Dynamo cannot trace xccl's error constructors)."""
-    raise trace_error(InvalidArgument, op, detail)
+def fail(op: str, detail: str, wrong_type: bool = False) -> None:
+    """Raise ``InvalidArgument(op, detail)`` (``InvalidArgumentType`` for a wrong type) from traced code (Dynamo
+    cannot trace xccl's error constructors)."""
+    raise trace_error(InvalidArgumentType if wrong_type else InvalidArgument, op, detail)

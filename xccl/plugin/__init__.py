@@ -30,7 +30,7 @@ What is here, by concern:
   ``torch.distributed`` (:func:`install_patches`, :func:`remove_patches`);
 * rank tables: :class:`RankTableFormat` (a plugin's format for ``xccl rank-table``), the JSON reading kit that
   reports every defect as a :class:`~xccl.RankTableError` with its JSON path;
-* the errors a plugin raises.
+* the errors a plugin raises, and :func:`warn_at_user` for warnings that name the user's line.
 """
 
 from ..errors import (
@@ -125,6 +125,7 @@ from ._vendor_runtime import (
     Watchdog,
 )
 from ._versions import version_below, version_key
+from ._warn import user_stacklevel, warn_at_user
 from ._work import Work, finish
 
 __all__ = [
@@ -222,4 +223,6 @@ __all__ = [
     "table_from",
     "version_below",
     "version_key",
+    "user_stacklevel",
+    "warn_at_user",
 ]

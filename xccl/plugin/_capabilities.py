@@ -61,8 +61,10 @@ class Support:
     """How one backend runs one collective in one mode.
 
     ``dtypes`` and ``reduce_ops`` list what the *native* kernel accepts (``None``: anything). Outside them the op
-    may still run through an emulation: ``cast_to`` names the dtype an unsupported dtype is cast to, and a missing
-    ``avg`` is computed as ``sum`` then a divide when ``sum`` is native.
+    may still run through an emulation: ``cast_to`` names the dtype an unsupported dtype is cast to, ``dtype_via``
+    the composition that reduces a dtype the backend moves but cannot reduce (float64 on SCCL and HCCL: its bits
+    gathered, reduced locally in rank order, so exactly and alike on every rank); a missing ``avg`` is computed as
+    ``sum`` then a divide, and a missing ``premul_sum`` as a local scale then ``sum``, when ``sum`` is native.
     """
 
     #: native, emulated or unsupported.
@@ -90,6 +92,9 @@ class Support:
     #: :meth:`CapabilityTable.resolve` refuses the entry below it when told the installed versions
     #: (``Runtime.sdk_versions()``; compared by :func:`~xccl.plugin.version_key`); an unknown version passes.
     min_sdk: tuple[str, str] | None = None
+    #: Dtypes outside ``dtypes`` that run as a composition of ``EMULATIONS`` instead (dtype -> its ``via``): a
+    #: reduction over a dtype the backend moves but cannot reduce, e.g. ``{torch.float64: "all_gather"}``.
+    dtype_via: Mapping[torch.dtype, str] = field(default_factory=dict)
 
     def reduce_ops_for(self, dtype: torch.dtype | None) -> frozenset[str] | None:
         """The reduce ops the native kernel accepts for ``dtype``."""
@@ -120,13 +125,20 @@ EMULATION_BLOCKS: Final[Mapping[tuple[Collective, str], tuple[tuple[Collective, 
     (C.ALL_REDUCE_COALESCED, "all_reduce"): ((C.ALL_REDUCE, None, "="),),
     (C.ALL_GATHER_COALESCED, "all_gather"): ((C.ALL_GATHER, None, None),),
     (C.GATHER, "all_gather"): ((C.ALL_GATHER_INTO_TENSOR, None, None),),
+    (C.ALL_REDUCE, "all_gather"): ((C.ALL_GATHER_INTO_TENSOR, None, None),),
+    (C.REDUCE, "all_gather"): ((C.ALL_GATHER_INTO_TENSOR, None, None),),
 }
 #: Emulations that reduce on the host (``local_reduce``), and the reduce ops a host reduction has.
-LOCAL_REDUCTIONS: Final = frozenset(
-    {(C.REDUCE_SCATTER_TENSOR, "all_to_all"), (C.REDUCE_SCATTER_TENSOR_UNEVEN, "all_to_all_single")}
-)
+LOCAL_REDUCTIONS: Final = frozenset({
+    (C.REDUCE_SCATTER_TENSOR, "all_to_all"), (C.REDUCE_SCATTER_TENSOR_UNEVEN, "all_to_all_single"),
+    (C.ALL_REDUCE, "all_gather"), (C.REDUCE, "all_gather"),
+})
 LOCAL_REDUCE_OPS: Final = frozenset({"sum", "avg", "premul_sum", "product", "min", "max", "band", "bor", "bxor"})
 _BITWISE: Final = frozenset({"band", "bor", "bxor"})
+
+
+#: Dtypes a local reduction can add (torch 2.13 has no ``add`` for uint16/32/64 or the float8 types).
+LOCAL_REDUCE_DTYPES: Final = frozenset(REAL_DTYPES) | {torch.int16}
 
 
 def _local_reduces(redop: str, dtype: torch.dtype | None) -> bool:
@@ -135,6 +147,8 @@ def _local_reduces(redop: str, dtype: torch.dtype | None) -> bool:
         return False
     if dtype is None:
         return True
+    if dtype not in LOCAL_REDUCE_DTYPES:
+        return False
     if redop in _BITWISE:
         return not dtype.is_floating_point and not dtype.is_complex
     return redop != "premul_sum" or dtype.is_floating_point
@@ -150,7 +164,7 @@ class Resolution:
     """The answer for one call shape: the level, and the emulation to use when it is not native."""
 
     level: Level
-    #: Emulation name; empty when native. ``"cast:<dtype>"`` and ``"avg_via_sum"`` compose with ``via``.
+    #: Emulation name; empty when native. A cast, avg via sum and premul_sum via sum compose with ``via``.
     via: str = ""
     #: Why, when unsupported or emulated.
     reason: str = ""
@@ -158,6 +172,8 @@ class Resolution:
     cast: torch.dtype | None = None
     #: True when ``avg`` runs as ``sum`` then a divide.
     avg_via_sum: bool = False
+    #: True when ``premul_sum`` runs as a local scale of the inputs by its factor, then ``sum``.
+    premul_via_sum: bool = False
     #: True when complex tensors run as views of their real parts (free; the level is the real dtype's).
     complex_view: bool = False
     #: The preference that made a native op run as the composition ``via`` (the level stays the native one's).
@@ -188,6 +204,9 @@ class CapabilityTable:
             raise ValueError(f"capability table of {backend!r} lacks entries for {missing}")
         wrong = [p for (op, _), sup in entries.items() if sup.prefer
                  for p in problems(op, sup.level.value, sup.prefer, (v for o, v in EMULATION_BLOCKS if o is op))]
+        wrong += [f"{op.value}: dtype_via {_dtype_name(d)} -> {via!r} names no emulation of {op.value}"
+                  for (op, _), sup in entries.items() for d, via in sup.dtype_via.items()
+                  if (op, via) not in EMULATION_BLOCKS]
         if wrong:
             raise ValueError(f"capability table of {backend!r}: {'; '.join(wrong)}")
         self.backend: Final = backend
@@ -221,9 +240,10 @@ class CapabilityTable:
         vendor SDK versions installed (SDK name -> version), checked against the entry's ``min_sdk``.
         """
         op = Collective(op)
+        mode = Mode(mode)
         if dtype is not None and dtype.is_complex:
-            return self._resolve_complex(op, Mode(mode), dtype, reduce_op, world_size, nbytes, sdk_versions)
-        sup = self._entries[(op, Mode(mode))]
+            return self._resolve_complex(op, mode, dtype, reduce_op, world_size, nbytes, sdk_versions)
+        sup = self._entries[(op, mode)]
         if sup.level is Level.UNSUPPORTED:
             return Resolution(Level.UNSUPPORTED, reason=sup.note or "the backend has no such operation")
         below = _below_sdk(sup, sdk_versions)
@@ -231,12 +251,14 @@ class CapabilityTable:
             return Resolution(Level.UNSUPPORTED, reason=below)
         if sup.world_sizes is not None and world_size is not None and world_size not in sup.world_sizes:
             sizes = ", ".join(map(str, sorted(sup.world_sizes)))
-            return Resolution(Level.UNSUPPORTED, reason=f"world size {world_size} not in {{{sizes}}}")
-        level, via, reasons, cast, avg = sup.level, sup.via, [], None, False
+            return _refused(sup, f"world size {world_size} not in {{{sizes}}}")
+        level, via, reasons, cast, avg, premul = sup.level, sup.via, [], None, False, False
         if dtype is not None and sup.dtypes is not None and dtype not in sup.dtypes:
             cast = sup.cast_to.get(dtype)
             if cast is None:
-                return Resolution(Level.UNSUPPORTED, reason=f"dtype {_dtype_name(dtype)} is not supported")
+                if dtype in sup.dtype_via:
+                    return self._by_dtype(op, sup, dtype, reduce_op, world_size, sdk_versions)
+                return _refused(sup, f"dtype {_dtype_name(dtype)} is not supported")
             level = Level.EMULATED
             reasons.append(f"{_dtype_name(dtype)} cast to {_dtype_name(cast)}")
         if dtype == torch.bool and reduce_op in ("avg", "premul_sum"):
@@ -246,28 +268,41 @@ class CapabilityTable:
             if reduce_op == "avg" and "sum" in allowed:
                 level, avg = Level.EMULATED, True
                 reasons.append("avg as sum then divide")
+            elif reduce_op == "premul_sum" and "sum" in allowed and _premul_emulates(mode, dtype):
+                level, premul = Level.EMULATED, True
+                reasons.append("premul_sum as a local scale by its factor, then sum")
             else:
                 ops = ", ".join(sorted(allowed))
-                return Resolution(Level.UNSUPPORTED, reason=f"reduce op {reduce_op!r} is not supported (has: {ops})")
+                return _refused(sup, f"reduce op {reduce_op!r} is not supported (has: {ops})")
+        inner_redop = "sum" if avg or premul else reduce_op
+        if cast is not None and dtype == torch.bool and inner_redop is not None:
+            inner_redop = BOOL_REDUCE_AS.get(inner_redop, inner_redop)
         if sup.level is Level.EMULATED:
             # The table resolves one op at a time: reduce_scatter via all_reduce claims every reduce op, but runs
             # only those the backend's all_reduce has. Ask the building blocks, as the emulation will call them.
-            redop = reduce_op
-            if cast is not None and dtype == torch.bool and redop is not None:
-                redop = BOOL_REDUCE_AS.get(redop, redop)
-            blocked = self._blocked(op, via, cast or dtype, "sum" if avg else redop, world_size, sdk_versions)
+            blocked = self._blocked(op, via, cast or dtype, inner_redop, world_size, sdk_versions)
             if blocked is not None:
                 return Resolution(Level.UNSUPPORTED, reason=blocked)
-        res = Resolution(level, via=via, reason="; ".join(reasons) or sup.note, cast=cast, avg_via_sum=avg)
-        redop = reduce_op
-        if cast is not None and dtype == torch.bool and reduce_op is not None:
-            redop = BOOL_REDUCE_AS.get(reduce_op, reduce_op)
+        res = Resolution(level, via=via, reason="; ".join(reasons) or sup.note, cast=cast, avg_via_sum=avg,
+                         premul_via_sum=premul)
         for p in sup.prefer:  # the first that applies and whose building blocks can run this call shape
-            if p.applies(nbytes, world_size) and not self._blocked(op, p.via, cast or dtype, "sum" if avg else redop,
-                                                                   world_size, sdk_versions):
+            if p.applies(nbytes, world_size) and not self._blocked(op, p.via, cast or dtype, inner_redop, world_size,
+                                                                   sdk_versions):
                 why = f"{res.reason}; {p.describe()}" if level is Level.EMULATED else p.describe()
                 return replace(res, via=p.via, prefer=p, reason=why)
         return res
+
+    def _by_dtype(
+        self, op: Collective, sup: Support, dtype: torch.dtype, reduce_op: str | None, world_size: int | None,
+        sdk_versions: Mapping[str, str] | None,
+    ) -> Resolution:
+        """A dtype the backend moves but cannot reduce, run as the composition ``sup.dtype_via`` names for it."""
+        via = sup.dtype_via[dtype]
+        blocked = self._blocked(op, via, dtype, reduce_op, world_size, sdk_versions)
+        if blocked is not None:
+            return _refused(sup, blocked)
+        return Resolution(Level.EMULATED, via=via, reason=f"{_dtype_name(dtype)} is moved but not reduced by the "
+                          f"backend: reduced exactly, via {via} and a local reduction in rank order")
 
     def size_bounds(self, op: Collective | str, *, mode: Mode | str = Mode.EAGER,
                     world_size: int | None = None) -> tuple[int, ...]:
@@ -360,6 +395,7 @@ class CapabilityTable:
                 "min_sdk": None if sup.min_sdk is None else " ".join(sup.min_sdk),
                 "cast_to": {_dtype_name(k): _dtype_name(v) for k, v in sup.cast_to.items()},
                 "dtype_reduce_ops": {_dtype_name(k): sorted(v) for k, v in sup.dtype_reduce_ops.items()},
+                "dtype_via": {_dtype_name(k): v for k, v in sup.dtype_via.items()},
                 "note": sup.note,
                 "prefer": [p.to_dict() for p in sup.prefer],
             }
@@ -382,6 +418,17 @@ def _below_sdk(sup: Support, installed: Mapping[str, str] | None) -> str | None:
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+def _refused(sup: Support, reason: str) -> Resolution:
+    """Unsupported for ``reason``, with the entry's note: the table's own hint (what to do instead, and why)."""
+    return Resolution(Level.UNSUPPORTED, reason=f"{reason} (the table's note: {sup.note})" if sup.note else reason)
+
+
+def _premul_emulates(mode: Mode, dtype: torch.dtype | None) -> bool:
+    """Whether a missing premul_sum runs as a local scale then sum: over floats (premul_sum's domain, as in NCCL),
+    in eager mode (a graph's functional collectives take a reduce op's name, which cannot carry the factor)."""
+    return mode is Mode.EAGER and (dtype is None or dtype.is_floating_point)
 
 
 def table_from(

@@ -17,6 +17,11 @@ PORTABLE: Final[dict[Collective, Support]] = {
         Level.EMULATED, via="padding", note="chunks padded to the largest split, then reduce_scatter_tensor"
     ),
     C.ALL_TO_ALL_V: Support(Level.EMULATED, via="all_to_all_single", note="all_to_all_single with the matrix's splits"),
+    C.MONITORED_BARRIER: Support(
+        Level.EMULATED, via="store",
+        note="torch's gloo algorithm over the rendezvous store (the backend needs no monitoredBarrier): rank 0 waits "
+        "for every rank's arrival within the timeout, then every rank raises naming the late ones",
+    ),
     C.MM_REDUCE_SCATTER: Support(Level.EMULATED, via="pipelined", note="chunked matmul overlapped with async reduce_scatter"),
     C.ALL_GATHER_MM: Support(Level.EMULATED, via="pipelined", note="async all_gather of chunks overlapped with matmuls"),
     C.MM_ALL_REDUCE: Support(Level.EMULATED, via="pipelined", note="chunked matmul overlapped with async all_reduce"),

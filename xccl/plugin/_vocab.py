@@ -26,7 +26,12 @@ __all__ = [
 
 
 class Collective(str, enum.Enum):
-    """Every operation xccl dispatches; the value is the public function's name."""
+    """Every operation xccl dispatches; the value is the public function's name.
+
+    torch 2.13's names for two of them are aliases: ``Collective.ALL_GATHER_SINGLE is
+    Collective.ALL_GATHER_INTO_TENSOR``, and ``Collective("reduce_scatter_single")`` is
+    ``Collective.REDUCE_SCATTER_TENSOR``, so capability queries take either name.
+    """
 
     ALL_REDUCE = "all_reduce"
     #: all_reduce of several tensors in one call (``torch.distributed.all_reduce_coalesced``).
@@ -46,6 +51,8 @@ class Collective(str, enum.Enum):
     GATHER = "gather"
     SCATTER = "scatter"
     BARRIER = "barrier"
+    #: A barrier that names the ranks that did not arrive within a timeout (``torch.distributed.monitored_barrier``).
+    MONITORED_BARRIER = "monitored_barrier"
     SEND = "send"
     RECV = "recv"
     #: recv without a source: from whichever peer sends first (``recv(t)``, which returns the sender).
@@ -56,6 +63,16 @@ class Collective(str, enum.Enum):
     MM_REDUCE_SCATTER = "mm_reduce_scatter"
     ALL_GATHER_MM = "all_gather_mm"
     MM_ALL_REDUCE = "mm_all_reduce"
+
+    # torch 2.13's names (it deprecates the older ones): aliases, one member per op.
+    ALL_GATHER_SINGLE = "all_gather_into_tensor"
+    REDUCE_SCATTER_SINGLE = "reduce_scatter_tensor"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Collective | None:
+        # An alias's name as a value: Collective("all_gather_single").
+        member = cls.__members__.get(str(value).upper()) if isinstance(value, str) and value.islower() else None
+        return member if member is not None and member.name != str(value).upper() else None
 
     @property
     def reduces(self) -> bool:

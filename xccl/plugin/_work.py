@@ -6,11 +6,17 @@ Native collectives return the backend's own ``Work``. An emulation may chain sev
 :class:`Work` subclasses ``torch.distributed.Work``, so xccl's c10d process group can hand it to torch (whose
 wrappers call ``wait()`` on it) and to C++ callers (DDP's reducer asks for ``get_future()``, functional
 collectives ``wait()`` through ``wait_tensor``) through the pybind trampoline.
+
+Its future (:meth:`Work.get_future`) holds what the native work's would: the op's output tensors (dispatch sets
+them, :meth:`Work.set_result`), so a DDP communication hook's ``fut.value()[0]`` is the reduced bucket. It is
+returned at once and completed when the collective is: the local step then runs in whichever thread completes the
+inner works (the backend's, for gloo), exactly once whoever gets there first.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, final
 
@@ -30,7 +36,7 @@ class Work(dist.Work):
         result: tensors returned by :meth:`result`.
     """
 
-    __slots__ = ("_done", "_error", "_result", "_then", "_works")
+    __slots__ = ("_done", "_error", "_lock", "_result", "_then", "_works")
 
     def __init__(
         self, works: Sequence[Any] = (), then: Callable[[], object] | None = None, result: Sequence[torch.Tensor] = ()
@@ -42,21 +48,37 @@ class Work(dist.Work):
         self._result = list(result)
         #: A failure seen while polling, raised again by wait().
         self._error: BaseException | None = None
+        # Guards the local step, which the caller's thread (wait) and a future's callback may both reach.
+        self._lock = threading.Lock()
+
+    def set_result(self, tensors: Sequence[torch.Tensor]) -> Work:
+        """Set the output tensors :meth:`result` and the future hold (dispatch does, for every composed op)."""
+        self._result = list(tensors)
+        return self
 
     def wait(self, timeout: _dt.timedelta | None = None) -> bool:
         """Wait for the inner works, then run the local step. Returns True."""
         if self._error is not None:
             raise self._error
         if not self._done:
+            # Never wait while holding the lock: the backend may complete a future (whose callback runs the step
+            # below, under the lock) before it marks its work complete, which is what this wait waits for.
             for w in self._works:
                 if timeout is None:
                     w.wait()
                 else:
                     w.wait(timeout)
+            self._finish()
+        return True
+
+    def _finish(self) -> None:
+        """Run the local step once (every inner work has completed)."""
+        with self._lock:
+            if self._done:
+                return
             if self._then is not None:
                 self._then()
             self._done = True
-        return True
 
     def synchronize(self) -> None:
         """``Work.synchronize``: the local step runs on the host, so this waits (see :meth:`wait`)."""
@@ -97,11 +119,55 @@ class Work(dist.Work):
         return self.source_rank()
 
     def get_future(self) -> torch.futures.Future[list[torch.Tensor]]:
-        """A future completed with :meth:`result` once :meth:`wait` has run (waits now)."""
-        self.wait()
+        """A future of :meth:`result`, completed when the collective is (returned at once, without waiting).
+
+        It completes once every inner work has and the local step has run, with the output tensors, as a native
+        work's future does (``fut.value()[0]`` is all_reduce's tensor); a failure completes it with the error.
+        """
+        if self._done or self._error is not None or not self._works:
+            fut: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
+            try:
+                self.wait()
+                fut.set_result(self._result)
+            except Exception as exc:  # the future carries the failure, as a backend's does
+                fut.set_exception(exc)  # type: ignore[arg-type]  # torch's stub types it as the result
+            return fut
+        inner = _futures(self._works)
+        if inner is None:
+            return self._future_by_thread()
+        return torch.futures.collect_all(inner).then(self._completed)
+
+    def _completed(self, inner: torch.futures.Future[Any]) -> list[torch.Tensor]:
+        for f in inner.value():
+            f.value()  # raises an inner failure, which fails the returned future
+        self._finish()
+        return self._result
+
+    def _future_by_thread(self) -> torch.futures.Future[list[torch.Tensor]]:
+        """The future for inner works that have none (gloo's reduce_scatter): a thread waits for them (each wait
+        bounded by its group's timeout) and completes it."""
         fut: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
-        fut.set_result(self._result)
+
+        def complete() -> None:
+            try:
+                self.wait()
+                fut.set_result(self._result)
+            except Exception as exc:  # the future carries the failure
+                fut.set_exception(exc)  # type: ignore[arg-type]  # torch's stub types it as the result
+
+        threading.Thread(target=complete, name="xccl-work-future", daemon=True).start()
         return fut
+
+
+def _futures(works: Sequence[Any]) -> list[torch.futures.Future[Any]] | None:
+    """The inner works' futures, or None if one of them has none."""
+    futures = []
+    for w in works:
+        try:
+            futures.append(w.get_future())
+        except RuntimeError:  # "Work::getFuture not implemented" (gloo's reduce_scatter, some vendors' works)
+            return None
+    return futures
 
 
 def finish(work: Any, async_op: bool, then: Callable[[], object] | None = None) -> Any:

@@ -12,6 +12,7 @@ Eager mode calls it; graph mode compiles the very same function with ``torch.com
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, final
@@ -29,7 +30,7 @@ DTYPES: Final = (torch.float32, torch.bfloat16, torch.int64)
 FLOATS: Final = (torch.float32, torch.bfloat16)
 FUSED: Final = frozenset({C.MM_REDUCE_SCATTER, C.ALL_GATHER_MM, C.MM_ALL_REDUCE})
 #: Ops without an ``async_op`` argument.
-SYNC_ONLY: Final = FUSED
+SYNC_ONLY: Final = FUSED | {C.MONITORED_BARRIER}
 #: The scale of the premul_sum cases.
 PREMUL: Final = 2.0
 
@@ -283,6 +284,16 @@ def _barrier(e: _Env, dt: torch.dtype, op: str) -> Case:
     return Case(C.BARRIER, "", (e.dev(x),), fn, (x + 1,))
 
 
+def _monitored_barrier(e: _Env, dt: torch.dtype, op: str) -> Case:
+    x = make(e.r, (2,), dt, 15)
+
+    def fn(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        xccl.monitored_barrier(timeout=_dt.timedelta(seconds=60), wait_all_ranks=True)  # every rank arrives
+        return (t + 1,)
+
+    return Case(C.MONITORED_BARRIER, "", (e.dev(x),), fn, (x + 1,))
+
+
 def _ring(op: Collective) -> Callable[[_Env, torch.dtype, str], Case]:
     """send/recv around a ring: each rank sends to the right and receives from the left (blocking calls ordered
     even-first so the ring cannot deadlock; async calls post both, then wait)."""
@@ -458,6 +469,7 @@ BUILDERS: Final[dict[Collective, Callable[[_Env, torch.dtype, str], Case]]] = {
     C.GATHER: _gather,
     C.SCATTER: _scatter,
     C.BARRIER: _barrier,
+    C.MONITORED_BARRIER: _monitored_barrier,
     C.SEND: _ring(C.SEND),
     C.RECV: _ring(C.RECV),
     C.RECV_ANY_SOURCE: _recv_any_source,

@@ -25,6 +25,7 @@ __all__ = [
     "About",
     "Tables",
     "cell",
+    "emulated_reductions",
     "footnote",
     "modes_from",
     "named",
@@ -91,9 +92,25 @@ def _cost(op: Collective, sup: Support) -> str:
     return EMULATIONS.get(op, {}).get(sup.via, (None, ""))[1]
 
 
-def footnote(op: Collective, sup: Support) -> str:
-    """The entry's note with its gates (oldest torch and vendor SDK, world sizes) and, when emulated, the cost;
-    ``""`` if none."""
+def emulated_reductions(op: Collective, sup: Support, mode: Mode = Mode.EAGER) -> str:
+    """The reductions the entry runs as an emulation although the op itself is there: what
+    :meth:`~xccl.CapabilityTable.resolve` derives from the entry (avg and premul_sum as sum where the kernel lacks
+    them, ``dtype_via``); ``""`` if none."""
+    if not op.reduces or sup.level is Level.UNSUPPORTED:
+        return ""
+    sets = [ops for ops in (sup.reduce_ops, *sup.dtype_reduce_ops.values()) if ops is not None]
+    parts = []
+    if any("avg" not in ops and "sum" in ops for ops in sets):
+        parts.append("avg (sum + divide)")
+    if mode is Mode.EAGER and any("premul_sum" not in ops and "sum" in ops for ops in sets):
+        parts.append("premul_sum over floats (local scale + sum)")
+    parts += [f"{_dtype_name(d)} (via {via} + local reduction in rank order, exact)" for d, via in sup.dtype_via.items()]
+    return f"emulated reductions: {', '.join(parts)}" if parts else ""
+
+
+def footnote(op: Collective, sup: Support, mode: Mode = Mode.EAGER) -> str:
+    """The entry's note with its gates (oldest torch and vendor SDK, world sizes), the reductions it emulates and, when emulated,
+    the cost; ``""`` if none."""
     parts = []
     if sup.min_torch is not None:
         parts.append(f"torch >= {'.'.join(map(str, sup.min_torch))}")
@@ -104,6 +121,9 @@ def footnote(op: Collective, sup: Support) -> str:
     if sup.note:
         parts.append(sup.note)
     parts += [p.describe() for p in sup.prefer]
+    reductions = emulated_reductions(op, sup, mode)
+    if reductions:
+        parts.append(reductions)
     cost = _cost(op, sup)
     if cost and not sup.note:
         parts.append(f"cost: {cost}")
@@ -167,7 +187,7 @@ def render_text(
             cells = [name, m.value]
             for op in Collective:
                 sup = t.entry(op, m)
-                cells.append(cell(sup, dash) + notes.mark(footnote(op, sup)))
+                cells.append(cell(sup, dash) + notes.mark(footnote(op, sup, m)))
             cols.append(cells)
         columns.append(cols)
     first = ["collective", "", *(op.value for op in Collective)]
@@ -269,7 +289,8 @@ def _reduce_ops(op: Collective, sup: Support) -> str:
 
 
 def _casts(sup: Support) -> str:
-    return ", ".join(f"{_dtype_name(a)} as {_dtype_name(b)}" for a, b in sup.cast_to.items())
+    casts = [f"{_dtype_name(a)} as {_dtype_name(b)}" for a, b in sup.cast_to.items()]
+    return ", ".join(casts + [f"{_dtype_name(d)} via {via}" for d, via in sup.dtype_via.items()])
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -317,7 +338,7 @@ def _markdown_detail(
         shown = 0
         for op in Collective:
             sup = table.entry(op, m)
-            if m is Mode.GRAPH and sup.level is Level.UNSUPPORTED and not footnote(op, sup):
+            if m is Mode.GRAPH and sup.level is Level.UNSUPPORTED and not footnote(op, sup, m):
                 continue  # listed once below instead of a screenful of dashes
             shown += 1
             unsupported = sup.level is Level.UNSUPPORTED
@@ -329,7 +350,7 @@ def _markdown_detail(
                 "" if unsupported else _PER_CALL if _open_fused(op, sup) and sup.reduce_ops is None and op.reduces
                 else _reduce_ops(op, sup),
                 "" if unsupported else _casts(sup),
-                footnote(op, sup),
+                footnote(op, sup, m),
             ]
             lines.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
         if m is Mode.GRAPH and shown < len(Collective):

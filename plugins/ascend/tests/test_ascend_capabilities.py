@@ -52,7 +52,10 @@ def test_all_to_all_v_follows_the_runtimes_probe_of_all_to_all_vc(release: str, 
         (C.ALL_REDUCE, torch.int32, "avg", Level.EMULATED),  # HCCL's in-place divide refuses integers
         (C.ALL_REDUCE, torch.int32, "premul_sum", Level.UNSUPPORTED),
         (C.ALL_REDUCE, torch.int64, "band", Level.UNSUPPORTED),
-        (C.ALL_REDUCE, torch.float64, "sum", Level.UNSUPPORTED),
+        (C.ALL_REDUCE, torch.float64, "sum", Level.EMULATED),  # moved, not reduced: gathered, reduced locally
+        (C.REDUCE_SCATTER_TENSOR, torch.float64, "max", Level.EMULATED),
+        (C.ALL_REDUCE, torch.float64, "bor", Level.UNSUPPORTED),
+        (C.ALL_REDUCE, torch.uint16, "sum", Level.UNSUPPORTED),  # moved, but not even torch can add it
         (C.ALL_REDUCE, torch.bool, "sum", Level.NATIVE),  # cast to int32 by HCCL itself
         (C.REDUCE_SCATTER_TENSOR, torch.bool, "sum", Level.EMULATED),  # cast by xccl
         (C.REDUCE, torch.uint8, "max", Level.EMULATED),

@@ -182,7 +182,7 @@ def body_refusals() -> dict[str, str]:
     out: dict[str, str] = {}
     for name, call in {
         "band": lambda: xccl.all_reduce(torch.ones(2, dtype=torch.int32), R.BAND),
-        "float64 sum": lambda: xccl.all_reduce(torch.ones(2, dtype=torch.float64)),
+        "uint16 sum": lambda: xccl.all_reduce(torch.ones(2, dtype=torch.uint16)),
         "premul_sum int": lambda: xccl.all_reduce(torch.ones(2, dtype=torch.int32), dist._make_nccl_premul_sum(2.0)),
         # On the vendor's own group, HCCL's refusal; through xccl, a typed one before anything is sent.
         "raw recv_anysource": lambda: vendor_group().recv_anysource([torch.ones(1)], 0),
@@ -239,7 +239,7 @@ def test_refusals_are_hccls(rank_pools: Any) -> None:
     assert outs[0] == outs[1]
     r = outs[0]
     assert r["band"].startswith("UnsupportedCollective: all_reduce is not supported on ascend: reduce op 'band'")
-    assert r["float64 sum"].startswith("UnsupportedCollective: all_reduce is not supported on ascend: dtype float64")
+    assert r["uint16 sum"].startswith("UnsupportedCollective: all_reduce is not supported on ascend: dtype uint16")
     assert r["premul_sum int"].startswith("UnsupportedCollective")
     assert r["raw recv_anysource"] == "SimulatedVendorError: ProcessGroupHCCL does not support recv"
     assert r["recv without src"].startswith("UnsupportedCollective: recv_any_source is not supported on ascend")

@@ -9,8 +9,10 @@ Eager mode (manifest A3, ``ProcessGroupHCCL.cpp``):
   float32 and bfloat16 (``checkSupportedDataType``), and ``product`` not over int16 or bfloat16 (CANN's
   HcclAllReduce / HcclReduceScatter pages, A2 and A3: refused here, HCCL fails inside at run time). all_reduce
   casts bool and uint8 to int32 itself; the other reductions get the same cast from xccl (bool as max/min, which
-  is or/and, uint8 wrapping like uint8 arithmetic). float64 reductions are unsupported (only Ascend 950 has them):
-  there is no exact cast;
+  is or/and, uint8 wrapping like uint8 arithmetic). float64 moves (``HCCLUtils.cpp:63``) but is not reduced
+  (``checkSupportedDataType``, ``ProcessGroupHCCL.cpp:173-186``, torch_npu 2.13.0 @ 462f4e1; CANN reduces it on
+  Ascend 950 only): xccl reduces it exactly, its bits gathered (or exchanged, for reduce_scatter) and reduced
+  locally in rank order, identical on every rank (``Support.dtype_via``);
 * reduce ops: sum, product, min, max; avg is done by HCCL as sum then a divide, on floats only (the divide is an
   in-place true division, which integer tensors refuse), integers get xccl's sum + truncating divide;
   premul_sum on floats only; band/bor/bxor raise "Cannot use ReduceOp.BAND with HCCL";
@@ -44,7 +46,7 @@ from typing import Any, Final
 
 import torch
 
-from xccl.plugin import CapabilityTable, Collective, Level, Support, table_from
+from xccl.plugin import PORTABLE, CapabilityTable, Collective, Level, Support, table_from
 
 from . import _constraints as cons
 from ._torchair import GRAPH_P2P_CANN, vocabulary
@@ -75,14 +77,17 @@ _FLOAT_OPS: Final = _BASE_OPS | {"avg", "premul_sum"}
 _CAST: Final[Mapping[torch.dtype, torch.dtype]] = {torch.bool: torch.int32, torch.uint8: torch.int32}
 
 _REDUCING_NOTE: Final = (
-    "reduces int8/16/32/64, float16/32, bfloat16; bool and uint8 through an int32 cast (bool sum = or); no "
-    "float64; avg (sum then divide) and premul_sum on floats only; no product over int16 or bfloat16 (CANN: 'prod' "
+    "reduces int8/16/32/64, float16/32, bfloat16; bool and uint8 through an int32 cast (bool sum = or); float64 is "
+    "moved but not reduced by HCCL (checkSupportedDataType, ProcessGroupHCCL.cpp:173-186 @ 462f4e1): xccl reduces "
+    "it exactly, locally in rank order, after exchanging its bits; avg (sum then divide) and premul_sum on floats only; no product over int16 or bfloat16 (CANN: 'prod' "
     "does not support int16, bfp16 on Atlas A2/A3; cast to int32 / float32 first); band/bor/bxor: 'Cannot use "
     "ReduceOp.BAND with HCCL'"
 )
 
 
-def _reducing(*, native_cast: bool = False, float_ops: frozenset[str] = _FLOAT_OPS, note: str = _REDUCING_NOTE) -> Support:
+def _reducing(via64: str, *, native_cast: bool = False, float_ops: frozenset[str] = _FLOAT_OPS,
+              note: str = _REDUCING_NOTE) -> Support:
+    """A native HCCL reduction; float64 runs as the composition ``via64`` (its bits exchanged, reduced locally)."""
     dtypes = REDUCED_DTYPES | (frozenset(_CAST) if native_cast else frozenset())
     return Support(
         Level.NATIVE,
@@ -91,6 +96,7 @@ def _reducing(*, native_cast: bool = False, float_ops: frozenset[str] = _FLOAT_O
         dtype_reduce_ops={d: float_ops for d in _FLOATS}
         | {d: (float_ops if d.is_floating_point else _BASE_OPS) - {"product"} for d in NO_PRODUCT_DTYPES},
         cast_to={} if native_cast else _CAST,
+        dtype_via={torch.float64: via64},
         note=note,
     )
 
@@ -125,8 +131,9 @@ def _fused(op: str) -> Support:
 
 def _eager() -> dict[Collective, Support]:
     return {op: _MOVING for op in C} | {
-        C.ALL_REDUCE: _reducing(native_cast=True, note=_REDUCING_NOTE + "; all_reduce casts bool/uint8 itself"),
-        C.ALL_REDUCE_COALESCED: _reducing(note="ProcessGroupHCCL::allreduce_coalesced; " + _REDUCING_NOTE),
+        C.ALL_REDUCE: _reducing("all_gather", native_cast=True,
+                                note=_REDUCING_NOTE + "; all_reduce casts bool/uint8 itself"),
+        C.ALL_REDUCE_COALESCED: _reducing("all_reduce", note="ProcessGroupHCCL::allreduce_coalesced; " + _REDUCING_NOTE),
         C.ALL_GATHER_COALESCED: Support(
             Level.EMULATED, via="all_gather",
             note="ProcessGroupHCCL does not override allgather_coalesced (the c10d base class raises): one "
@@ -136,11 +143,11 @@ def _eager() -> dict[Collective, Support]:
             Level.UNSUPPORTED,
             note="ProcessGroupHCCL::recvAnysource raises 'ProcessGroupHCCL does not support recv'; pass src",
         ),
-        C.REDUCE: _reducing(),
-        C.REDUCE_SCATTER: _reducing(),
-        C.REDUCE_SCATTER_TENSOR: _reducing(),
+        C.REDUCE: _reducing("all_gather"),
+        C.REDUCE_SCATTER: _reducing("reduce_scatter_tensor"),
+        C.REDUCE_SCATTER_TENSOR: _reducing("all_to_all"),
         C.REDUCE_SCATTER_TENSOR_UNEVEN: _reducing(
-            float_ops=_BASE_OPS,
+            "all_to_all_single", float_ops=_BASE_OPS,
             note="torch_npu.distributed.reduce_scatter_tensor_uneven; sum/product/min/max (avg through xccl's sum "
             "then divide); same dtypes as reduce_scatter; no product over int16 or bfloat16 (CANN)",
         ),
@@ -156,6 +163,8 @@ def _eager() -> dict[Collective, Support]:
             "implementation on 910B/910_93, so xccl gathers the same way, kept on the root",
         ),
         C.BARRIER: Support(Level.NATIVE),
+        # HCCL has no monitoredBarrier (the c10d base class raises): xccl's, over HCCL's send/recv.
+        C.MONITORED_BARRIER: PORTABLE[C.MONITORED_BARRIER],
         C.MM_REDUCE_SCATTER: _fused("mm_reduce_scatter"),
         C.ALL_GATHER_MM: _fused("all_gather_mm"),
         C.MM_ALL_REDUCE: _fused("mm_all_reduce"),

@@ -93,6 +93,11 @@ ENTRY_SOURCES: Final[Mapping[tuple[Collective, Mode], tuple[str, ...]]] = {
                    "manifest gotcha 12"),
         C.SCATTER: (_pgh("scatter", 6540), UTILS),
         C.BARRIER: (_pgh("barrier", 6227),),
+        # ProcessGroupHCCL does not override monitoredBarrier, and torch refuses monitored_barrier on any backend
+        # but gloo: xccl's runs over the rendezvous store.
+        C.MONITORED_BARRIER: (f"{HPP} (no monitoredBarrier override)",
+                              "torch 2.13 torch/distributed/distributed_c10d.py:5418-5419 (monitored_barrier: 'only "
+                              "implemented for GLOO backend')"),
         C.SEND: (_pgh("send", 6771), UTILS),
         C.RECV: (_pgh("recv", 6807), UTILS),
         C.RECV_ANY_SOURCE: (f"{PGH}:6869-6872 (recvAnysource raises)",),

@@ -61,16 +61,23 @@ def test_dtypes_and_reduce_ops() -> None:
     assert avg.level is Level.EMULATED and avg.avg_via_sum
     for bad in ("band", "premul_sum"):
         assert table.resolve(C.ALL_REDUCE, dtype=torch.int32, reduce_op=bad).level is Level.UNSUPPORTED
-    # float64: moved exactly as int64, never reduced through float32.
+    # float64: moved exactly as int64, never reduced through float32: its bits gathered, reduced locally.
     moved = table.resolve(C.BROADCAST, dtype=torch.float64)
     assert (moved.level, moved.cast) == (Level.EMULATED, torch.int64)
-    assert table.resolve(C.ALL_REDUCE, dtype=torch.float64, reduce_op="sum").level is Level.UNSUPPORTED
+    for op in (C.ALL_REDUCE, C.REDUCE):
+        f64 = table.resolve(op, dtype=torch.float64, reduce_op="sum")
+        assert (f64.level, f64.via, f64.cast) == (Level.EMULATED, "all_gather", None)
     assert table.resolve(C.REDUCE_SCATTER_TENSOR, dtype=torch.float64, reduce_op="sum").level is Level.EMULATED
+    assert table.resolve(C.ALL_REDUCE, dtype=torch.float64, reduce_op="band").level is Level.UNSUPPORTED
+    # PREMUL_SUM, which SCCL refuses: a local scale then SUM, over floats only.
+    premul = table.resolve(C.ALL_REDUCE, dtype=torch.bfloat16, reduce_op="premul_sum")
+    assert (premul.level, premul.premul_via_sum) == (Level.EMULATED, True)
     # Complex tensors travel as views of their real parts (as torch.distributed does); MAX means nothing for them.
     cplx = table.resolve(C.ALL_GATHER, dtype=torch.complex64)
     assert (cplx.level, cplx.complex_view) == (Level.NATIVE, True)
     assert table.resolve(C.ALL_REDUCE, dtype=torch.complex64, reduce_op="max").level is Level.UNSUPPORTED
-    assert table.resolve(C.ALL_REDUCE, dtype=torch.complex128, reduce_op="sum").level is Level.UNSUPPORTED
+    c128 = table.resolve(C.ALL_REDUCE, dtype=torch.complex128, reduce_op="sum")  # as float64: gathered, reduced
+    assert (c128.level, c128.via, c128.complex_view) == (Level.EMULATED, "all_gather", True)
 
 
 def test_fallback_error_refuses_emulations() -> None:

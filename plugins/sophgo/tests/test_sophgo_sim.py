@@ -226,6 +226,9 @@ CASES: list[tuple[str, Callable[..., None], tuple[Any, ...]]] = [
     ("all_reduce-max-bool", all_reduce, (BOOL, "max")),
     ("all_reduce-async", all_reduce, (F32, "sum", True)),
     ("reduce-sum", reduce, (F32, "sum")),
+    # float64, which SCCL moves as int64 but cannot reduce: gathered, reduced by xccl in rank order (exact).
+    *[(f"all_reduce-{op}-float64", all_reduce, (F64, op)) for op in ("sum", "max", "avg", "product")],
+    ("reduce-sum-float64", reduce, (F64, "sum")),
     ("reduce-avg-int32", reduce, (I32, "avg")),
     *[(f"broadcast-{str(dt)[6:]}", broadcast, (dt,)) for dt in (F32, I64, BOOL, F64)],
     ("all_gather", all_gather, (F32,)),
@@ -430,8 +433,8 @@ def test_ops_sccl_lacks_raise_on_the_process_group(rank_pools: Any, call: str, m
 
 def refused_by_xccl(what: str) -> None:
     rank, n = _me()
-    if what == "all_reduce-float64":
-        xccl.all_reduce(torch.ones(3, dtype=F64))
+    if what == "all_reduce-int16":
+        xccl.all_reduce(torch.ones(3, dtype=torch.int16))
     elif what == "all_gather-unequal":
         xccl.all_gather([torch.empty(1 + r) for r in range(n)], torch.ones(1 + rank))
     elif what == "all_reduce-band":
@@ -439,7 +442,8 @@ def refused_by_xccl(what: str) -> None:
 
 
 @pytest.mark.parametrize(("what", "error", "text"), [
-    ("all_reduce-float64", "UnsupportedCollective", "dtype float64 is not supported"),
+    # SCCL does not even move int16; the message carries the table's note (its hint).
+    ("all_reduce-int16", "UnsupportedCollective", "dtype int16 is not supported (the table's note: torch-tpu"),
     ("all_reduce-band", "UnsupportedCollective", "reduce op 'band' is not supported"),
     ("all_gather-unequal", "ConstraintViolation", "equal-sized tensors only"),
 ])

@@ -32,6 +32,8 @@ ADAPTOR: Final = _TT + "torch_tpu/accelerator/adaptor/torch_adaptor/distributed.
 DTYPES: Final = f"{PG}:87-116 (toSCCLDtype)"
 REDUCE_OPS: Final = f"{PG}:345-380 (toSCCLReduceOp)"
 C_API: Final = "manifest B3 (third_party/sccl/include/sccl.h: no ReduceScatter)"
+TORCH_MONITORED: Final = ("torch 2.13 torch/distributed/distributed_c10d.py:5418-5419 (monitored_barrier: 'only "
+                          "implemented for GLOO backend')")
 NO_FUSED: Final = "manifest B4 (no MC2 equivalent; torch_tpu.dynamo is an MLIR/bmodel compiler, no TorchAir)"
 
 
@@ -70,6 +72,9 @@ _EAGER: Final[Mapping[Collective, tuple[str, ...]]] = {
     C.GATHER: (_pg("gather", 576), SUPPORT_TABLE),
     C.SCATTER: (_pg("scatter", 645), SUPPORT_TABLE),
     C.BARRIER: (_pg("barrier", 746), SUPPORT_TABLE),
+    # Not among ProcessGroupSCCL's overrides (only ProcessGroupSCCLHost has one, :1716); torch itself refuses
+    # monitored_barrier on any backend but gloo: xccl's runs over the rendezvous store.
+    C.MONITORED_BARRIER: (OVERRIDES, TORCH_MONITORED),
     C.SEND: (_pg("send", 263), SUPPORT_TABLE),
     C.RECV: (_pg("recv", 291), SUPPORT_TABLE),
     C.RECV_ANY_SOURCE: (OVERRIDES,),

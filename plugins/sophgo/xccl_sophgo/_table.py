@@ -11,9 +11,12 @@ really does:
 * send/recv ✖ in the doc, but ``scclSend``/``scclRecv`` are implemented. The table follows the documentation
   (emulated through a host-side gloo group) until the native path is verified on hardware.
 
-Reductions: SUM, PRODUCT, MIN, MAX are native; AVG is SUM then a divide. Dtypes: SCCL's eight (no float64). Ops
-that only move bytes carry float64 exactly as int64; reductions over float64 are unsupported rather than
-silently rounded through float32.
+Reductions: SUM, PRODUCT, MIN, MAX are native; AVG is SUM then a divide; PREMUL_SUM (which SCCL refuses,
+``ProcessGroupSCCL.cpp:370-371``) is a local scale then SUM. Dtypes: SCCL's eight: ``scclDataType_t`` has no
+float64 (``third_party/sccl/include/sccl.h:10-27``) and ``toSCCLDtype`` raises "Invalid scalar type" for it
+(``ProcessGroupSCCL.cpp:87-117``). Ops that only move bytes carry float64 exactly as int64; reductions over float64
+gather its bits (as int64) and reduce them locally in rank order: exact and identical on every rank, never rounded
+through float32 (DeepSpeed ZeRO-3 all_reduces its gradient norm in float64).
 """
 
 from __future__ import annotations
@@ -47,9 +50,11 @@ _MM: Final = frozenset({C.MM_REDUCE_SCATTER, C.ALL_GATHER_MM, C.MM_ALL_REDUCE})
 _SOURCE: Final = "torch-tpu fe9b478 ProcessGroupSCCL"
 
 _F64_REDUCE: Final = (
-    "float64: unsupported (SCCL has no float64, and reducing in float32 would round silently; cast to float32 "
-    "yourself, as Sophgo's DeepSpeed adaptor does)"
+    "float64 (not in scclDataType_t, sccl.h:10-27): reduced exactly by xccl, its bits gathered as int64 and reduced "
+    "locally in rank order (world size x the bytes; cheap for the scalars ZeRO-3 reduces in float64)"
 )
+#: The composition that reduces float64, per reducing op with a native SCCL kernel.
+_F64_VIA: Final = {torch.float64: "all_gather"}
 _SMALL_INT_HINT: Final = (
     "[inferred, unverified on hardware] Sophgo's DeepSpeed adaptor casts bool/int8/uint8/int64 to int32 before "
     "reduce/all_reduce, which hints that SCCL's reduction kernels may not cover those types although "
@@ -63,12 +68,14 @@ def _moving(note: str) -> Support:
 
 
 def _reducing(note: str) -> Support:
-    """A native reduction: SCCL's dtypes and reduce ops; float64 refused."""
+    """A native reduction: SCCL's dtypes and reduce ops; float64 gathered and reduced locally."""
     return Support(
         Level.NATIVE,
         dtypes=SCCL_DTYPES,
         reduce_ops=NATIVE_REDUCE_OPS,
-        note=f"{note}; AVG as SUM then a local divide; {_F64_REDUCE}",
+        dtype_via=_F64_VIA,
+        note=f"{note}; AVG as SUM then a local divide; PREMUL_SUM ('Cannot use ReduceOp.PREMUL_SUM with SCCL', "
+        f"ProcessGroupSCCL.cpp:370-371) as a local scale then SUM; {_F64_REDUCE}",
     )
 
 

@@ -23,10 +23,12 @@ _DTYPES = frozenset(
 )
 _REDUCING = Support(
     Level.NATIVE,
-    dtypes=_DTYPES,
+    dtypes=_DTYPES - {torch.float64},
     reduce_ops=frozenset({"sum", "product", "min", "max"}),
     cast_to={torch.bool: torch.uint8},
-    note="avg withheld (emulated as sum then divide); bool cast to uint8",
+    dtype_via={torch.float64: "all_gather"},
+    note="avg withheld (emulated as sum then divide); bool cast to uint8; float64 moved but reduced by xccl (as on "
+    "SCCL and HCCL)",
 )
 _MOVING = Support(Level.NATIVE, dtypes=_DTYPES, cast_to={torch.bool: torch.uint8}, note="bool carried as uint8")
 
