@@ -24,10 +24,13 @@ from .errors import (
     BackendUnavailable,
     CollectiveMismatch,
     CollectiveTimeout,
+    ConstraintFallbackWarning,
     ConstraintViolation,
+    EmulationWarning,
     InitError,
     InvalidArgument,
     PeerFailure,
+    PluginContractError,
     RankTableError,
     RendezvousTimeout,
     UnsupportedCollective,
@@ -56,7 +59,6 @@ _LAZY: Final = {
     ),
     **dict.fromkeys(("ParallelGroup", "ParallelGroups", "parallel_groups", "parallel_layout"),
                     "xccl.runtime._parallel"),
-    "EmulationWarning": "xccl.collectives._dispatch",
     "XcclProcessGroup": "xccl.collectives._process_group",
     # the capability model and plugins
     **dict.fromkeys(
@@ -78,6 +80,7 @@ __all__ = [
     "Collective",
     "CollectiveMismatch",
     "CollectiveTimeout",
+    "ConstraintFallbackWarning",
     "ConstraintViolation",
     "DEFAULT_TIMEOUT",
     "EmulationWarning",
@@ -92,6 +95,7 @@ __all__ = [
     "ParallelGroups",
     "PeerFailure",
     "Plugin",
+    "PluginContractError",
     "PluginInfo",
     "ProbeResult",
     "RankTableError",
@@ -190,7 +194,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         send,
     )
     from .api._patch import patch_collectives
-    from .collectives._dispatch import EmulationWarning
     from .collectives._process_group import XcclProcessGroup
     from .fused._api import all_gather_mm, mm_all_reduce, mm_reduce_scatter
     from .graph import compile, functional

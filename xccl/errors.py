@@ -1,9 +1,12 @@
-"""Every error xccl raises.
+"""Every error xccl raises, and the two warnings it issues.
 
 One flat hierarchy, at most two levels deep: ``XcclError`` and its direct subclasses. Each error keeps its
 context as attributes (which op, which backend, which file) and its message says what was wrong, where, and
 what to do about it. Errors that describe bad input also derive from the matching builtin (``ValueError``,
 ``TypeError``) so that code written against ``torch.distributed`` keeps catching them.
+
+The warnings live here too, under public names (``xccl.EmulationWarning``, ``xccl.ConstraintFallbackWarning``),
+so that a ``filterwarnings`` line or a ``warnings.simplefilter`` call names them without a private module path.
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ __all__ = [
     "BackendUnavailable",
     "CollectiveMismatch",
     "CollectiveTimeout",
+    "ConstraintFallbackWarning",
     "ConstraintViolation",
+    "EmulationWarning",
     "InitError",
     "InvalidArgument",
     "PeerFailure",
+    "PluginContractError",
     "RankTableError",
     "RendezvousTimeout",
     "UnsupportedCollective",
@@ -56,6 +62,21 @@ class BackendUnavailable(XcclError):
         self.fix: Final = fix
         msg = f"xccl plugin {backend!r} is unavailable: {reason}"
         super().__init__(f"{msg}. Fix: {fix}" if fix else msg)
+
+
+class PluginContractError(XcclError, TypeError):
+    """The selected plugin does not implement the plugin contract as xccl calls it (checked by ``xccl.init``).
+
+    Raised before any process group exists, identically on every rank, with one line per problem: which
+    attribute or method, what is wrong, and what to write instead.
+    """
+
+    def __init__(self, plugin: str, problems: list[str]) -> None:
+        self.plugin: Final = plugin
+        self.problems: Final = tuple(problems)
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"xccl plugin {plugin!r} does not implement the plugin contract "
+                         f"(docs/plugin-guide.md):\n{lines}")
 
 
 class UnsupportedCollective(XcclError, RuntimeError):
@@ -139,3 +160,17 @@ class CollectiveMismatch(XcclError):
         self.calls: Final = dict(calls)
         lines = "\n".join(f"  rank {r}: {c}" for r, c in sorted(calls.items()))
         super().__init__(f"collective mismatch on group {group!r}: {message}\n{lines}")
+
+
+class EmulationWarning(UserWarning):
+    """A collective runs as an emulation on this plugin (warned once per op and plugin, under ``fallback="warn"``).
+
+    Silence it with ``fallback="emulate"``, or ``warnings.filterwarnings("ignore", category=xccl.EmulationWarning)``.
+    """
+
+
+class ConstraintFallbackWarning(UserWarning):
+    """A native fused kernel refused the call (a documented constraint failed); the portable version ran instead.
+
+    Issued under ``fallback="warn"``, once per op, plugin and constraint.
+    """

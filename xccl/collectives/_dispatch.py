@@ -33,7 +33,7 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
-from ..errors import InvalidArgument, UnsupportedCollective
+from ..errors import EmulationWarning, InvalidArgument, UnsupportedCollective
 from ..plugin._c10d import c10d_kernel
 from ..plugin._capabilities import Collective, Level, Resolution, reduce_op_name
 from ..plugin._kernels import kernel_problems
@@ -41,6 +41,7 @@ from . import _emulate, _faults
 from . import _specs as S
 from ._state import STATE, GroupState, state_of
 
+# EmulationWarning is public as xccl.EmulationWarning; this path is kept for filterwarnings lines that name it.
 __all__ = ["EmulationWarning", "all_reduce", "dispatch", "invalid", "native_kernel", "plan", "run", "warn_once"]
 
 C = Collective
@@ -49,10 +50,6 @@ _RED_OP_TYPE: Final = dist.ReduceOp.RedOpType
 _TENSOR: Final = torch.Tensor
 _monotonic: Final = time.monotonic
 _TypedWork: Final = _faults.TypedWork
-
-
-class EmulationWarning(UserWarning):
-    """A collective runs as an emulation on this backend (warned once per op and backend)."""
 
 
 def invalid(op: str, detail: str) -> Any:
