@@ -34,6 +34,7 @@ from ..plugin._contract import Plugin, Runtime
 from ..plugin._jobenv import job_env
 from ..plugin._registry import Registry, default_registry
 from ..plugin._sim import register_simulated_backend, simulated_backend_of
+from ..plugin._verify import verify
 from ._env import env_init_method, rendezvous_error, resolve_ranks, timeout_of
 from ._rendezvous import rendezvous
 
@@ -69,6 +70,13 @@ def _select(vendor: str, simulate: bool | None, registry: Registry) -> tuple[Plu
     if plugin.simulation() is None:
         raise BackendUnavailable(vendor, "this plugin has no CPU simulation", "run it on its hardware")
     return plugin, True
+
+
+def _runtime_of(plugin: Plugin, simulate: bool) -> Runtime:
+    """The selected plugin's runtime, checked against the plugin contract before any process group exists."""
+    runtime = plugin.runtime(simulate=simulate)
+    verify(plugin, runtime, simulate=simulate)
+    return runtime
 
 
 def _check_policy(fallback: str, check: bool | None) -> bool:
@@ -122,7 +130,7 @@ def process_group_backend(
     """
     check = _check_policy(fallback, check)
     plugin, sim = _select(vendor, simulate, registry or default_registry())
-    runtime = plugin.runtime(simulate=sim)
+    runtime = _runtime_of(plugin, sim)
     name = _prepare(runtime, fallback, check)
     if local_rank is None:
         local_rank = job_env().local_rank or 0
@@ -211,7 +219,7 @@ def _create_world(
     t = STATE.lap("launcher variables", t)
     plugin, sim = _select(vendor, simulate, registry)
     t = STATE.lap("plugin discovery", t)
-    runtime = plugin.runtime(simulate=sim)
+    runtime = _runtime_of(plugin, sim)
     name = _prepare(runtime, fallback, check)
     t = STATE.lap("runtime and backend registration", t)
     device = runtime.setup_device(local)
@@ -258,7 +266,7 @@ def _adopt_world(
     if runtime is None or backend != backend_name(runtime):
         plugin = _plugin_for(backend, vendor, registry)
         sim = simulated_backend_of() is not None if simulate is None else simulate
-        runtime = plugin.runtime(simulate=sim)
+        runtime = _runtime_of(plugin, sim)
     # Group states made before this call (a framework's collectives on xccl's group) were planned under the
     # settings of process_group_backend; rebuild them under init's.
     STATE.groups.clear()
