@@ -171,7 +171,8 @@ class SimProfile:
     native_ops: Mapping[str, str | None]
     #: Dtypes the vendor accepts; others raise ``"<vendor_name>: Invalid scalar type <dtype>"``.
     dtypes: frozenset[torch.dtype]
-    #: Reduce ops the vendor accepts, lower case (:data:`REDUCE_OP_NAMES`).
+    #: Reduce ops the vendor accepts, lower case (:data:`REDUCE_OP_NAMES`), for every dtype not in
+    #: ``dtype_reduce_ops``; others raise ``"<vendor_name>: unsupported reduce op ReduceOp.<OP> (supported: ...)"``.
     reduce_ops: frozenset[str]
     #: False: ``alltoall_base`` with unequal split sizes raises (SCCL ignores the splits and would compute
     #: garbage, so the simulation refuses instead of reproducing that).
@@ -182,18 +183,27 @@ class SimProfile:
     #: None; asked for each dtype of a call after the checks above, so a vendor can refuse what its dtype and
     #: reduce-op lists cannot say (HCCL: fewer dtypes reduced than moved, no product over bfloat16).
     check_call: CallCheck | None = field(default=None, compare=False)
+    #: Per-dtype override of ``reduce_ops``, as ``Support.dtype_reduce_ops`` in the capability table (a library
+    #: that reduces floats with AVG but bool with nothing bitwise): a reduction's dtype found here is checked
+    #: against its set instead.
+    dtype_reduce_ops: Mapping[torch.dtype, frozenset[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = set(self.native_ops) - NATIVE_OP_KEYS
         if unknown:
             raise ValueError(f"SimProfile {self.backend!r}: unknown native_ops keys {sorted(unknown)}; "
                              f"expected c10d Backend method names: {sorted(NATIVE_OP_KEYS)}")
-        bad_ops = set(self.reduce_ops) - REDUCE_OP_NAMES
+        bad_ops = set(self.reduce_ops).union(*self.dtype_reduce_ops.values()) - REDUCE_OP_NAMES
         if bad_ops:
             raise ValueError(f"SimProfile {self.backend!r}: unknown reduce ops {sorted(bad_ops)}; "
                              f"expected some of {sorted(REDUCE_OP_NAMES)}")
         # Freeze the table so a profile shared by every group cannot change under them.
         object.__setattr__(self, "native_ops", MappingProxyType(dict(self.native_ops)))
+        object.__setattr__(self, "dtype_reduce_ops", MappingProxyType(dict(self.dtype_reduce_ops)))
+
+    def reduce_ops_for(self, dtype: torch.dtype) -> frozenset[str]:
+        """The reduce ops the vendor accepts over ``dtype``."""
+        return self.dtype_reduce_ops.get(dtype, self.reduce_ops)
 
     def refusal(self, key: str) -> str | None:
         """The message the vendor raises for ``Backend.<key>``, or None if it implements it."""
@@ -335,13 +345,16 @@ class SimulatedProcessGroup(dist.ProcessGroup):
                 raise SimulatedVendorError(profile.backend, key,
                                            f"{profile.vendor_name}: Invalid scalar type {tensor.dtype}")
         op = _reduce_op_name(args, kwargs) if key in _REDUCING else None
-        if op is not None and op not in profile.reduce_ops:
-            allowed = ", ".join(sorted(profile.reduce_ops)) or "none"
-            raise SimulatedVendorError(
-                profile.backend, key,
-                f"{profile.vendor_name}: unsupported reduce op ReduceOp.{op.upper()} (supported: {allowed})")
+        dtypes = dict.fromkeys(t.dtype for t in _tensors((args, kwargs)))
+        for dtype in dtypes:
+            if op is not None and op not in profile.reduce_ops_for(dtype):
+                allowed = ", ".join(sorted(profile.reduce_ops_for(dtype))) or "none"
+                over = f" over {dtype}" if dtype in profile.dtype_reduce_ops else ""
+                raise SimulatedVendorError(
+                    profile.backend, key,
+                    f"{profile.vendor_name}: unsupported reduce op ReduceOp.{op.upper()}{over} (supported: {allowed})")
         if profile.check_call is not None:
-            for dtype in dict.fromkeys(t.dtype for t in _tensors((args, kwargs))):
+            for dtype in dtypes:
                 message = profile.check_call(key, dtype, op)
                 if message is not None:
                     raise SimulatedVendorError(profile.backend, key, message)

@@ -18,12 +18,15 @@ It checks behaviour, not instantiation:
 * its capability table is well-formed data (dtypes, reduce ops, world sizes, known emulations);
 * discovering, probing and reading the table import no vendor SDK (checked through ``sys.modules`` in a fresh
   interpreter);
-* every op and call shape the table marks native or emulated runs at every world size (2 and 4 by default),
-  sync and async, on real rank processes, and matches the reference gloo computes;
+* every op and call shape the table marks native or emulated (every claimed dtype, bool, integers, unsigned and
+  float8 included, and every reduce op) runs at every world size (2 and 4 by default) on real rank processes, and
+  matches the operation's mathematical result computed on CPU from every rank's inputs (:mod:`._reference`), not
+  the simulation's own answer; each way an op runs (native, each emulation, each cast) is also called async;
 * every call shape marked unsupported raises :class:`~xccl.UnsupportedCollective` on a rank that calls it alone,
   that is, before any communication;
 * every graph-mode claim holds under ``torch.compile(fullgraph=True)`` and matches eager (once xccl's graph path
   exists);
+* a DDP step and an FSDP2 step of a tiny model on the plugin's backend match a single-process reference;
 * communicator names are the same on every member, stable, and unique per group.
 
 The calls are batched: one :class:`~xccl.testing.RankPool` run per world size executes every op, and the
@@ -47,7 +50,7 @@ from xccl.plugin._capabilities import Collective, Level
 from xccl.plugin._contract import Plugin
 from xccl.plugin._registry import PluginInfo, Status, default_registry
 
-from . import _bodies
+from . import _bodies, _stacks
 from ._checks import (
     KNOWN_SDKS,
     comm_name_problems,
@@ -56,6 +59,7 @@ from ._checks import (
     identity_problems,
     table_problems,
 )
+from ._claims import tried_dtypes
 from ._pool import Outcome, RankPool
 
 __all__ = [
@@ -346,7 +350,8 @@ class Conformance:
 
     @pytest.mark.parametrize("op", _OPS, ids=str)
     def test_eager(self, xccl_target: Target, xccl_batches: _Batches, xccl_world_size: int, op: Collective) -> None:
-        """Every call shape the table marks native or emulated runs, sync and async, and matches gloo."""
+        """Every call shape the table marks native or emulated (each claimed dtype and reduce op) runs and
+        returns the operation's mathematical result, computed on CPU from every rank's inputs."""
         table = xccl_target.plugin.capabilities()
         rep = xccl_batches.report("eager", xccl_world_size, _bodies.eager_batch)[op.value]
         where = f"{op.value} on {xccl_target.name} ({xccl_target.mode}, {xccl_world_size} ranks)"
@@ -357,7 +362,7 @@ class Conformance:
             pytest.skip("; ".join(rep["skipped"]))
         assert rep["ran"], (
             f"{op.value} is marked {table.entry(op).level.value}, but none of the call shapes tried "
-            f"({', '.join(str(d).removeprefix('torch.') for d in _bodies.DTYPES)}) is supported at {xccl_world_size} "
+            f"({', '.join(str(d).removeprefix('torch.') for d in tried_dtypes(table.entry(op), op))}) is supported at {xccl_world_size} "
             "ranks: the claim is never exercised"
         )
 
@@ -385,6 +390,21 @@ class Conformance:
         assert not failures, "\n".join(failures)
         missing = [op.value for op in claimed if not reports[op.value]["ran"]]
         assert not missing, f"graph claims not exercised: {missing}"
+
+    def test_training_steps_match_a_single_process(
+        self, xccl_target: Target, xccl_batches: _Batches, xccl_world_size: int
+    ) -> None:
+        """A DDP step and an FSDP2 step of a tiny MLP on the plugin's backend give the losses and parameters one
+        process computes on the whole batch (torch.distributed reaches xccl from C++, with its own reduce ops and
+        async handles); a stack whose collectives the table refuses is skipped."""
+        outs = xccl_batches.outcomes("stacks", xccl_world_size, _stacks.training_steps)
+        bad = [o for o in outs if not o.ok]
+        assert not bad, "the training steps raised:\n" + "\n".join(map(str, bad))
+        failed = [f"rank {o.rank}: {v['failed']}" for o in outs for v in o.value.values() if "failed" in v]
+        assert not failed, "\n".join(failed)
+        skipped = [f"{k}: {v['skipped']}" for k, v in outs[0].value.items() if "skipped" in v]
+        if len(skipped) == len(outs[0].value):
+            pytest.skip("; ".join(skipped))
 
     def test_comm_names_are_unique_per_group_and_stable(
         self, xccl_target: Target, xccl_batches: _Batches, xccl_world_size: int

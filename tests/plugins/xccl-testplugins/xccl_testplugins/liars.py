@@ -2,7 +2,8 @@
 fail each, with a message that names the claim or the method and says what to write.
 
 ``bool-liar`` claims bool AVG and bool BXOR natively for all_reduce, as a vendor might copy from its integer
-row; its simulated library (like CNCL) refuses every bitwise reduction, and AVG over bool means nothing.
+row; its simulated library (like CNCL) reduces bool with sum, product, min and max only (a per-dtype rule of its
+simulation profile), and AVG over bool means nothing.
 ``bad-kernel`` returns an all_to_all_v kernel written for another signature (no count matrix).
 """
 
@@ -29,6 +30,7 @@ from xccl.plugin import (
 C = Collective
 _DTYPES = frozenset({torch.float32, torch.int64, torch.bool})
 _ARITHMETIC = frozenset({"sum", "product", "min", "max"})
+_BITWISE = frozenset({"band", "bor", "bxor"})
 
 
 class BoolLiar(Plugin):
@@ -43,9 +45,9 @@ class BoolLiar(Plugin):
     @functools.cache  # noqa: B019
     def capabilities(self) -> CapabilityTable:
         claimed = Support(
-            Level.NATIVE, dtypes=_DTYPES, reduce_ops=_ARITHMETIC,
+            Level.NATIVE, dtypes=_DTYPES, reduce_ops=_ARITHMETIC | _BITWISE,
             # The lie: copied from the integer row of another library.
-            dtype_reduce_ops={torch.bool: _ARITHMETIC | {"avg", "bxor"}},
+            dtype_reduce_ops={torch.float32: _ARITHMETIC, torch.bool: _ARITHMETIC | {"avg", "bxor"}},
         )
         return table_from(self.name, {C.ALL_REDUCE: claimed, C.BROADCAST: Support(Level.NATIVE, dtypes=_DTYPES),
                                       C.BARRIER: Support(Level.NATIVE)})
@@ -54,7 +56,8 @@ class BoolLiar(Plugin):
         return SimProfile(
             backend=self.backend, vendor_name="ProcessGroupBoolLiar",
             native_ops={"allreduce": None, "broadcast": None, "barrier": None},
-            dtypes=_DTYPES, reduce_ops=_ARITHMETIC, uneven_all_to_all=True,
+            dtypes=_DTYPES, reduce_ops=_ARITHMETIC | _BITWISE, uneven_all_to_all=True,
+            dtype_reduce_ops={torch.bool: _ARITHMETIC},
         )
 
 
