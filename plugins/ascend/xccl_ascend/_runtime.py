@@ -124,6 +124,11 @@ class AscendRuntime(Runtime):
         lowering of xccl's graph ops to the vendor's (``_torchair_lower``)."""
         return self.sdk.compile_backend(lowering(self, self.sdk.graph_ops(), MC2_DOMAIN))
 
+    def shutdown(self) -> None:
+        """Forget the MC2 communication domain this process's fused kernels claimed: ``xccl.shutdown`` ends the
+        model, and a world made by the next ``xccl.init`` starts clean (Atlas A2's one-domain rule is per model)."""
+        MC2_DOMAIN.reset()
+
     # ------------------------------------------------------------------------------------------------ kernels
 
     def kernels(self) -> Mapping[Collective, Callable[..., Any]]:
