@@ -63,10 +63,11 @@ _LAZY: Final = {
     # the capability model and plugins
     **dict.fromkeys(
         ("PLUGIN_API_VERSION", "CapabilityTable", "Collective", "KernelContext", "Level", "Mode", "Plugin",
-         "PluginInfo", "ProbeResult", "Registry", "Resolution", "Runtime", "SimProfile", "Status", "Support",
-         "plugins", "table_from"),
+         "ProbeResult", "Registry", "Runtime", "SimProfile", "Support", "table_from"),
         "xccl.plugin",
     ),
+    **dict.fromkeys(("PluginInfo", "Status", "plugins"), "xccl.plugin._registry"),
+    "Resolution": "xccl.plugin._capabilities",
     # graph mode and fused ops
     **dict.fromkeys(("compile", "functional"), "xccl.graph"),
     "patch_collectives": "xccl.api._patch",
@@ -205,17 +206,15 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         Level,
         Mode,
         Plugin,
-        PluginInfo,
         ProbeResult,
         Registry,
-        Resolution,
         Runtime,
         SimProfile,
-        Status,
         Support,
-        plugins,
         table_from,
     )
+    from .plugin._capabilities import Resolution
+    from .plugin._registry import PluginInfo, Status, plugins
     from .runtime._init import (
         DEFAULT_TIMEOUT,
         World,

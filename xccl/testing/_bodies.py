@@ -97,7 +97,7 @@ def _report() -> dict[str, list[str]]:
 def kernel_signature_problems(progress: str | None = None) -> list[str]:
     """What is wrong with the signatures of the selected runtime's kernels (empty: each takes what xccl passes)."""
     from xccl.collectives._state import STATE
-    from xccl.plugin import kernels_problems
+    from xccl.plugin._kernels import kernels_problems
 
     runtime = STATE.runtime
     return [] if runtime is None else kernels_problems(runtime.kernels())
