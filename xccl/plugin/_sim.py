@@ -49,6 +49,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
+from ._sim_dtypes import carried, widened
 from ._work import Work
 
 __all__ = [
@@ -383,9 +384,9 @@ def _gated(method: str, key: str) -> Callable[..., Any]:
     def call(self: SimulatedProcessGroup, *args: Any, **kwargs: Any) -> Any:
         args = self._admit(key, args, kwargs)
         if key not in _REDUCING:
-            args, kwargs = _carried(args), _carried(kwargs)
+            args, kwargs = carried(args), carried(kwargs)
             return getattr(self._inner, method)(*args, **kwargs)
-        args, back = _widened(key, args)
+        args, back = widened(args, in_place=key in _IN_PLACE)
         if _reduce_op_name(args, kwargs) == "premul_sum":
             args = _premul_as_sum(key, args)
         work = getattr(self._inner, method)(*args, **kwargs)
@@ -416,63 +417,6 @@ def _tensors(obj: object) -> Iterator[torch.Tensor]:
     elif isinstance(obj, dict):
         for item in obj.values():
             yield from _tensors(item)
-
-
-#: Dtypes gloo's collectives take. Measured on torch 2.13 (2 ranks): int16, uint16, uint32, uint64 and both float8
-#: types raise "Invalid scalar type" in every gloo collective but send/recv.
-_GLOO_DTYPES: Final = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
-                                 torch.int32, torch.int64, torch.bool})
-#: A gloo dtype of each element size, to carry the others.
-_GLOO_CARRIERS: Final = {1: torch.uint8, 2: torch.float16, 4: torch.int32, 8: torch.int64}
-
-
-def _carried(obj: Any) -> Any:
-    """``obj`` with every tensor of a dtype gloo cannot move viewed as a gloo dtype of the same width.
-
-    Only for calls that move bytes: a vendor that moves a dtype gloo lacks (HCCL's uint16 or float8) copies it bit
-    for bit, and so does gloo through the same-sized view, which shares the tensor's storage.
-    """
-    if isinstance(obj, torch.Tensor):
-        carrier = None if obj.dtype in _GLOO_DTYPES or obj.is_complex() else _GLOO_CARRIERS.get(obj.element_size())
-        return obj if carrier is None else obj.view(carrier)
-    if isinstance(obj, list):
-        return [_carried(item) for item in obj]
-    if isinstance(obj, tuple):
-        return tuple(_carried(item) for item in obj)
-    if isinstance(obj, dict):
-        return {k: _carried(v) for k, v in obj.items()}
-    return obj
-
-
-#: Dtypes gloo cannot reduce, and the gloo dtype a reduction over them runs in (the same wrap-around for integer
-#: sums and products; min and max differ only above 2**63 for uint64, which no test input reaches).
-_REDUCED_AS: Final = {torch.int16: torch.int32, torch.uint16: torch.int32, torch.uint32: torch.int64,
-                      torch.uint64: torch.int64, torch.float8_e4m3fn: torch.float32, torch.float8_e5m2: torch.float32}
-
-
-def _widened(key: str, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[tuple[torch.Tensor, torch.Tensor]]]:
-    """A reducing call's arguments with every tensor of a dtype gloo cannot reduce (HCCL's int16, say) replaced by
-    a wide copy, and the (narrow output, wide output) pairs to copy back once the reduction completed."""
-    back: list[tuple[torch.Tensor, torch.Tensor]] = []
-
-    def widen(obj: Any, output: bool) -> Any:
-        if isinstance(obj, torch.Tensor):
-            wide_dtype = _REDUCED_AS.get(obj.dtype)
-            if wide_dtype is None:
-                return obj
-            wide = obj.to(wide_dtype)
-            if output:
-                back.append((obj, wide))
-            return wide
-        if isinstance(obj, (list, tuple)):
-            return type(obj)(widen(item, output) for item in obj)
-        return obj
-
-    # In place (allreduce, reduce): the first argument is read and written; otherwise it is the output and the
-    # second argument the input.
-    first = widen(args[0], True)
-    rest = args[1:] if key in _IN_PLACE else (widen(args[1], False), *args[2:])
-    return (first, *rest), back
 
 
 def _reduce_op_name(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:

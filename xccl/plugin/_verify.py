@@ -141,7 +141,8 @@ def _names(sig: inspect.Signature) -> str:
         if p.kind is p.KEYWORD_ONLY and not star:
             out.append("*")
             star = True
-        out.append({p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "") + p.name)
+        stars = "*" if p.kind is p.VAR_POSITIONAL else "**" if p.kind is p.VAR_KEYWORD else ""
+        out.append(stars + p.name)
         star = star or p.kind is p.VAR_POSITIONAL
     return ", ".join(out)
 
