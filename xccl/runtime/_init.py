@@ -167,7 +167,7 @@ def init(
         init_method: a torch.distributed init method URL (default ``env://``).
         timeout: collective and rendezvous timeout (timedelta or seconds); default ``XCCL_TIMEOUT`` or 300 s.
         simulate: run a vendor plugin on CPU over gloo (default: ``XCCL_SIMULATE=<vendor>``).
-        fallback: what to do when the backend lacks an op: ``"emulate"`` silently, ``"warn"`` once per op,
+        fallback: what to do when the plugin's library lacks an op: ``"emulate"`` silently, ``"warn"`` once per op,
             ``"error"`` raise :class:`~xccl.UnsupportedCollective`.
         check: turn on the collective-mismatch detector (default: ``XCCL_CHECK=1``).
         registry: plugins to choose from (default: the installed entry points); a test seam.
@@ -299,8 +299,9 @@ def _plugin_for(backend: str, vendor: str, registry: Registry) -> Plugin:
     if not found:
         raise InitError(f"torch.distributed is initialised on {backend!r}, which no installed xccl plugin drives; "
                         "install the vendor's xccl plugin, or initialise on a backend one drives")
-    # Several plugins over one backend (test plugins over gloo): the built-in one of that backend comes first.
-    return sorted(found, key=lambda p: p.accelerator)[0]
+    # Several plugins over one backend (test plugins over gloo): the built-in one of that backend comes first,
+    # then CPU plugins before accelerator ones (sorted is stable: entry-point order after that).
+    return sorted(found, key=lambda p: (not type(p).__module__.startswith("xccl."), p.accelerator))[0]
 
 
 def capabilities(plugin: str | None = None) -> CapabilityTable:
