@@ -54,7 +54,8 @@ class BackendNotFound(XcclError, LookupError):
 
 
 class BackendUnavailable(XcclError):
-    """A plugin exists but cannot run here; ``reason`` says why and ``fix`` what to do."""
+    """A plugin exists but cannot run here; ``reason`` says why and ``fix`` what to do (``backend``: the plugin's
+    name)."""
 
     def __init__(self, backend: str, reason: str, fix: str = "") -> None:
         self.backend: Final = backend
@@ -80,7 +81,9 @@ class PluginContractError(XcclError, TypeError):
 
 
 class UnsupportedCollective(XcclError, RuntimeError):
-    """The selected backend cannot run this collective (natively, or emulated under the fallback policy).
+    """The selected plugin cannot run this collective (natively, or emulated under the fallback policy).
+
+    ``backend`` holds the plugin's name (the attribute predates the plugin/backend vocabulary).
 
     Also a ``RuntimeError``, as what torch.distributed's backends raise for an op they lack, so that code written
     for torch.distributed keeps catching it.
@@ -94,7 +97,7 @@ class UnsupportedCollective(XcclError, RuntimeError):
 
 
 class ConstraintViolation(XcclError, ValueError):
-    """A vendor kernel's documented constraint does not hold for these arguments."""
+    """A vendor kernel's documented constraint does not hold for these arguments (``backend``: the plugin's name)."""
 
     def __init__(self, op: str, backend: str, constraint: str, detail: str) -> None:
         self.op: Final = op
