@@ -14,6 +14,8 @@ import torch
 
 from xccl.plugin._capabilities import ALL_REDUCE_OPS, REAL_DTYPES, CapabilityTable, Collective, Level, Mode, Support
 
+from ._reference import BITWISE
+
 __all__ = ["ALWAYS", "FLOATS", "FUSED", "async_shapes", "claim_problems", "claim_fix", "shapes", "tried_dtypes"]
 
 C = Collective
@@ -23,7 +25,6 @@ FLOATS: Final = (torch.float32, torch.bfloat16)
 FUSED: Final = frozenset({C.MM_REDUCE_SCATTER, C.ALL_GATHER_MM, C.MM_ALL_REDUCE})
 #: Ops that move no data of their own: one dtype says all.
 _NO_DATA: Final = frozenset({C.BARRIER})
-_BITWISE: Final = frozenset({"band", "bor", "bxor"})
 
 
 def tried_dtypes(entry: Support, op: Collective) -> list[torch.dtype]:
@@ -81,7 +82,7 @@ def claim_problems(op: Collective, mode: Mode, sup: Support) -> list[str]:
     for dtype, ops in sup.dtype_reduce_ops.items():
         name = f"torch.{str(dtype).removeprefix('torch.')}"
         meaningless = ops & ({"avg", "premul_sum"} if dtype == torch.bool else
-                             _BITWISE if dtype.is_floating_point else set())
+                             BITWISE if dtype.is_floating_point else set())
         if meaningless:
             listed = ", ".join(map(repr, sorted(meaningless)))
             out.append(f"claims {listed} over {name}, which means nothing there (xccl refuses such a call before "

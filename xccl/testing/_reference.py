@@ -30,13 +30,14 @@ from typing import Final
 
 import torch
 
-__all__ = ["PREMUL", "make", "mismatch", "reduce_ref"]
+__all__ = ["BITWISE", "PREMUL", "make", "mismatch", "reduce_ref"]
 
 #: The scale of the premul_sum cases.
 PREMUL: Final = 2.0
 
 _UNSIGNED: Final = frozenset({torch.uint8, torch.uint16, torch.uint32, torch.uint64})
-_BITWISE: Final = frozenset({"band", "bor", "bxor"})
+#: The bitwise reduce ops: undefined over floating point.
+BITWISE: Final = frozenset({"band", "bor", "bxor"})
 #: Bool reductions as integer ones over 0 and 1.
 _BOOL_AS: Final = {"sum": "max", "product": "min", "bor": "max", "band": "min", "min": "min", "max": "max",
                    "bxor": "bxor"}
@@ -69,7 +70,7 @@ def reduce_ref(ts: Sequence[torch.Tensor], op: str) -> torch.Tensor:
     dtype = ts[0].dtype
     undefined = ts[0].new_empty((0,))
     floating = dtype.is_floating_point
-    if (floating and op in _BITWISE) or (dtype == torch.bool and op not in _BOOL_AS):
+    if (floating and op in BITWISE) or (dtype == torch.bool and op not in _BOOL_AS):
         return undefined
     name = _BOOL_AS[op] if dtype == torch.bool else op
     wide = [t.to(torch.float64 if floating else torch.int64) for t in ts]
