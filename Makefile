@@ -37,7 +37,7 @@ $(VENV)/.frameworks: $(VENV)/.test
 ## The training frameworks on xccl (Lightning, Ray Train, DeepSpeed, Accelerate, torchtitan; tests/frameworks):
 ## cpu and simulated Sophgo and Ascend. Installs the `frameworks` extra first. .ci/run runs it after `make test`.
 test-frameworks: $(VENV)/.frameworks
-	$(PY) -m pytest -m frameworks --durations=15 tests/frameworks
+	$(PY) -m pytest -m frameworks --durations=15 tests/frameworks tests/test_benchmarks.py
 
 ## Lint (also run by the tests): ruff over the tree, mypy --strict over the package, the import-layer contract.
 lint: $(VENV)/.test

@@ -20,7 +20,8 @@ xccl / gloo of the medians. A machine shared with other work makes the absolute 
 puts both sides under the same noise.
 
 Usage: ``python benchmarks/frameworks.py [--rounds 3] [--steps 50] [--jobs lightning_ddp,accelerate,...]
-[--json benchmarks/results/frameworks.json]``; ``--rounds 1 --steps 3`` is the small mode.
+[--json benchmarks/results/frameworks.json]``; ``--quick`` is the small mode (one round of 3 steps of the
+Accelerate job, no warm-up launch), which tests/frameworks runs.
 """
 
 from __future__ import annotations
@@ -94,7 +95,11 @@ def main() -> int:
     p.add_argument("--jobs", default=",".join([*LAUNCHED, "ray_train"]))
     p.add_argument("--json", default="benchmarks/results/frameworks.json")
     p.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the untimed launch of each job")
+    p.add_argument("--quick", action="store_true", help="small mode: --rounds 1 --steps 3 --jobs accelerate "
+                   "--no-warmup (checks the script works; measures nothing)")
     args = p.parse_args()
+    if args.quick:
+        args.rounds, args.steps, args.jobs, args.warmup = 1, 3, "accelerate", False
     jobs = args.jobs.split(",")
     times: dict[str, dict[str, dict[str, list[float]]]] = {}
     for job in (j for j in jobs if j in LAUNCHED and args.warmup):  # untimed: DeepSpeed's JIT build, file cache

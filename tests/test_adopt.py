@@ -220,3 +220,14 @@ def test_a_world_on_a_backend_no_plugin_drives_is_an_init_error() -> None:
 def _no_world_in_the_parent() -> None:
     # The cases run in child processes: the test process itself never initialises torch.distributed.
     assert not dist.is_initialized()
+
+
+def test_a_gloo_world_is_adopted_by_the_builtin_plugin_whatever_else_drives_gloo() -> None:
+    # A third-party CPU plugin over gloo listed before the built-in one (entry points come in install order).
+    from xccl.backends.cpu import CpuPlugin
+    from xccl.runtime._init import _plugin_for
+
+    class Aardvark(xccl.Plugin):
+        name, vendor, device_type, backend, accelerator = "aardvark", "tests", "cpu", "gloo", False
+
+    assert _plugin_for("gloo", "auto", xccl.Registry.from_plugins(Aardvark(), CpuPlugin())).name == "cpu"

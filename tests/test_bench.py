@@ -155,7 +155,7 @@ def test_json_structure(run: dict[str, Any]) -> None:
         assert res["busbw_factor"] == pytest.approx(busbw_factor(res["op"], WORLD))
         coll = _bench._COLLECTIVE[res["op"]]
         assert res["level"] == table.entry(coll).level.value, res["op"]
-        expected_rows = 1 if res["op"] == "barrier" else 2
+        expected_rows = 1 if res["op"] in ("barrier", "monitored_barrier") else 2
         assert len(res["rows"]) == expected_rows, res["op"]
 
 

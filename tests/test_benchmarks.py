@@ -26,6 +26,7 @@ CASES: dict[str, tuple[str, str]] = {
     "bench_vs_raw.py": (r"xccl/raw: median", "python"),
     "detector.py": (r"size\s+torch\s+xccl", "python"),
     "emulation.py": (r"ratios over 1 run", "python"),
+    "frameworks.py": (r"accelerate\s+\d", "python"),
     "fused.py": (r"mm_reduce_scatter\s+64x32x64", "python"),
     "graph.py": (r"compiled step", "torchrun"),
     "import_time.py": (r"import xccl \(after torch\)", "python"),
@@ -35,6 +36,8 @@ CASES: dict[str, tuple[str, str]] = {
     "startup.py": (r"\| cpu \| 2 \|", "python"),
 }
 SLOW = {"graph.py", "soak.py", "detector.py"}
+#: Scripts that need the ``frameworks`` extra: run by ``make test-frameworks`` (marker ``frameworks``).
+FRAMEWORKS = {"frameworks.py"}
 
 
 def test_every_benchmark_is_covered():
@@ -42,7 +45,8 @@ def test_every_benchmark_is_covered():
 
 
 @pytest.mark.parametrize(
-    "script", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW else s for s in CASES]
+    "script", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW else
+               pytest.param(s, marks=pytest.mark.frameworks) if s in FRAMEWORKS else s for s in CASES]
 )
 def test_benchmark_runs_in_its_small_mode(script: str, tmp_path: Path) -> None:
     table, launcher = CASES[script]

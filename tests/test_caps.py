@@ -142,7 +142,7 @@ def test_vendor_sdk_floor_refuses_below_it_and_renders() -> None:
 
 
 def test_vendor_versions_order_release_candidates_before_releases() -> None:
-    from xccl.plugin import version_key
+    from xccl.plugin._versions import version_key
 
     ordered = ["8.0.RC1", "8.0.RC2", "8.0.0", "8.1.RC1.alpha001", "8.1.RC1.beta1", "8.1.RC1", "8.1.0", "8.6.0", "9.0.0"]
     assert sorted(ordered, key=version_key) == ordered  # type: ignore[arg-type]

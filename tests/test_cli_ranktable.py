@@ -118,7 +118,7 @@ MALFORMED = {
     "wrong-version": (_mutated(("version",), "1.1"), 'version: unsupported version "1.1"'),
     "missing-node-list": (
         _mutated(("node_list",), KeyError),
-        "$: is none of the rank-table formats the installed plugins know (hccl, sophgo)",
+        "$: is none of the rank-table formats the installed plugins know (hccl, sophgo, template)",
     ),
     "empty-node-list": (_mutated(("node_list",), []), "node_list: is empty"),
     "missing-rank": (_mutated((*DEV1, "rank"), KeyError), "node_list[0].device_list[1].rank: is missing"),

@@ -163,6 +163,28 @@ def _dist_info(root: Path, name: str, version: str, *lines: str) -> None:
     (info / "METADATA").write_text("\n".join(["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", *lines]))
 
 
+class _Acme(Plugin):
+    """A third-party plugin that names its SDK's distributions for doctor."""
+
+    name = "acme"
+    vendor = "Acme"
+    device_type = "acme"
+    backend = "acmecl"
+    sdk_packages = ("torch-acme", "acme-driver-tools")
+
+
+def test_each_plugin_lists_its_own_sdk_packages(tmp_path, monkeypatch):
+    _dist_info(tmp_path, "torch_acme", "1.2.0", "Requires-Dist: torch==1.0.*")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    report = collect(env=clean_env(), registry=Registry.from_plugins(CpuPlugin(), _Acme()))
+    sdk = find(report, "packages", "torch-acme")
+    assert sdk.status == "fail" and sdk.summary.startswith("torch-acme 1.2.0 was built for torch==1.0.*")
+    tools = find(report, "packages", "acme-driver-tools")
+    assert tools.status == "info" and tools.summary == "not installed (the SDK of plugin acme)"
+    # No plugin here names torch_npu or torch_tpu: doctor's list is the plugins', not a fixed one.
+    assert not [f for f in report.findings if f.section == "packages" and f.name in ("torch_npu", "torch_tpu")]
+
+
 def test_torch_npu_built_for_another_torch(tmp_path, monkeypatch):
     _dist_info(tmp_path, "torch_npu", "2.9.0", "Requires-Dist: torch==2.9.0.*")
     monkeypatch.syspath_prepend(str(tmp_path))

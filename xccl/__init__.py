@@ -24,11 +24,14 @@ from .errors import (
     BackendUnavailable,
     CollectiveMismatch,
     CollectiveTimeout,
+    ConstraintFallbackWarning,
     ConstraintViolation,
+    EmulationWarning,
     InitError,
     InvalidArgument,
     InvalidArgumentType,
     PeerFailure,
+    PluginContractError,
     RankTableError,
     RendezvousTimeout,
     UnsupportedCollective,
@@ -58,15 +61,15 @@ _LAZY: Final = {
     ),
     **dict.fromkeys(("ParallelGroup", "ParallelGroups", "parallel_groups", "parallel_layout"),
                     "xccl.runtime._parallel"),
-    "EmulationWarning": "xccl.collectives._dispatch",
     **dict.fromkeys(("BackendName", "TimeoutWarning", "XcclProcessGroup"), "xccl.collectives._process_group"),
     # the capability model and plugins
     **dict.fromkeys(
         ("PLUGIN_API_VERSION", "CapabilityTable", "Collective", "KernelContext", "Level", "Mode", "Plugin",
-         "PluginInfo", "ProbeResult", "Registry", "Resolution", "Runtime", "SimProfile", "Status", "Support",
-         "plugins", "table_from"),
+         "ProbeResult", "Registry", "Runtime", "SimProfile", "Support", "table_from"),
         "xccl.plugin",
     ),
+    **dict.fromkeys(("PluginInfo", "Status", "plugins"), "xccl.plugin._registry"),
+    "Resolution": "xccl.plugin._capabilities",
     # graph mode and fused ops
     **dict.fromkeys(("compile", "functional"), "xccl.graph"),
     "patch_collectives": "xccl.api._patch",
@@ -81,6 +84,7 @@ __all__ = [
     "Collective",
     "CollectiveMismatch",
     "CollectiveTimeout",
+    "ConstraintFallbackWarning",
     "ConstraintViolation",
     "DEFAULT_TIMEOUT",
     "EmulationWarning",
@@ -96,6 +100,7 @@ __all__ = [
     "ParallelGroups",
     "PeerFailure",
     "Plugin",
+    "PluginContractError",
     "PluginInfo",
     "ProbeResult",
     "RankTableError",
@@ -201,7 +206,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         send,
     )
     from .api._patch import patch_collectives
-    from .collectives._dispatch import EmulationWarning
     from .collectives._process_group import BackendName, TimeoutWarning, XcclProcessGroup
     from .fused._api import all_gather_mm, mm_all_reduce, mm_reduce_scatter
     from .graph import compile, functional
@@ -213,17 +217,15 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         Level,
         Mode,
         Plugin,
-        PluginInfo,
         ProbeResult,
         Registry,
-        Resolution,
         Runtime,
         SimProfile,
-        Status,
         Support,
-        plugins,
         table_from,
     )
+    from .plugin._capabilities import Resolution
+    from .plugin._registry import PluginInfo, Status, plugins
     from .runtime._init import (
         DEFAULT_TIMEOUT,
         World,

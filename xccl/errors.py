@@ -1,4 +1,4 @@
-"""Every error xccl raises.
+"""Every error xccl raises, and the two warnings it issues.
 
 One flat hierarchy, at most two levels deep: ``XcclError`` and its direct subclasses. Each error keeps its
 context as attributes (which op, which backend, which file) and its message says what was wrong, where, and
@@ -6,6 +6,9 @@ what to do about it. Errors that describe bad input also derive from the builtin
 the same input (``ValueError``, ``TypeError``, ``RuntimeError``), and their message contains torch's, so that code
 written against ``torch.distributed`` keeps catching them. :class:`InvalidArgumentType` is the one third level:
 the ``TypeError`` twin of :class:`InvalidArgument`, so that ``except xccl.InvalidArgument`` still catches it.
+
+The warnings live here too, under public names (``xccl.EmulationWarning``, ``xccl.ConstraintFallbackWarning``),
+so that a ``filterwarnings`` line or a ``warnings.simplefilter`` call names them without a private module path.
 """
 
 from __future__ import annotations
@@ -17,11 +20,14 @@ __all__ = [
     "BackendUnavailable",
     "CollectiveMismatch",
     "CollectiveTimeout",
+    "ConstraintFallbackWarning",
     "ConstraintViolation",
+    "EmulationWarning",
     "InitError",
     "InvalidArgument",
     "InvalidArgumentType",
     "PeerFailure",
+    "PluginContractError",
     "RankTableError",
     "RendezvousTimeout",
     "UnsupportedCollective",
@@ -55,7 +61,8 @@ class BackendNotFound(XcclError, LookupError):
 
 
 class BackendUnavailable(XcclError):
-    """A plugin exists but cannot run here; ``reason`` says why and ``fix`` what to do."""
+    """A plugin exists but cannot run here; ``reason`` says why and ``fix`` what to do (``backend``: the plugin's
+    name)."""
 
     def __init__(self, backend: str, reason: str, fix: str = "") -> None:
         self.backend: Final = backend
@@ -65,8 +72,25 @@ class BackendUnavailable(XcclError):
         super().__init__(f"{msg}. Fix: {fix}" if fix else msg)
 
 
+class PluginContractError(XcclError, TypeError):
+    """The selected plugin does not implement the plugin contract as xccl calls it (checked by ``xccl.init``).
+
+    Raised before any process group exists, identically on every rank, with one line per problem: which
+    attribute or method, what is wrong, and what to write instead.
+    """
+
+    def __init__(self, plugin: str, problems: list[str]) -> None:
+        self.plugin: Final = plugin
+        self.problems: Final = tuple(problems)
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"xccl plugin {plugin!r} does not implement the plugin contract "
+                         f"(docs/plugin-guide.md):\n{lines}")
+
+
 class UnsupportedCollective(XcclError, RuntimeError):
-    """The selected backend cannot run this collective (natively, or emulated under the fallback policy).
+    """The selected plugin cannot run this collective (natively, or emulated under the fallback policy).
+
+    ``backend`` holds the plugin's name (the attribute predates the plugin/backend vocabulary).
 
     Also a ``RuntimeError``, as what torch.distributed's backends raise for an op they lack, so that code written
     for torch.distributed keeps catching it.
@@ -80,7 +104,7 @@ class UnsupportedCollective(XcclError, RuntimeError):
 
 
 class ConstraintViolation(XcclError, ValueError):
-    """A vendor kernel's documented constraint does not hold for these arguments."""
+    """A vendor kernel's documented constraint does not hold for these arguments (``backend``: the plugin's name)."""
 
     def __init__(self, op: str, backend: str, constraint: str, detail: str) -> None:
         self.op: Final = op
@@ -155,3 +179,17 @@ class CollectiveMismatch(XcclError):
         self.calls: Final = dict(calls)
         lines = "\n".join(f"  rank {r}: {c}" for r, c in sorted(calls.items()))
         super().__init__(f"collective mismatch on group {group!r}: {message}\n{lines}")
+
+
+class EmulationWarning(UserWarning):
+    """A collective runs as an emulation on this plugin (warned once per op and plugin, under ``fallback="warn"``).
+
+    Silence it with ``fallback="emulate"``, or ``warnings.filterwarnings("ignore", category=xccl.EmulationWarning)``.
+    """
+
+
+class ConstraintFallbackWarning(UserWarning):
+    """A native fused kernel refused the call (a documented constraint failed); the portable version ran instead.
+
+    Issued under ``fallback="warn"``, once per op, plugin and constraint.
+    """

@@ -17,7 +17,6 @@ import torch
 
 from ..plugin import (
     PORTABLE,
-    REAL_DTYPES,
     CapabilityTable,
     Collective,
     Level,
@@ -28,6 +27,7 @@ from ..plugin import (
     graph_entries,
     table_from,
 )
+from ..plugin._capabilities import REAL_DTYPES
 
 __all__ = ["CpuPlugin", "plugin"]
 

@@ -16,7 +16,6 @@ import torch
 
 from ..plugin import (
     PORTABLE,
-    REAL_DTYPES,
     CapabilityTable,
     Collective,
     Level,
@@ -26,6 +25,7 @@ from ..plugin import (
     graph_entries,
     table_from,
 )
+from ..plugin._capabilities import REAL_DTYPES
 
 __all__ = ["CudaPlugin", "plugin"]
 

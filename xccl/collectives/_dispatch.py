@@ -33,7 +33,7 @@ import torch.autograd.profiler as _profiler
 import torch.distributed as dist
 import torch.utils._python_dispatch
 
-from ..errors import InvalidArgument, InvalidArgumentType, UnsupportedCollective
+from ..errors import EmulationWarning, InvalidArgument, InvalidArgumentType, UnsupportedCollective
 from ..plugin._c10d import c10d_kernel
 from ..plugin._capabilities import COMPLEX_REDUCE_OPS, Collective, Level, Resolution, reduce_op_name
 from ..plugin._kernels import kernel_problems
@@ -45,6 +45,7 @@ from ._host_barrier import host_barrier
 from ._state import STATE, GroupState, state_of
 from ._validate import BARE_PREMUL, complex_refusal
 
+# EmulationWarning is public as xccl.EmulationWarning; this path is kept for filterwarnings lines that name it.
 __all__ = ["EmulationWarning", "all_reduce", "dispatch", "invalid", "native_kernel", "plan", "run", "warn_once"]
 
 C = Collective
@@ -55,10 +56,6 @@ _monotonic: Final = time.monotonic
 _TypedWork: Final = _faults.TypedWork
 #: What tells whether a dispatcher-level tool may watch (``_observe.watched``): torch's module flags, read per call.
 _python_dispatch: Final = torch.utils._python_dispatch
-
-
-class EmulationWarning(UserWarning):
-    """A collective runs as an emulation on this backend (warned once per op and backend)."""
 
 
 def invalid(op: str, detail: str, wrong_type: bool = False) -> Any:

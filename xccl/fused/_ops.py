@@ -21,9 +21,9 @@ import torch
 import torch.distributed as dist
 
 from ..collectives import _specs as S
-from ..collectives._dispatch import EmulationWarning, dispatch, native_kernel, warn_once
+from ..collectives._dispatch import dispatch, native_kernel, warn_once
 from ..collectives._state import GroupState, state_of
-from ..errors import ConstraintViolation, UnsupportedCollective
+from ..errors import ConstraintFallbackWarning, ConstraintViolation, EmulationWarning, UnsupportedCollective
 from ..plugin._capabilities import Collective, Level
 from . import _portable
 from ._validate import check_all_gather_mm, check_mm_all_reduce, check_mm_reduce_scatter
@@ -33,13 +33,6 @@ __all__ = ["ConstraintFallbackWarning"]
 LOG = logging.getLogger("xccl")
 C = Collective
 _SUM: Final = dist.ReduceOp.SUM
-
-
-class ConstraintFallbackWarning(UserWarning):
-    """A native fused kernel refused the call (a documented constraint failed); the portable version ran instead.
-
-    Issued under ``fallback="warn"``, once per op, backend and constraint.
-    """
 
 
 def _run(st: GroupState, op: Collective, dtype: torch.dtype, native_args: tuple[Any, ...],

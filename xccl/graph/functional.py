@@ -109,7 +109,7 @@ def _plan(g: GroupInfo, op: Collective, dtype: torch.dtype, red: str | None) -> 
             fail(f"functional.{op.value}", f"{dtype} travels as {plan.cast} in graph mode, which has no gradient")
     # Only the standard forms carry torch's autograd formulas; xccl's own ops (the emulated form) do not.
     if not plan.standard:
-        fail(f"functional.{op.value}", "this backend only emulates it in graph mode, where it is not differentiable")
+        fail(f"functional.{op.value}", "this plugin only emulates it in graph mode, where it is not differentiable")
     return plan.standard, cast
 
 

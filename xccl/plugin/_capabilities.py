@@ -90,7 +90,7 @@ class Support:
     prefer: tuple[Prefer, ...] = ()
     #: Oldest release of the vendor's SDK on which this holds: (SDK name, version), e.g. ``("CANN", "8.6.0")``.
     #: :meth:`CapabilityTable.resolve` refuses the entry below it when told the installed versions
-    #: (``Runtime.sdk_versions()``; compared by :func:`~xccl.plugin.version_key`); an unknown version passes.
+    #: (``Runtime.sdk_versions()``; compared as :func:`~xccl.plugin.version_below` orders versions); an unknown version passes.
     min_sdk: tuple[str, str] | None = None
     #: Dtypes outside ``dtypes`` that run as a composition of ``EMULATIONS`` instead (dtype -> its ``via``): a
     #: reduction over a dtype the backend moves but cannot reduce, e.g. ``{torch.float64: "all_gather"}``.

@@ -84,8 +84,13 @@ class Plugin:
     backend: ClassVar[str] = "gloo"
     #: True for accelerator plugins; auto-detection prefers an available accelerator over the CPU.
     accelerator: ClassVar[bool] = True
-    #: Environment variable that restricts visible devices, if the vendor has one.
+    #: Environment variable that restricts which devices a process sees (``"ASCEND_RT_VISIBLE_DEVICES"``,
+    #: ``"CUDA_VISIBLE_DEVICES"``), or None when the vendor has none. ``xccl doctor`` reads and checks it, and
+    #: reports it with the devices it found.
     visible_devices_env: ClassVar[str | None] = None
+    #: The vendor SDK's distributions (pip names, e.g. ``("torch-npu",)``): ``xccl doctor`` lists each with its
+    #: version or "not installed". Read from package metadata; nothing is imported.
+    sdk_packages: ClassVar[tuple[str, ...]] = ()
     #: The plugin contract version this plugin was written for.
     api_version: ClassVar[int] = PLUGIN_API_VERSION
 

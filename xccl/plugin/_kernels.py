@@ -10,8 +10,8 @@ A kernel returns a work handle when ``async_op`` is true and None once the colle
 documented constraints do not hold; dispatch then applies the fallback policy.
 
 :data:`KERNEL_SIGNATURES` lists, per op, the parameters a kernel must accept; :func:`kernel_problems` checks a
-callable against it, as pluggy verifies hook implementations when they are registered (the conformance suite
-runs it on every kernel a plugin returns, before running any).
+callable against it, as pluggy verifies hook implementations when they are registered: ``xccl.init`` runs it on
+every kernel the selected plugin returns (``_verify``), before any process group exists.
 """
 
 from __future__ import annotations
@@ -19,25 +19,11 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, final
-
-import torch
+from typing import Any, Final, final
 
 from ._capabilities import Collective
 
-__all__ = [
-    "KERNEL_SIGNATURES",
-    "AllGatherMMKernel",
-    "AllToAllVKernel",
-    "CollectiveKernel",
-    "KernelContext",
-    "MMAllReduceKernel",
-    "MMReduceScatterKernel",
-    "UnevenAllGatherKernel",
-    "UnevenReduceScatterKernel",
-    "kernel_problems",
-    "kernels_problems",
-]
+__all__ = ["KERNEL_SIGNATURES", "KernelContext", "kernel_problems", "kernels_problems"]
 
 C = Collective
 
@@ -135,56 +121,3 @@ def kernels_problems(kernels: Mapping[Collective, Callable[..., Any]]) -> list[s
             continue
         out += kernel_problems(op, kernel)
     return out
-
-
-# ------------------------------------------------------------------------------------------------- protocols
-# One per kind of kernel a plugin provides, for type checkers; KERNEL_SIGNATURES is what xccl checks at run time.
-
-
-class CollectiveKernel(Protocol):
-    """A kernel for a standard collective: ``kernel(ctx, *kernel_args, async_op)`` (arguments per
-    :data:`KERNEL_SIGNATURES`), returning a work handle when ``async_op`` and None otherwise."""
-
-    def __call__(self, ctx: KernelContext, /, *args: Any) -> Any: ...
-
-
-class UnevenAllGatherKernel(Protocol):
-    """``ALL_GATHER_INTO_TENSOR_UNEVEN``: rank ``i`` contributes ``output_split_sizes[i]`` rows of ``output``."""
-
-    def __call__(self, ctx: KernelContext, output: torch.Tensor, input: torch.Tensor,
-                 output_split_sizes: list[int], async_op: bool, /) -> Any: ...
-
-
-class UnevenReduceScatterKernel(Protocol):
-    """``REDUCE_SCATTER_TENSOR_UNEVEN``: rank ``i`` receives ``input_split_sizes[i]`` rows of the reduction."""
-
-    def __call__(self, ctx: KernelContext, output: torch.Tensor, input: torch.Tensor,
-                 input_split_sizes: list[int], op: Any, async_op: bool, /) -> Any: ...
-
-
-class AllToAllVKernel(Protocol):
-    """``ALL_TO_ALL_V``: ``send_count_matrix[i][j]`` elements go from rank ``i`` to rank ``j``."""
-
-    def __call__(self, ctx: KernelContext, output: torch.Tensor, input: torch.Tensor,
-                 send_count_matrix: list[list[int]], async_op: bool, /) -> Any: ...
-
-
-class MMReduceScatterKernel(Protocol):
-    """``MM_REDUCE_SCATTER``: ``reduce_scatter(a @ b + bias)`` along dim 0; returns this rank's (m/W, n)."""
-
-    def __call__(self, ctx: KernelContext, a: torch.Tensor, b: torch.Tensor, reduce_op: str,
-                 bias: torch.Tensor | None, /) -> torch.Tensor: ...
-
-
-class AllGatherMMKernel(Protocol):
-    """``ALL_GATHER_MM``: ``g = all_gather(a)``; returns ``(g @ b, g)`` (the second may be empty when not asked)."""
-
-    def __call__(self, ctx: KernelContext, a: torch.Tensor, b: torch.Tensor, gather_output: bool, /
-                 ) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-
-class MMAllReduceKernel(Protocol):
-    """``MM_ALL_REDUCE``: ``all_reduce(a @ b + bias)``; returns ``a``'s shape with ``n`` last."""
-
-    def __call__(self, ctx: KernelContext, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, /
-                 ) -> torch.Tensor: ...

@@ -54,8 +54,10 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
 from ._sim_completion import complete
+from ._sim_dtypes import carried, widened
 from ._sim_runtime import GroupRuntime
 from ._vendor_runtime import PLAIN, VendorRuntime
+from ._work import Work
 
 __all__ = [
     "NATIVE_OP_KEYS",
@@ -180,7 +182,8 @@ class SimProfile:
     native_ops: Mapping[str, str | None]
     #: Dtypes the vendor accepts; others raise ``"<vendor_name>: Invalid scalar type <dtype>"``.
     dtypes: frozenset[torch.dtype]
-    #: Reduce ops the vendor accepts, lower case (:data:`REDUCE_OP_NAMES`).
+    #: Reduce ops the vendor accepts, lower case (:data:`REDUCE_OP_NAMES`), for every dtype not in
+    #: ``dtype_reduce_ops``; others raise ``"<vendor_name>: unsupported reduce op ReduceOp.<OP> (supported: ...)"``.
     reduce_ops: frozenset[str]
     #: False: ``alltoall_base`` with unequal split sizes raises (SCCL ignores the splits and would compute
     #: garbage, so the simulation refuses instead of reproducing that).
@@ -194,19 +197,29 @@ class SimProfile:
     #: Reduce op (lower case) -> the exact message the vendor raises for it, for ops not in :attr:`reduce_ops`;
     #: ops not listed raise ``"<vendor_name>: unsupported reduce op ReduceOp.<OP> (supported: ...)"``.
     reduce_op_messages: Mapping[str, str] = field(default_factory=dict)
+    #: Per-dtype override of ``reduce_ops``, as ``Support.dtype_reduce_ops`` in the capability table (a library
+    #: that reduces floats with AVG but bool with nothing bitwise): a reduction's dtype found here is checked
+    #: against its set instead.
+    dtype_reduce_ops: Mapping[torch.dtype, frozenset[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = set(self.native_ops) - NATIVE_OP_KEYS
         if unknown:
             raise ValueError(f"SimProfile {self.backend!r}: unknown native_ops keys {sorted(unknown)}; "
                              f"expected c10d Backend method names: {sorted(NATIVE_OP_KEYS)}")
-        bad_ops = (set(self.reduce_ops) | set(self.reduce_op_messages)) - REDUCE_OP_NAMES
+        bad_ops = (set(self.reduce_ops) | set(self.reduce_op_messages)).union(*self.dtype_reduce_ops.values()) - \
+            REDUCE_OP_NAMES
         if bad_ops:
             raise ValueError(f"SimProfile {self.backend!r}: unknown reduce ops {sorted(bad_ops)}; "
                              f"expected some of {sorted(REDUCE_OP_NAMES)}")
         # Freeze the table so a profile shared by every group cannot change under them.
         object.__setattr__(self, "native_ops", MappingProxyType(dict(self.native_ops)))
         object.__setattr__(self, "reduce_op_messages", MappingProxyType(dict(self.reduce_op_messages)))
+        object.__setattr__(self, "dtype_reduce_ops", MappingProxyType(dict(self.dtype_reduce_ops)))
+
+    def reduce_ops_for(self, dtype: torch.dtype) -> frozenset[str]:
+        """The reduce ops the vendor accepts over ``dtype``."""
+        return self.dtype_reduce_ops.get(dtype, self.reduce_ops)
 
     def refusal(self, key: str) -> str | None:
         """The message the vendor raises for ``Backend.<key>``, or None if it implements it."""
@@ -367,17 +380,18 @@ class SimulatedProcessGroup(dist.ProcessGroup):
                 raise SimulatedVendorError(profile.backend, key,
                                            f"{profile.vendor_name}: Invalid scalar type {tensor.dtype}")
         op = _reduce_op_name(args, kwargs) if key in _REDUCING else None
-        if op is not None and op not in profile.reduce_ops:
-            allowed = ", ".join(sorted(profile.reduce_ops)) or "none"
-            raise SimulatedVendorError(profile.backend, key, profile.reduce_op_messages.get(op) or (
-                f"{profile.vendor_name}: unsupported reduce op ReduceOp.{op.upper()} (supported: {allowed})"))
+        dtypes = dict.fromkeys(t.dtype for t in _tensors((args, kwargs)))
+        for dtype in dtypes:
+            if op is not None and op not in profile.reduce_ops_for(dtype):
+                allowed = ", ".join(sorted(profile.reduce_ops_for(dtype))) or "none"
+                over = f" over {dtype}" if dtype in profile.dtype_reduce_ops else ""
+                raise SimulatedVendorError(profile.backend, key, profile.reduce_op_messages.get(op) or (
+                    f"{profile.vendor_name}: unsupported reduce op ReduceOp.{op.upper()}{over} (supported: {allowed})"))
         if profile.check_call is not None:
-            for dtype in dict.fromkeys(t.dtype for t in _tensors((args, kwargs))):
+            for dtype in dtypes:
                 message = profile.check_call(key, dtype, op)
                 if message is not None:
                     raise SimulatedVendorError(profile.backend, key, message)
-        if op == "premul_sum":
-            args = _premul_as_sum(key, args)
         if key == "alltoall_base" and not profile.uneven_all_to_all:
             self._require_even_splits(args, kwargs)
         return args
@@ -401,10 +415,20 @@ def _gated(method: str, key: str) -> Callable[..., Any]:
     def call(self: SimulatedProcessGroup, *args: Any, **kwargs: Any) -> Any:
         args = self._admit(key, args, kwargs)
         if key not in _REDUCING:
-            args, kwargs = _carried(args), _carried(kwargs)
+            args, kwargs = carried(args), carried(kwargs)
+            back: list[tuple[torch.Tensor, torch.Tensor]] = []
+        else:
+            args, back = widened(args, in_place=key in _IN_PLACE)
+            if _reduce_op_name(args, kwargs) == "premul_sum":
+                args = _premul_as_sum(key, args)
         vendor = self.simulated_runtime
         vendor.before(key)
-        return complete(self._completion, key, vendor.after(key, getattr(self._inner, method)(*args, **kwargs)))
+        work = vendor.after(key, getattr(self._inner, method)(*args, **kwargs))
+        if back:
+            # The vendor reduced in the narrow dtype; gloo reduced a wide copy: the result goes back once it is
+            # there.
+            work = Work([work], then=lambda: [narrow.copy_(wide) for narrow, wide in back])
+        return complete(self._completion, key, work)
 
     call.__name__ = method
     call.__qualname__ = f"SimulatedProcessGroup.{method}"
@@ -428,32 +452,6 @@ def _tensors(obj: object) -> Iterator[torch.Tensor]:
     elif isinstance(obj, dict):
         for item in obj.values():
             yield from _tensors(item)
-
-
-#: Dtypes gloo's collectives take. Measured on torch 2.13 (2 ranks): int16, uint16, uint32, uint64 and both float8
-#: types raise "Invalid scalar type" in every gloo collective but send/recv.
-_GLOO_DTYPES: Final = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
-                                 torch.int32, torch.int64, torch.bool})
-#: A gloo dtype of each element size, to carry the others.
-_GLOO_CARRIERS: Final = {1: torch.uint8, 2: torch.float16, 4: torch.int32, 8: torch.int64}
-
-
-def _carried(obj: Any) -> Any:
-    """``obj`` with every tensor of a dtype gloo cannot move viewed as a gloo dtype of the same width.
-
-    Only for calls that move bytes: a vendor that moves a dtype gloo lacks (HCCL's uint16 or float8) copies it bit
-    for bit, and so does gloo through the same-sized view, which shares the tensor's storage.
-    """
-    if isinstance(obj, torch.Tensor):
-        carrier = None if obj.dtype in _GLOO_DTYPES or obj.is_complex() else _GLOO_CARRIERS.get(obj.element_size())
-        return obj if carrier is None else obj.view(carrier)
-    if isinstance(obj, list):
-        return [_carried(item) for item in obj]
-    if isinstance(obj, tuple):
-        return tuple(_carried(item) for item in obj)
-    if isinstance(obj, dict):
-        return {k: _carried(v) for k, v in obj.items()}
-    return obj
 
 
 def _reduce_op_name(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:

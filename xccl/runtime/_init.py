@@ -37,6 +37,7 @@ from ..plugin._job import Job
 from ..plugin._jobenv import job_env
 from ..plugin._registry import Registry, default_registry
 from ..plugin._sim import register_simulated_backend, simulated_backend_of
+from ..plugin._verify import verify
 from ._backend_check import all_arrived, wrong_backend
 from ._env import env_init_method, job_of, rendezvous_error, resolve_ranks, timeout_of
 from ._rendezvous import rendezvous
@@ -75,6 +76,13 @@ def _select(vendor: str, simulate: bool | None, registry: Registry) -> tuple[Plu
     if plugin.simulation() is None:
         raise BackendUnavailable(vendor, "this plugin has no CPU simulation", "run it on its hardware")
     return plugin, True
+
+
+def _runtime_of(plugin: Plugin, simulate: bool) -> Runtime:
+    """The selected plugin's runtime, checked against the plugin contract before any process group exists."""
+    runtime = plugin.runtime(simulate=simulate)
+    verify(plugin, runtime, simulate=simulate)
+    return runtime
 
 
 def _check_policy(fallback: str, check: bool | None) -> bool:
@@ -146,7 +154,7 @@ def process_group_backend(
     """
     check = _check_policy(fallback, check)
     plugin, sim = _select(vendor, simulate, registry or default_registry())
-    runtime = plugin.runtime(simulate=sim)
+    runtime = _runtime_of(plugin, sim)
     name = _prepare(runtime, fallback, check)
     STATE.job_at = partial(job_of, local_rank=local_rank)
     return name
@@ -185,7 +193,7 @@ def init(
             a given timeout is not what bounds collectives; ``World.timeout`` and ``World.collective_timeout``
             say what holds).
         simulate: run a vendor plugin on CPU over gloo (default: ``XCCL_SIMULATE=<vendor>``).
-        fallback: what to do when the backend lacks an op: ``"emulate"`` silently, ``"warn"`` once per op,
+        fallback: what to do when the plugin's library lacks an op: ``"emulate"`` silently, ``"warn"`` once per op,
             ``"error"`` raise :class:`~xccl.UnsupportedCollective`.
         check: turn on the collective-mismatch detector (default: ``XCCL_CHECK=1``).
         registry: plugins to choose from (default: the installed entry points); a test seam.
@@ -240,7 +248,7 @@ def _create_world(
     t = STATE.lap("launcher variables", t)
     plugin, sim = _select(vendor, simulate, registry)
     t = STATE.lap("plugin discovery", t)
-    runtime = plugin.runtime(simulate=sim)
+    runtime = _runtime_of(plugin, sim)
     name = _prepare(runtime, fallback, check)
     t = STATE.lap("runtime and backend registration", t)
     device = _place(runtime, job)
@@ -313,7 +321,7 @@ def _adopt_world(
     if runtime is None or not ours:
         plugin = _plugin_for(backend, vendor, registry)
         sim = simulated_backend_of() is not None if simulate is None else simulate
-        runtime = plugin.runtime(simulate=sim)
+        runtime = _runtime_of(plugin, sim)
     # Group states made before this call (a framework's collectives on xccl's group) were planned under the
     # settings of process_group_backend; rebuild them under init's.
     STATE.groups.clear()
@@ -349,8 +357,9 @@ def _plugin_for(backend: str, vendor: str, registry: Registry) -> Plugin:
     if not found:
         raise InitError(f"torch.distributed is initialised on {backend!r}, which no installed xccl plugin drives; "
                         "install the vendor's xccl plugin, or initialise on a backend one drives")
-    # Several plugins over one backend (test plugins over gloo): the built-in one of that backend comes first.
-    return sorted(found, key=lambda p: p.accelerator)[0]
+    # Several plugins over one backend (test plugins over gloo): the built-in one of that backend comes first,
+    # then CPU plugins before accelerator ones (sorted is stable: entry-point order after that).
+    return sorted(found, key=lambda p: (not type(p).__module__.startswith("xccl."), p.accelerator))[0]
 
 
 def capabilities(plugin: str | None = None) -> CapabilityTable:

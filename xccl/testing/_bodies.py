@@ -19,9 +19,11 @@ from typing import Any
 import torch
 
 import xccl
-from xccl.plugin._capabilities import ALL_REDUCE_OPS, CapabilityTable, Collective, Level, Mode
+from xccl.plugin._capabilities import CapabilityTable, Collective, Level, Mode
 
-from ._cases import DTYPES, FLOATS, FUSED, SYNC_ONLY, build, make
+from ._cases import DTYPES, SYNC_ONLY, build, make
+from ._claims import async_shapes, claim_fix, shapes
+from ._reference import mismatch
 
 __all__ = [
     "DTYPES",
@@ -40,30 +42,6 @@ C = Collective
 # ------------------------------------------------------------------------------------------ what to expect
 
 
-def shapes(table: CapabilityTable, op: Collective, world_size: int, mode: Mode = Mode.EAGER
-           ) -> list[tuple[torch.dtype, str, Level]]:
-    """Every (dtype, reduce op) the suite tries for ``op``, with the level the table promises for it.
-
-    Fused ops take a shape-independent decision (native kernel, else the portable version), so they are
-    expected to run unless the entry itself is unsupported. send and recv are tested together (a ring), so each
-    one's case runs only where both are supported.
-    """
-    entry = table.entry(op, mode)
-    fused = op in FUSED
-    dtypes = list(FLOATS if fused else DTYPES)
-    if entry.dtypes is not None and not any(d in entry.dtypes for d in dtypes):
-        extra = sorted(entry.dtypes, key=str)
-        dtypes += [d for d in extra if d.is_floating_point or not fused][:1]
-    if op is C.MM_REDUCE_SCATTER:
-        redops = ["sum"]
-    elif op.reduces and not fused:
-        redops = list(ALL_REDUCE_OPS)
-    else:
-        redops = [""]
-    return [(dt, ro, entry.level if fused else expected_level(table, op, mode, dt, ro, world_size))
-            for dt in dtypes for ro in redops]
-
-
 def expected_level(table: CapabilityTable, op: Collective, mode: Mode, dtype: torch.dtype, redop: str, n: int) -> Level:
     """The table's level for one call shape, as dispatch decides it (the table consults an emulation's building
     blocks: reduce_scatter via all_reduce, asked for a reduce op all_reduce lacks, is unsupported)."""
@@ -78,25 +56,6 @@ def _ring_peer_ok(table: CapabilityTable, op: Collective, dt: torch.dtype, n: in
 
 
 # ------------------------------------------------------------------------------------------------- helpers
-
-
-def mismatch(got: Any, want: torch.Tensor) -> str | None:
-    """Why ``got`` is not ``want`` (None when it is): dtype, shape, then values."""
-    if not isinstance(got, torch.Tensor):
-        return f"returned {type(got).__name__}, expected a tensor"
-    got = got.detach().cpu()
-    if got.dtype != want.dtype:
-        return f"dtype {got.dtype}, expected {want.dtype}"
-    if got.shape != want.shape:
-        return f"shape {tuple(got.shape)}, expected {tuple(want.shape)}"
-    if want.is_floating_point():
-        tol = 1e-2 if want.element_size() < 4 else 1e-5
-        ok = torch.allclose(got.float(), want.float(), rtol=tol, atol=tol)
-    else:
-        ok = torch.equal(got, want)
-    if ok:
-        return None
-    return f"values {got.flatten()[:8].tolist()}..., expected {want.flatten()[:8].tolist()}..."
 
 
 def _compare(outs: Any, want: tuple[torch.Tensor | None, ...]) -> str | None:
@@ -140,7 +99,7 @@ def _report() -> dict[str, list[str]]:
 def kernel_signature_problems(progress: str | None = None) -> list[str]:
     """What is wrong with the signatures of the selected runtime's kernels (empty: each takes what xccl passes)."""
     from xccl.collectives._state import STATE
-    from xccl.plugin import kernels_problems
+    from xccl.plugin._kernels import kernels_problems
 
     runtime = STATE.runtime
     return [] if runtime is None else kernels_problems(runtime.kernels())
@@ -158,13 +117,15 @@ def eager_batch(progress: str | None = None) -> dict[str, dict[str, list[str]]]:
     reports = {op.value: _report() for op in C}
     for op in C:
         rep = reports[op.value]
-        for dt, ro, level in shapes(table, op, w.world_size):
+        tried = shapes(table, op, w.world_size)
+        also_async = async_shapes(table, op, w.world_size, tried) if op not in SYNC_ONLY else set()
+        for dt, ro, level in tried:
             if level is Level.UNSUPPORTED:
                 continue
             if not _ring_peer_ok(table, op, dt, w.world_size, Mode.EAGER):
                 rep["skipped"].append(f"{dt} (needs {'recv' if op is C.SEND else 'send'} for the ring)")
                 continue
-            for async_op in (False, True) if op not in SYNC_ONLY else (False,):
+            for async_op in (False, True) if (dt, ro) in also_async else (False,):
                 case = build(op, dt, ro, n=w.world_size, r=w.rank, device=w.device, async_op=async_op)
                 with _progress(path, f"{op.value} {case.label}"):
                     try:
@@ -174,7 +135,8 @@ def eager_batch(progress: str | None = None) -> dict[str, dict[str, list[str]]]:
                 if why is None:
                     rep["ran"].append(case.label)
                 else:
-                    rep["failures"].append(f"{op.value} {case.label} ({level.value}): {why}")
+                    fix = claim_fix(table, op, Mode.EAGER, dt, ro)
+                    rep["failures"].append(f"{op.value} {case.label} ({level.value}): {why}. {fix}")
     return reports
 
 

@@ -3,8 +3,8 @@
 The suite (:mod:`xccl.testing.conformance`) sends these module-level functions to a :class:`RankPool`, so they
 must import without pytest. Each rank builds the same list of :class:`Case` objects from the plugin's own
 capability table (the call order must be identical on every rank), runs them, and compares every output with a
-reference it computes on CPU from the deterministic inputs of *every* rank: small integers, so that sums,
-products and averages are exact in every dtype tested, and the reference is what gloo computes.
+reference it computes on CPU from the deterministic inputs of *every* rank (:mod:`._reference`: the operation's
+mathematical result, independent of the plugin and of xccl's simulation).
 
 A case is a function of its input tensors that allocates its outputs, calls one xccl op and returns the outputs.
 Eager mode calls it; graph mode compiles the very same function with ``torch.compile(fullgraph=True)``.
@@ -13,7 +13,7 @@ Eager mode calls it; graph mode compiles the very same function with ``torch.com
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, final
 
@@ -22,17 +22,15 @@ import torch
 import xccl
 from xccl.plugin._capabilities import Collective
 
+from ._claims import ALWAYS as DTYPES
+from ._claims import FLOATS, FUSED
+from ._reference import PREMUL, make, reduce_ref
+
 __all__ = ["BUILDERS", "DTYPES", "FLOATS", "FUSED", "SYNC_ONLY", "Case", "build", "make", "reduce_op", "reduce_ref"]
 
 C = Collective
-#: Dtypes every op is tried with (plus the first one a table lists, when it lists none of these).
-DTYPES: Final = (torch.float32, torch.bfloat16, torch.int64)
-FLOATS: Final = (torch.float32, torch.bfloat16)
-FUSED: Final = frozenset({C.MM_REDUCE_SCATTER, C.ALL_GATHER_MM, C.MM_ALL_REDUCE})
 #: Ops without an ``async_op`` argument.
 SYNC_ONLY: Final = FUSED | {C.MONITORED_BARRIER}
-#: The scale of the premul_sum cases.
-PREMUL: Final = 2.0
 
 
 @final
@@ -64,49 +62,6 @@ class _Env:
     def done(self, work: Any) -> None:
         if self.async_op and work is not None:
             work.wait()
-
-
-# -------------------------------------------------------------------------------------------------- inputs
-
-
-def make(rank: int, shape: tuple[int, ...], dtype: torch.dtype, salt: int = 0) -> torch.Tensor:
-    """Rank ``rank``'s deterministic input: small integers in [-4, 4] (exact in every float dtype tested)."""
-    gen = torch.Generator().manual_seed(7919 * rank + 104729 * salt + 1)
-    return torch.randint(-4, 5, shape, generator=gen).to(dtype)
-
-
-def reduce_ref(ts: Sequence[torch.Tensor], op: str) -> torch.Tensor:
-    """What gloo computes for ``op`` over ``ts`` (in rank order, in the tensors' dtype).
-
-    Where ``op`` is undefined for the dtype (bitwise ops on floats) there is no reference: the result is an
-    empty tensor, which no output matches. Such shapes are only ever tried as refusals.
-    """
-    acc = ts[0].clone()
-    try:
-        for t in ts[1:]:
-            acc = _combine(acc, t, op)
-    except (NotImplementedError, RuntimeError, TypeError):
-        return ts[0].new_empty((0,))
-    if op == "avg":
-        n = len(ts)
-        acc = acc / n if acc.is_floating_point() else torch.div(acc, n, rounding_mode="trunc")
-    if op == "premul_sum":
-        acc = acc * PREMUL
-    return acc.to(ts[0].dtype)
-
-
-def _combine(acc: torch.Tensor, t: torch.Tensor, op: str) -> torch.Tensor:
-    if op in ("sum", "avg", "premul_sum"):
-        return acc + t
-    fns: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-        "product": torch.mul,
-        "min": torch.minimum,
-        "max": torch.maximum,
-        "band": torch.bitwise_and,
-        "bor": torch.bitwise_or,
-        "bxor": torch.bitwise_xor,
-    }
-    return fns[op](acc, t)
 
 
 def reduce_op(name: str) -> Any:

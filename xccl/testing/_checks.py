@@ -18,6 +18,8 @@ from xccl.plugin._contract import PLUGIN_API_VERSION, Plugin, ProbeResult
 from xccl.plugin._registry import PluginInfo
 from xccl.plugin._versions import version_key
 
+from ._claims import claim_problems
+
 __all__ = [
     "KNOWN_SDKS",
     "comm_name_problems",
@@ -49,7 +51,7 @@ def table_problems(plugin: Plugin, table: object) -> list[str]:
         if not isinstance(sup, Support) or not isinstance(sup.level, Level):
             problems.append(f"{where}: entry is {sup!r}, not a Support with a Level")
             continue
-        problems += [f"{where}: {p}" for p in _entry_problems(op, mode, sup, EMULATIONS)]
+        problems += [f"{where}: {p}" for p in _entry_problems(op, mode, sup, EMULATIONS) + claim_problems(op, mode, sup)]
         if mode is Mode.GRAPH and sup.level is not Level.UNSUPPORTED and table.entry(op).level is Level.UNSUPPORTED:
             problems.append(f"{where}: supported in graph mode but unsupported in eager mode")
     try:

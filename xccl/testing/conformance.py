@@ -18,12 +18,15 @@ It checks behaviour, not instantiation:
 * its capability table is well-formed data (dtypes, reduce ops, world sizes, known emulations);
 * discovering, probing and reading the table import no vendor SDK (checked through ``sys.modules`` in a fresh
   interpreter);
-* every op and call shape the table marks native or emulated runs at every world size (2 and 4 by default),
-  sync and async, on real rank processes, and matches the reference gloo computes;
+* every op and call shape the table marks native or emulated (every claimed dtype, bool, integers, unsigned and
+  float8 included, and every reduce op) runs at every world size (2 and 4 by default) on real rank processes, and
+  matches the operation's mathematical result computed on CPU from every rank's inputs (:mod:`._reference`), not
+  the simulation's own answer; each way an op runs (native, each emulation, each cast) is also called async;
 * every call shape marked unsupported raises :class:`~xccl.UnsupportedCollective` on a rank that calls it alone,
   that is, before any communication;
 * every graph-mode claim holds under ``torch.compile(fullgraph=True)`` and matches eager (once xccl's graph path
   exists);
+* a DDP step and an FSDP2 step of a tiny model on the plugin's backend match a single-process reference;
 * communicator names are the same on every member, stable, and unique per group;
 * the vendor's run time the plugin declares (``Plugin.vendor_runtime()``): xccl's policy holds on it (a peer late
   by less than the execution timeout kills no process; the world is connected at ``xccl.init``; the SDK's
@@ -38,11 +41,10 @@ per-op tests read its report, so the whole suite takes seconds after the ranks h
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, final
 
@@ -52,7 +54,8 @@ from xccl.plugin._capabilities import Collective, Level
 from xccl.plugin._contract import Plugin
 from xccl.plugin._registry import PluginInfo, Status, default_registry
 
-from . import _bodies, _runtime_bodies
+from . import _bodies, _runtime_bodies, _stacks
+from ._batches import Batches as _Batches
 from ._checks import (
     KNOWN_SDKS,
     comm_name_problems,
@@ -61,7 +64,7 @@ from ._checks import (
     identity_problems,
     table_problems,
 )
-from ._pool import Outcome, RankPool
+from ._claims import tried_dtypes
 
 __all__ = [
     "KNOWN_SDKS",
@@ -80,7 +83,6 @@ DEFAULT_WORLD_SIZES: Final = (2, 4)
 #: ``torch.compile`` backend for the graph-mode checks, unless ``--xccl-compile-backend`` says otherwise:
 #: aot_eager traces and functionalises exactly as Inductor does, without compiling C++ (seconds, not minutes).
 DEFAULT_COMPILE_BACKEND: Final = "aot_eager"
-_BATCH_TIMEOUT: Final = 300.0
 _COLLECTIVE_TIMEOUT: Final = 60.0
 
 
@@ -175,108 +177,6 @@ def parse_world_sizes(raw: str) -> tuple[int, ...]:
     return sizes
 
 
-# -------------------------------------------------------------------------------------- batched rank runs
-
-
-class _Batches:
-    """Runs each batch body once per world size and remembers the merged report, or the failure, so that the
-    per-op tests read it instead of running (or hanging) again.
-
-    The suite keeps its own rank pools (one per world size, closed with the suite) rather than the session's
-    ``rank_pools``: its ranks are initialised for one plugin and would only evict the pools other tests share.
-    CPU and simulated ranks fork from a server that imported torch once (a pool starts in a second instead of
-    several); ranks on a real accelerator are spawned, since a vendor runtime need not survive a fork.
-    """
-
-    def __init__(self, target: Target, workdir: str) -> None:
-        self.target = target
-        self.workdir = workdir
-        self._pools: dict[tuple[int, tuple[tuple[str, str], ...]], RankPool] = {}
-        self._done: dict[tuple[str, int], dict[str, dict[str, list[str]]] | list[Outcome] | str] = {}
-
-    def _pool(self, world_size: int, env: Mapping[str, str] | None = None) -> RankPool:
-        why = self.target.cannot_run(world_size)
-        if why:
-            pytest.skip(why)
-        key = (world_size, tuple(sorted((env or {}).items())))
-        pool = self._pools.get(key)
-        if pool is None:
-            cpu = self.target.simulate or self.target.plugin.device_type == "cpu"
-            pool = self._pools[key] = RankPool(
-                world_size, self.target.init_kwargs(), {**self.target.env, **(env or {})},
-                start_method="forkserver" if cpu else "spawn",
-            )
-        if not pool.alive:
-            pool.start()
-        return pool
-
-    def close(self) -> None:
-        """Stop every rank."""
-        for pool in self._pools.values():
-            pool.close()
-        self._pools.clear()
-
-    def outcomes(self, kind: str, world_size: int, body: Callable[..., Any], *args: Any,
-                 env: Mapping[str, str] | None = None) -> list[Outcome]:
-        """Every rank's outcome of ``body(*args, progress)``, run once per (kind, world size), on ranks with
-        ``env`` added to the suite's environment."""
-        key = (kind, world_size)
-        if key not in self._done:
-            progress = os.path.join(self.workdir, f"{kind}-{world_size}")
-            try:
-                pool = self._pool(world_size, env)
-                self._done[key] = pool.run(body, *args, progress, timeout=_BATCH_TIMEOUT)
-            except TimeoutError as exc:
-                self._done[key] = f"{exc}. {_where(progress, world_size)}"
-            except RuntimeError as exc:  # the pool failed to start: xccl.init raised on some rank
-                self._done[key] = f"the {world_size} ranks could not start {self.target.mode}: {exc}"
-        done = self._done[key]
-        if isinstance(done, str):
-            pytest.fail(done, pytrace=False)
-        return done  # type: ignore[return-value]
-
-    def report(self, kind: str, world_size: int, body: Callable[..., Any], *args: Any) -> dict[str, dict[str, list[str]]]:
-        """The per-op report of a batch body, merged over ranks: a label ran only if it ran on every rank."""
-        key = (f"{kind}:merged", world_size)
-        if key not in self._done:
-            outs = self.outcomes(kind, world_size, body, *args)
-            bad = [o for o in outs if not o.ok]
-            if bad:
-                self._done[key] = "the batch failed on some ranks:\n" + "\n".join(map(str, bad))
-            else:
-                self._done[key] = _merge([o.value for o in outs])
-        done = self._done[key]
-        if isinstance(done, str):
-            pytest.fail(done, pytrace=False)
-        return done  # type: ignore[return-value]
-
-
-def _where(progress: str, world_size: int) -> str:
-    lines = []
-    for r in range(world_size):
-        try:
-            with open(f"{progress}.{r}", encoding="utf-8") as f:
-                lines.append(f"rank {r} was in: {f.read()}")
-        except OSError:
-            continue
-    return "; ".join(lines) if lines else "no rank reported what it was doing"
-
-
-def _merge(reports: list[dict[str, dict[str, list[str]]]]) -> dict[str, dict[str, list[str]]]:
-    merged: dict[str, dict[str, list[str]]] = {}
-    for op in Collective:
-        per_rank = [rep[op.value] for rep in reports]
-        ran = [label for label in per_rank[0]["ran"] if all(label in p["ran"] for p in per_rank)]
-        failures = [f"rank {r}: {msg}" for r, p in enumerate(per_rank) for msg in p["failures"]]
-        merged[op.value] = {
-            "ran": ran,
-            "refused": per_rank[0]["refused"],
-            "skipped": per_rank[0]["skipped"],
-            "failures": failures,
-        }
-    return merged
-
-
 # ----------------------------------------------------------------------------------------------- the suite
 
 _OPS: Final = list(Collective)
@@ -355,7 +255,8 @@ class Conformance:
 
     @pytest.mark.parametrize("op", _OPS, ids=str)
     def test_eager(self, xccl_target: Target, xccl_batches: _Batches, xccl_world_size: int, op: Collective) -> None:
-        """Every call shape the table marks native or emulated runs, sync and async, and matches gloo."""
+        """Every call shape the table marks native or emulated (each claimed dtype and reduce op) runs and
+        returns the operation's mathematical result, computed on CPU from every rank's inputs."""
         table = xccl_target.plugin.capabilities()
         rep = xccl_batches.report("eager", xccl_world_size, _bodies.eager_batch)[op.value]
         where = f"{op.value} on {xccl_target.name} ({xccl_target.mode}, {xccl_world_size} ranks)"
@@ -366,7 +267,7 @@ class Conformance:
             pytest.skip("; ".join(rep["skipped"]))
         assert rep["ran"], (
             f"{op.value} is marked {table.entry(op).level.value}, but none of the call shapes tried "
-            f"({', '.join(str(d).removeprefix('torch.') for d in _bodies.DTYPES)}) is supported at {xccl_world_size} "
+            f"({', '.join(str(d).removeprefix('torch.') for d in tried_dtypes(table.entry(op), op))}) is supported at {xccl_world_size} "
             "ranks: the claim is never exercised"
         )
 
@@ -408,6 +309,21 @@ class Conformance:
         last = max(o.value["entered"] for o in outs)
         early = {o.rank: round(last - o.value["left"], 3) for o in outs if o.value["left"] < last - 0.05}
         assert not early, f"ranks left the barrier this many seconds before the last rank entered it: {early}"
+
+    def test_training_steps_match_a_single_process(
+        self, xccl_target: Target, xccl_batches: _Batches, xccl_world_size: int
+    ) -> None:
+        """A DDP step and an FSDP2 step of a tiny MLP on the plugin's backend give the losses and parameters one
+        process computes on the whole batch (torch.distributed reaches xccl from C++, with its own reduce ops and
+        async handles); a stack whose collectives the table refuses is skipped."""
+        outs = xccl_batches.outcomes("stacks", xccl_world_size, _stacks.training_steps)
+        bad = [o for o in outs if not o.ok]
+        assert not bad, "the training steps raised:\n" + "\n".join(map(str, bad))
+        failed = [f"rank {o.rank}: {v['failed']}" for o in outs for v in o.value.values() if "failed" in v]
+        assert not failed, "\n".join(failed)
+        skipped = [f"{k}: {v['skipped']}" for k, v in outs[0].value.items() if "skipped" in v]
+        if len(skipped) == len(outs[0].value):
+            pytest.skip("; ".join(skipped))
 
     def test_comm_names_are_unique_per_group_and_stable(
         self, xccl_target: Target, xccl_batches: _Batches, xccl_world_size: int

@@ -49,6 +49,7 @@ BUSBW_FACTORS: Final[dict[str, Callable[[int], float]]] = {
     "all_reduce_coalesced": lambda n: 2 * (n - 1) / n,
     "all_gather_coalesced": lambda n: (n - 1) / n,
     "barrier": lambda n: 0.0,
+    "monitored_barrier": lambda n: 0.0,
 }
 
 #: Every op ``xccl bench`` runs (``sendrecv``: each rank sends to the next and receives from the previous).

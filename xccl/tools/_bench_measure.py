@@ -27,7 +27,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import torch
 
@@ -39,6 +39,9 @@ from ._bench_ops import Case, build_case
 from ._bench_report import format_row, print_header, summarize, summary_lines
 
 __all__ = ["median_ci", "paired", "plan_rounds", "run_op"]
+
+#: Ops that move no data: one row, no size sweep.
+_NO_DATA: Final = frozenset({"barrier", "monitored_barrier"})
 
 
 class Progress:
@@ -224,7 +227,7 @@ def run_op(
     dtype = DTYPES[cfg.dtype]
     coll = COLLECTIVE[op]
     table = context(None).table
-    shape: dict[str, Any] = {"dtype": dtype if op != "barrier" else None,
+    shape: dict[str, Any] = {"dtype": dtype if op not in _NO_DATA else None,
                              "reduce_op": "sum" if coll.reduces else None, "world_size": n}
     res = table.resolve(coll, **shape)
     via = res.via
@@ -250,7 +253,7 @@ def run_op(
         "error": None,
         "rows": [],
     }
-    sizes = [0] if op == "barrier" else sweep_sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor)
+    sizes = [0] if op in _NO_DATA else sweep_sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor)
 
     def finish(s: _Sampler) -> None:
         row = s.row(op, n, device)

@@ -250,4 +250,7 @@ def build_case(
                     fan_in(partial(dist.recv, group=g), partial(dist.send, group=g)), "dist.recv without src", [t])
     if op == "barrier":
         return Case(0, 0, lambda: xccl.barrier(group=xg), lambda: dist.barrier(group=g), "dist.barrier")
+    if op == "monitored_barrier":
+        return Case(0, 0, lambda: xccl.monitored_barrier(group=xg), lambda: dist.monitored_barrier(group=g),
+                    "dist.monitored_barrier")
     raise BenchError(f"unknown op {op!r}")

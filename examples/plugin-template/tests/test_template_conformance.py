@@ -1,5 +1,8 @@
-"""The template plugin runs xccl's conformance suite on itself: a plain `pytest` here runs it."""
+"""xccl's conformance kit on the plugin, in the CPU simulation: a plain `pytest` here runs it at 2 and 4 ranks.
+
+On the hardware: `pytest --xccl-plugin template` (every claim, against the real library).
+"""
 
 from xccl.testing.conformance import suite
 
-TestTemplateConformance = suite("template")
+TestTemplateConformance = suite("template", simulate=True)

@@ -1,6 +1,8 @@
-"""An example xccl plugin: everything a vendor backend needs, over gloo so that it runs anywhere.
+"""xccl-template: the xccl plugin for Example Devices (templatecl through torch_template), and its CPU simulation.
 
-Importing this package imports no SDK (xccl imports it at discovery, on every machine, to list and probe it).
+``xccl.init(vendor="template")`` selects it on a host with the SDK and a device; ``XCCL_SIMULATE=template`` (or
+``xccl.init(vendor="template", simulate=True)``) runs the same code path on CPU with the library's rules enforced.
+Importing this package imports no SDK: xccl imports it on every machine, to list and probe it.
 """
 
 from ._plugin import TemplatePlugin, plugin

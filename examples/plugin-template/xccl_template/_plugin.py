@@ -1,37 +1,76 @@
-"""The entry point's target: identity, a cheap probe, the capability table. Imports no SDK."""
+"""The entry point's target: identity, probe, capability table, simulation profile, run-time behaviour and rank
+table of Example Devices, all cheap. Nothing here imports torch_template: the runtime, which does, is built only once the
+plugin is selected.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
-from xccl.plugin import PLUGIN_API_VERSION, CapabilityTable, Plugin, ProbeResult, Runtime
+from xccl.plugin import (
+    PLUGIN_API_VERSION,
+    CapabilityTable,
+    Completion,
+    Plugin,
+    ProbeResult,
+    RankTableFormat,
+    Runtime,
+    SimProfile,
+    VendorRuntime,
+)
 
 from . import _probe
+from ._ranktable import TemplateRankTable
 from ._table import template_table
 
 __all__ = ["TemplatePlugin", "plugin"]
 
 
 class TemplatePlugin(Plugin):
-    """A vendor backend in ~20 lines: set the identity, override what differs from plain torch.distributed."""
+    """Example Devices devices over templatecl (torch_template), or the library's rules simulated on CPU."""
 
-    name = "template"             # the entry-point name: xccl.init(vendor="template")
+    name = "template"                   # the entry-point name: xccl.init(vendor="template")
     vendor = "Example Devices"
-    device_type = "cpu"           # a real accelerator: "npu", "tpu", ... (tensors live there)
-    backend = "gloo"              # the torch.distributed backend: "hccl", "sccl", ...
-    accelerator = False           # True for a device plugin: auto-detection then prefers it over the CPU
-    api_version = PLUGIN_API_VERSION  # the plugin contract this was written for; xccl lists a mismatch
+    device_type = "template"     # torch device type of the tensors on the hardware
+    backend = "templatecl"             # the torch.distributed backend torch_template registers
+    accelerator = True                  # auto-detection prefers an available accelerator over the CPU
+    visible_devices_env = "TEMPLATE_VISIBLE_DEVICES"  # the variable that restricts the devices a process sees
+    sdk_packages = ("torch-template",)    # listed by `xccl doctor`, with their versions
+    api_version = PLUGIN_API_VERSION    # the plugin contract this was written for
 
     def probe(self) -> ProbeResult:
-        """Cheap: no SDK import (see ``_probe``)."""
+        """Is torch_template installed, is a device there? Read from disk, importing nothing (``_probe``)."""
         return _probe.probe()
 
     def capabilities(self) -> CapabilityTable:
-        """The table (see ``_table``)."""
+        """What xccl may run natively, emulated or not at all (``_table``)."""
         return template_table(self.name)
 
+    def simulation(self) -> SimProfile:
+        """The library's rules, enforced by xccl's CPU simulation (``_simprofile``)."""
+        from ._simprofile import template_profile
+
+        return template_profile()
+
+    def vendor_runtime(self) -> VendorRuntime:
+        """What torch_template does around its collectives, as data: xccl acts on it on the hardware and the simulation
+        reproduces it. Every value below is the default, plain torch.distributed; change each one the SDK's
+        documentation contradicts (docs/plugin-guide.md, "The vendor's run-time behaviour")."""
+        return VendorRuntime(
+            completion=Completion.BLOCKING,  # VENDOR: Work.wait() returns when done (STREAM: once queued; AT_ONCE)
+            watchdog=None,                   # VENDOR: the SDK's watchdog over each group, if any (Watchdog(...))
+            lazy_connect=None,               # VENDOR: communicators connected at their first collective (LazyConnect)
+            comm_memory=None,                # VENDOR: device memory each communicator takes (CommMemory(...))
+            patches=(),                      # VENDOR: torch.distributed functions the SDK replaces on import
+        )
+
+    def rank_table_formats(self) -> Sequence[RankTableFormat]:
+        """The rank-table format of Example Devices clusters, for ``xccl rank-table`` and ``xccl doctor``."""
+        return (TemplateRankTable(),)
+
     def runtime(self, *, simulate: bool) -> Runtime:
-        """Built once the plugin is selected; imports the heavy parts."""
+        """The runtime; imports torch_template unless ``simulate``."""
         from ._runtime import TemplateRuntime
 
         return TemplateRuntime(self, simulate=simulate)

@@ -38,6 +38,7 @@ class AscendPlugin(Plugin):
     backend = "hccl"
     accelerator = True
     visible_devices_env = "ASCEND_RT_VISIBLE_DEVICES"
+    sdk_packages = ("torch_npu",)  # listed by `xccl doctor`
 
     def probe(self) -> ProbeResult:
         """torch_npu by metadata, its torch pin, CANN's libraries, visible NPUs, the rank table (see ``_probe``)."""

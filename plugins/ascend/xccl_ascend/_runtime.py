@@ -150,6 +150,13 @@ class AscendRuntime(Runtime):
         lowering of xccl's graph ops to the vendor's (``_torchair_lower``)."""
         return self.sdk.compile_backend(lowering(self, self.sdk.graph_ops(), MC2_DOMAIN))
 
+    def shutdown(self) -> None:
+        """Undo what loading the SDK did that can be undone (in simulation: torch_npu's patches), and forget the
+        MC2 communication domain this process's fused kernels claimed: ``xccl.shutdown`` ends the model, and a world
+        made by the next ``xccl.init`` starts clean (Atlas A2's one-domain rule is per model)."""
+        MC2_DOMAIN.reset()
+        self.sdk.close()
+
     # ------------------------------------------------------------------------------------------------ kernels
 
     def kernels(self) -> Mapping[Collective, Callable[..., Any]]:
@@ -189,10 +196,6 @@ class AscendRuntime(Runtime):
         self, ctx: KernelContext, output: torch.Tensor, input: torch.Tensor, matrix: Sequence[Sequence[int]], a: bool
     ) -> Any:
         return self.sdk.all_to_all_vc(output, input, matrix, ctx, a)
-
-    def shutdown(self) -> None:
-        """Undo what loading the SDK did that can be undone (in simulation: torch_npu's patches)."""
-        self.sdk.close()
 
     def fused_call(self, op: str, world_size: int, ranks: Sequence[int] = ()) -> cons.FusedCall:
         """What the constraint checks need to know about this process and group."""

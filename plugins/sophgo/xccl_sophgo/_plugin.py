@@ -30,6 +30,7 @@ class SophgoPlugin(Plugin):
     # torch_tpu honours no visible-devices variable of its own (TPU_VISIBLE_DEVICES is read only by its
     # DeepSpeed adaptor); ranks reach chips through CHIP_MAP instead.
     visible_devices_env = None
+    sdk_packages = ("torch_tpu",)  # listed by `xccl doctor`
 
     def probe(self) -> ProbeResult:
         """Sophgo's torch_tpu installed (told apart from Google's by metadata) and TPU device nodes present."""

@@ -1,4 +1,4 @@
-"""The ``xccl`` command (also ``python -m xccl``): demo, caps, doctor, rank-table, bench.
+"""The ``xccl`` command (also ``python -m xccl``): demo, caps, doctor, rank-table, bench, new-plugin.
 
 Each subcommand lives in its own module under ``xccl/tools/cli/`` with ``add_parser(subparsers, name)`` registering
 ``func=run``; this file only wires them. The console script itself is the ``xccl_cli`` shim at the top level,
@@ -21,6 +21,7 @@ COMMANDS = {
     "doctor": "doctor",
     "rank-table": "ranktable",
     "bench": "bench",
+    "new-plugin": "new_plugin",
 }
 
 

@@ -55,7 +55,7 @@ def collect(
 
     env = dict(os.environ if env is None else env)
     reg = registry or default_registry()
-    findings: list[Finding] = [_python(), *_torch(), *_autoload(env, try_import), *_packages(env)]
+    findings: list[Finding] = [_python(), *_torch(), *_autoload(env, try_import), *_packages(env, reg)]
     findings += _plugins(reg)
     chosen, found = _selected(env, vendor, reg)
     findings.append(found)
@@ -192,8 +192,53 @@ def _field(dist: metadata.Distribution, key: str) -> str:
     return str(values[0]) if values else ""
 
 
-def _packages(env: Mapping[str, str]) -> list[Finding]:
-    return [_torch_npu(env), _torch_tpu()]
+def _packages(env: Mapping[str, str], registry: Any) -> list[Finding]:
+    """One finding per vendor SDK package an installed plugin names (``Plugin.sdk_packages``)."""
+    wanted: dict[str, list[str]] = {}
+    for info in registry.infos().values():
+        packages = getattr(info.plugin, "sdk_packages", ())
+        for package in packages if isinstance(packages, tuple) else ():
+            wanted.setdefault(str(package), []).append(info.name)
+    return [_known(package, env) or _package(package, plugins) for package, plugins in wanted.items()]
+
+
+def _known(package: str, env: Mapping[str, str]) -> Finding | None:
+    """The findings of the two SDK packages doctor knows more about (CANN's variables, whose torch_tpu), or None."""
+    key = package.replace("-", "_")
+    if key == "torch_npu":
+        return _torch_npu(env)
+    if key == "torch_tpu":
+        return _torch_tpu()
+    return None
+
+
+def _package(name: str, plugins: list[str]) -> Finding:
+    """A vendor SDK package by its metadata: its version, and whether it was built for this torch."""
+    dist = _distribution(name, name.replace("-", "_"), name.replace("_", "-"))
+    users = f"the SDK of plugin {', '.join(plugins)}"
+    if dist is None:
+        return Finding("packages", name, "info", f"not installed ({users})")
+    facts = {"version": dist.version, "plugins": ", ".join(plugins)}
+    pin = _torch_pin(name, dist, facts)
+    return pin or Finding("packages", name, "ok", f"{name} {dist.version} ({users})", facts=facts)
+
+
+def _torch_pin(name: str, dist: metadata.Distribution, facts: dict[str, str]) -> Finding | None:
+    """A failing finding when ``dist`` requires another torch than this one (recorded in ``facts``), else None."""
+    import torch
+
+    wanted = [r for r in dist.requires or () if re.match(r"torch\s*[(=<>!~]", r)]
+    facts["requires"] = "; ".join(wanted) or "(no torch pin)"
+    mismatch = [r for r in wanted if not _satisfies(torch.__version__, r)]
+    if not mismatch:
+        return None
+    return Finding(
+        "packages", name, "fail",
+        f"{name} {dist.version} was built for {mismatch[0]}, but torch is {torch.__version__}",
+        f"install the {name} release made for torch {torch.__version__.split('+')[0]}, or the torch it pins "
+        "(`pip install 'torch==<that version>'`)",
+        facts,
+    )
 
 
 def _torch_npu(env: Mapping[str, str]) -> Finding:
@@ -203,17 +248,9 @@ def _torch_npu(env: Mapping[str, str]) -> Finding:
     if dist is None:
         return Finding("packages", "torch_npu", "info", "not installed")
     facts = {"version": dist.version, **{k: env[k] for k in _CANN_ENV if k in env}}
-    wanted = [r for r in dist.requires or () if re.match(r"torch\s*[(=<>!~]", r)]
-    facts["requires"] = "; ".join(wanted) or "(no torch pin)"
-    mismatch = [r for r in wanted if not _satisfies(torch.__version__, r)]
-    if mismatch:
-        return Finding(
-            "packages", "torch_npu", "fail",
-            f"torch_npu {dist.version} was built for {mismatch[0]}, but torch is {torch.__version__}",
-            f"install the torch_npu release made for torch {torch.__version__.split('+')[0]}, or the torch it pins "
-            "(`pip install 'torch==<that version>'`)",
-            facts,
-        )
+    pin = _torch_pin("torch_npu", dist, facts)
+    if pin is not None:
+        return pin
     if torch.version.cuda or getattr(torch.version, "hip", None):
         return Finding(
             "packages", "torch_npu", "fail",

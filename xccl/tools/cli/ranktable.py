@@ -20,7 +20,7 @@ __all__ = ["add_parser", "installed_formats", "run"]
 
 def installed_formats() -> list[Any]:
     """The rank-table formats of every installed plugin that loads (tolerant: a broken plugin brings none)."""
-    from xccl.plugin import plugins
+    from xccl.plugin._registry import plugins
 
     formats = []
     for info in plugins():

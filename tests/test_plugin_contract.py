@@ -1,0 +1,93 @@
+"""The plugin contract is checked when ``xccl.init`` selects a plugin, pluggy-style: attributes, the signatures of
+the Plugin and Runtime methods a plugin overrides, and its kernels against ``KERNEL_SIGNATURES``. A broken plugin
+fails at init, before any process group exists, with one line per problem naming the method and what to write;
+before, a wrong kernel signature surfaced only at the first call of that kernel, on a running job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+
+import xccl
+from xccl.plugin import Collective, Plugin, Registry, Runtime
+from xccl.plugin._verify import contract_problems
+
+
+def test_init_refuses_a_plugin_whose_kernel_signature_is_wrong() -> None:
+    # xccl-testplugins' bad-kernel: an all_to_all_v kernel without the count matrix. One rank, no rendezvous: the
+    # check runs before any process group is created, so the error is the same on every rank of a real job.
+    with pytest.raises(xccl.PluginContractError) as err:
+        xccl.init(vendor="bad-kernel", rank=0, world_size=1)
+    assert err.value.plugin == "bad-kernel"
+    assert "kernels()[Collective.ALL_TO_ALL_V]: the all_to_all_v kernel takes 4 positional arguments" in str(err.value)
+    assert "write `def all_to_all_v(ctx, output, input, send_count_matrix, async_op, /)`" in str(err.value)
+    with pytest.raises(xccl.InitError):
+        xccl.get_world()  # nothing was initialised
+
+
+class _Good(Plugin):
+    name = "good"
+    vendor = "tests"
+    device_type = "cpu"
+    backend = "gloo"
+    accelerator = False
+
+
+class _NoGroup(Runtime):
+    def comm_name(self) -> str:  # type: ignore[override]  # the mistake under test
+        return "x"
+
+
+class _NoSuper(Runtime):
+    def __init__(self, plugin: Plugin, *, simulate: bool) -> None:  # forgets super().__init__
+        self.plugin_ = plugin
+
+
+class _StringKey(Runtime):
+    def kernels(self) -> Mapping[Any, Callable[..., Any]]:
+        return {"all_reduce": lambda ctx, t, op, async_op: None}
+
+
+def _with(runtime_cls: type[Runtime] | None = None, **attrs: Any) -> Plugin:
+    def runtime(self: Plugin, *, simulate: bool) -> Any:
+        return runtime_cls(self, simulate=simulate) if runtime_cls else object()
+
+    return type("Broken", (_Good,), {**attrs, **({"runtime": runtime} if "runtime" not in attrs else {})})()
+
+
+@pytest.mark.parametrize(
+    ("plugin", "phrase"),
+    [
+        (_with(_NoGroup), "_NoGroup.comm_name() cannot be called as xccl calls it, comm_name(group) (too many positional"),
+        (_with(_NoGroup), "write `def comm_name(self, group: dist.ProcessGroup) -> str`"),
+        (_with(None), "Broken.runtime() returned object, not an xccl.plugin.Runtime"),
+        (_with(_NoSuper), "must call super().__init__(plugin, simulate=simulate)"),
+        (_with(_StringKey), "has a key 'all_reduce' that is not an xccl.Collective: write Collective.ALL_REDUCE"),
+        (_with(Runtime, backend="HCCL"), 'Plugin.backend is \'HCCL\'; it must be the torch.distributed backend, a '
+                                         'lower-case identifier'),
+        (_with(Runtime, sdk_packages="torch-acme"), 'sdk_packages = ("torch-acme",)'),
+        (_with(Runtime, runtime=lambda self: Runtime(self, simulate=False)),
+         "cannot be called as xccl calls it, runtime(simulate=...)"),
+    ],
+    ids=["runtime-hook-signature", "says-what-to-write", "not-a-runtime", "no-super-init", "kernel-key",
+         "backend-name", "sdk-packages", "plugin-hook-signature"],
+)
+def test_contract_problems_name_the_method_and_what_to_write(plugin: Plugin, phrase: str) -> None:
+    try:
+        runtime = plugin.runtime(simulate=True)
+    except TypeError:  # the hook itself cannot be called so: only the plugin's side can be checked
+        runtime = None
+    problems = contract_problems(plugin, runtime, simulate=True)
+    assert any(phrase in p for p in problems), problems
+
+
+@pytest.mark.parametrize("name", ["cpu", "cuda", "ascend", "sophgo", "template", "gloo-emulated"])
+def test_the_repository_plugins_keep_the_contract(name: str) -> None:
+    plugin = Registry().get(name)
+    simulate = plugin.simulation() is not None
+    runtime = plugin.runtime(simulate=simulate)
+    assert contract_problems(plugin, runtime, simulate=simulate) == []
+    assert Collective.ALL_REDUCE in Collective  # the registry loaded the real enum, not a stand-in

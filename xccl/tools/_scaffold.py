@@ -1,0 +1,153 @@
+"""``xccl new-plugin``'s generator: a vendor plugin distribution, named for the vendor, that passes the kit.
+
+The files are the templates under ``xccl/tools/scaffold/`` (package data), with ``{{token}}`` placeholders filled
+from :class:`Names`. ``examples/plugin-template`` is this generator's output for the name ``template``
+(``tests/test_new_plugin.py`` keeps the two equal), so the template users read and the scaffold they run are one.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+import shlex
+from dataclasses import dataclass, fields
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, final
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
+__all__ = ["Names", "names", "render", "write"]
+
+#: torch.distributed backend names torch or its tests own: a plugin's backend must be another.
+_RESERVED: Final = frozenset({"undefined", "gloo", "nccl", "ucc", "mpi", "xccl", "fake", "threaded"})
+_NAME: Final = re.compile(r"[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*")
+_IDENT: Final = re.compile(r"[a-z][a-z0-9_]*")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Names:
+    """Every spelling of the plugin the templates use."""
+
+    #: The entry-point name: ``xccl.init(vendor=...)``, ``XCCL_SIMULATE=...``.
+    name: str
+    #: ``name`` as a Python identifier (``my-vendor`` -> ``my_vendor``).
+    ident: str
+    #: The package (``xccl_acme``) and the distribution (``xccl-acme``).
+    pkg: str
+    dist: str
+    #: The class-name stem (``Acme``: ``AcmePlugin``, ``AcmeRuntime``).
+    Class: str  # the token's spelling in the templates
+    #: The vendor, for humans.
+    vendor: str
+    device_type: str
+    backend: str
+    #: The SDK's import name and its distribution.
+    sdk: str
+    sdk_dist: str
+    #: The prefix of the plugin's environment variables (``ACME``) and its visible-devices variable.
+    ENV: str  # the token's spelling in the templates
+    visible_env: str
+    #: The command that generates these files, recorded in them.
+    command: str
+
+
+def names(
+    name: str,
+    *,
+    vendor: str | None = None,
+    device_type: str | None = None,
+    backend: str | None = None,
+    sdk: str | None = None,
+    sdk_dist: str | None = None,
+    visible_devices_env: str | None = None,
+) -> Names:
+    """The spellings for ``name``; what is not given derives from it (``acme``: device type ``acme``, backend
+    ``acmecl``, SDK ``torch_acme`` from the distribution ``torch-acme``, ``ACME_VISIBLE_DEVICES``).
+
+    Raises:
+        ValueError: a name that cannot be an entry point, a backend or a module, with what to pass instead.
+    """
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"plugin name {name!r}: use lower-case letters and digits, words joined by - or _ (e.g. acme)")
+    ident = name.replace("-", "_")
+    given = {"vendor": vendor, "device_type": device_type, "backend": backend, "sdk": sdk, "sdk_dist": sdk_dist,
+             "visible_devices_env": visible_devices_env}
+    device_type = device_type or ident
+    backend = backend or f"{ident}cl"
+    sdk = sdk or f"torch_{ident}"
+    env = ident.upper()
+    for what, value in (("--device-type", device_type), ("--backend", backend), ("--sdk", sdk)):
+        if not _IDENT.fullmatch(value) or keyword.iskeyword(value):
+            raise ValueError(f"{what} {value!r}: must be a lower-case Python identifier (e.g. {ident})")
+    if backend in _RESERVED:
+        raise ValueError(f"--backend {backend!r} is torch's own; name the vendor's library (e.g. {ident}cl)")
+    visible = visible_devices_env or f"{env}_VISIBLE_DEVICES"
+    if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", visible):
+        raise ValueError(f"--visible-devices-env {visible!r}: an environment variable name in capitals")
+    options = [a for k, v in given.items() if v is not None for a in (f"--{k.replace('_', '-')}", v)]
+    return Names(
+        name=name, ident=ident, pkg=f"xccl_{ident}", dist=f"xccl-{name.replace('_', '-')}",
+        Class="".join(p.capitalize() for p in re.split(r"[-_]", name)), vendor=vendor or name.capitalize(),
+        device_type=device_type, backend=backend, sdk=sdk, sdk_dist=sdk_dist or sdk.replace("_", "-"), ENV=env,
+        visible_env=visible, command=shlex.join(["xccl", "new-plugin", name, *options]),
+    )
+
+
+def render(n: Names) -> dict[str, str]:
+    """Every file of the distribution: relative path -> text."""
+    tokens = {f.name: str(getattr(n, f.name)) for f in fields(n)}
+    root = resources.files("xccl.tools") / "scaffold"
+    out = {}
+    for rel, text in sorted(_templates(root, "").items()):
+        out[_target(rel, n)] = _fill(text, tokens, rel)
+    return out
+
+
+def write(n: Names, dest: Path) -> list[Path]:
+    """Write the distribution into ``dest`` (created; it must not exist or be empty); returns the files.
+
+    Raises:
+        FileExistsError: ``dest`` has files already (nothing is overwritten).
+    """
+    if dest.exists() and any(dest.iterdir()):
+        raise FileExistsError(f"{dest} exists and is not empty; choose another directory with -o/--output")
+    written = []
+    for rel, text in render(n).items():
+        path = dest / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def _templates(node: Traversable, prefix: str) -> dict[str, str]:
+    found = {}
+    for child in node.iterdir():
+        rel = f"{prefix}{child.name}"
+        if child.is_dir():
+            found.update(_templates(child, rel + "/"))
+        elif child.name.endswith(".tmpl"):
+            found[rel.removesuffix(".tmpl")] = child.read_text(encoding="utf-8")
+    return found
+
+
+def _target(rel: str, n: Names) -> str:
+    if rel == "gitignore":
+        return ".gitignore"
+    if rel.startswith("pkg/"):
+        return f"{n.pkg}/{rel.removeprefix('pkg/')}"
+    if rel.startswith("tests/test_"):
+        return f"tests/test_{n.ident}_{rel.removeprefix('tests/test_')}"
+    return rel
+
+
+def _fill(text: str, tokens: dict[str, str], rel: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        if m.group(1) not in tokens:
+            raise KeyError(f"scaffold template {rel}: unknown token {m.group(0)}")
+        return tokens[m.group(1)]
+
+    return re.sub(r"\{\{(\w+)\}\}", one, text)
