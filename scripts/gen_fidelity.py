@@ -195,9 +195,13 @@ def runtime_rows(runtime: VendorRuntime) -> list[Row]:
         out.append(Row("memory per communicator", f"{mem.env} = {mem.default_mb} MB per communicator{p2p}",
                        _src(mem.source), "not simulated: reported by xccl doctor and xccl.runtime.communicators()"))
     for patch in runtime.patches:
-        out.append(Row(f"patch: `{patch.target}`", f"replaced when the SDK is imported: {patch.effect}",
-                       _src(patch.source), "simulated: the simulated SDK applies a stand-in when the runtime loads "
-                       "it and removes it at shutdown"))
+        if not patch.condition:
+            out.append(Row(f"patch: `{patch.target}`", f"replaced when the SDK is imported: {patch.effect}",
+                           _src(patch.source), "simulated: the simulated SDK applies a stand-in when the runtime "
+                           "loads it and removes it at shutdown"))
+            continue
+        out.append(Row(f"patch: `{patch.target}`", f"replaced {patch.condition}: {patch.effect}", _src(patch.source),
+                       "declared (conditional): the plugin's simulation says which of these it reproduces"))
     produced = (wd.exec_error if wd is not None else "") + (lazy.error if lazy is not None else "")
     for fault in runtime.faults:
         typed = "PeerFailure" if fault.kind is Fault.PEER_LOST else "CollectiveTimeout"

@@ -766,6 +766,10 @@ def test_comm_debug_mode_counts_xccl_collectives_as_gloo_s(rank_pools: Any, plug
     env = {"cpu": {}, "sophgo": SOPHGO, "ascend": {"XCCL_SIMULATE": "ascend"}}[plugin]
     pool = rank_pools.get(2, env=env, fallback="emulate")
     for rank, out in enumerate(pool.run_ok(body_comm_debug_mode, timeout=TIMEOUT)):
+        if plugin == "ascend":
+            # torch_npu's dist.gather (simulated: the SDK's patch) gathers on an NPU group with an all_gather of
+            # the group's HCCL backend, which CommDebugMode sees too; the gloo group takes torch's gather.
+            assert out.pop("gather")[1].get("c10d.allgather_") == 1, f"rank {rank}: torch_npu's gather: {out}"
         differ = {name: pair for name, pair in out.items() if pair[0] != pair[1]}
         assert not differ, f"rank {rank}: counts (gloo, xccl) differ: {differ}"
         assert out["all_reduce"][1] == {"c10d.allreduce_": 1}, out["all_reduce"]

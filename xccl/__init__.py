@@ -71,7 +71,7 @@ _LAZY: Final = {
     **dict.fromkeys(("PluginInfo", "Status", "plugins"), "xccl.plugin._registry"),
     "Resolution": "xccl.plugin._capabilities",
     # graph mode and fused ops
-    **dict.fromkeys(("compile", "functional"), "xccl.graph"),
+    **dict.fromkeys(("compile", "functional", "graph_ops"), "xccl.graph"),
     "patch_collectives": "xccl.api._patch",
     **dict.fromkeys(("all_gather_mm", "mm_all_reduce", "mm_reduce_scatter"), "xccl.fused._api"),
 }
@@ -138,6 +138,7 @@ __all__ = [
     "functional",
     "gather",
     "get_world",
+    "graph_ops",
     "init",
     "irecv",
     "isend",
@@ -208,7 +209,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from .api._patch import patch_collectives
     from .collectives._process_group import BackendName, TimeoutWarning, XcclProcessGroup
     from .fused._api import all_gather_mm, mm_all_reduce, mm_reduce_scatter
-    from .graph import compile, functional
+    from .graph import compile, functional, graph_ops
     from .plugin import (
         PLUGIN_API_VERSION,
         CapabilityTable,

@@ -28,6 +28,7 @@ _LAZY: Final = {
     "unregister_post_grad_pass": "_backend",
     "GraphWork": "_forms",
     "OPS": "_ops",
+    "graph_ops": "_ops",
     "functional": "",
 }
 

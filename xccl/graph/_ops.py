@@ -28,7 +28,7 @@ from ..collectives._dispatch import dispatch
 from ..collectives._state import STATE
 from ..plugin._capabilities import reduce_op_of
 
-__all__ = ["OPS"]
+__all__ = ["OPS", "graph_ops"]
 
 NS: Final = "xccl"
 
@@ -343,3 +343,15 @@ OPS: Final = {
 # Communication must survive dead-code elimination even where a result goes unused.
 for _op in OPS.values():
     torch.fx.node.has_side_effect(_op)
+
+
+def graph_ops() -> Any:
+    """``torch.ops.xccl`` with every op xccl defines in it: the graph ops above and the fused ops.
+
+    They are defined on first use (defining them costs more than the rest of xccl's start-up, and eager programs
+    never use them), so a plugin whose converters or lowering tables name ``torch.ops.xccl.<op>`` before any graph
+    was traced calls this first.
+    """
+    from ..fused import _ops as _fused  # noqa: F401 - defines torch.ops.xccl.mm_reduce_scatter & co.
+
+    return torch.ops.xccl

@@ -232,6 +232,9 @@ class TorchPatch:
     effect: str
     #: Where this was read.
     source: str
+    #: When the SDK applies it, if not whenever it is imported (e.g. only once the user imports an optional
+    #: module of the SDK). Empty: on every import of the SDK, so a simulated SDK must apply it too.
+    condition: str = ""
 
 
 class Fault(enum.Enum):
@@ -279,6 +282,11 @@ class VendorRuntime:
     faults: tuple[VendorFault, ...] = ()
     #: Where :attr:`completion` was read.
     completion_source: str = ""
+
+    @property
+    def patches_on_import(self) -> tuple[TorchPatch, ...]:
+        """The :attr:`patches` the SDK applies whenever it is imported (those without a condition)."""
+        return tuple(p for p in self.patches if not p.condition)
 
 
 #: The behaviour of a plugin that declares none.

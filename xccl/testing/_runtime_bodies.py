@@ -87,7 +87,7 @@ def runtime_batch(progress: str | None = None) -> dict[str, list[str]]:
         checks += [("connect: the world is connected by xccl.init", _world_connected),
                    ("connect: a group connected by xccl.runtime.connect survives a late rank", _connected_group),
                    ("connect: a late rank on an unconnected group is named", _late_rank_named)]
-    if declared.patches:
+    if declared.patches_on_import:
         checks.append(("patches: every declared replacement is in place", _patched))
     out: dict[str, list[str]] = {}
     run = next(_RUNS)
@@ -210,7 +210,7 @@ def _late_rank_named(declared: VendorRuntime, simulate: bool) -> list[str]:
 
 def _patched(declared: VendorRuntime, simulate: bool) -> list[str]:
     return [f"{p.target} is still torch's own ({_module(resolve(p.target))}): the SDK's replacement is not in place"
-            for p in declared.patches if _module(resolve(p.target)).startswith("torch.")]
+            for p in declared.patches_on_import if _module(resolve(p.target)).startswith("torch.")]
 
 
 def _module(obj: Any) -> str:

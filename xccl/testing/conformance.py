@@ -352,7 +352,7 @@ class Conformance:
         """What the plugin declares in vendor_runtime() holds on ranks: xccl's policy on the vendor's watchdog,
         lazy connect and patches, and (in simulation) the simulated vendor's failures, typed."""
         declared = xccl_target.plugin.vendor_runtime()
-        present = {"watchdog": declared.watchdog, "connect": declared.lazy_connect, "patches": declared.patches}
+        present = {"watchdog": declared.watchdog, "connect": declared.lazy_connect, "patches": declared.patches_on_import}
         if not present[behaviour]:
             pytest.skip(f"{xccl_target.name} declares no {behaviour}")
         report = self._runtime_report(xccl_target, xccl_batches)
@@ -367,17 +367,18 @@ class Conformance:
         """A simulated SDK applies the declared patches when the runtime loads it, and the runtime's shutdown
         puts torch's own functions back (in this process, where no world is needed)."""
         declared = xccl_target.plugin.vendor_runtime()
-        if not xccl_target.simulate or not declared.patches:
-            pytest.skip("only a simulated SDK's patches can be undone" if declared.patches else "no patches declared")
-        before = _runtime_bodies.patch_targets(declared.patches)
+        applied = declared.patches_on_import
+        if not xccl_target.simulate or not applied:
+            pytest.skip("only a simulated SDK's patches can be undone" if applied else "no patches on import declared")
+        before = _runtime_bodies.patch_targets(applied)
         runtime = xccl_target.plugin.runtime(simulate=True)
         try:
-            during = _runtime_bodies.patch_targets(declared.patches)
+            during = _runtime_bodies.patch_targets(applied)
             kept = [t for t in before if during[t] is before[t]]
             assert not kept, f"the simulated SDK does not replace {kept}, which the plugin declares"
         finally:
             runtime.shutdown()
-        after = _runtime_bodies.patch_targets(declared.patches)
+        after = _runtime_bodies.patch_targets(applied)
         left = [t for t in before if after[t] is not before[t]]
         assert not left, f"still replaced after the runtime's shutdown: {left}"
 

@@ -298,10 +298,8 @@ def _fused_reduce_scatter(x: torch.Tensor, group_name: str, group_size: int) -> 
 
 
 def _xccl_ops() -> Any:
-    # Touching these public names registers torch.ops.xccl.*, which load lazily: the graph ops come with the graph
-    # forms (behind xccl.functional), the fused ones with the fused API.
-    _ = xccl.functional, xccl.mm_reduce_scatter
-    return torch.ops.xccl
+    # torch.ops.xccl.* are defined on first use; this table names them before any graph may have been traced.
+    return xccl.graph_ops()
 
 
 def lowering(rt: AscendRuntime, ops: GraphOps, domain: DomainTracker) -> dict[Any, Callable[..., Any]]:

@@ -20,36 +20,42 @@ _SWITCH: Final = "accelerator/adaptor/__init__.py:1-3, accelerator/utils.py (env
 
 
 def _one_rank_noop(target: str, lines: str) -> TorchPatch:
-    return TorchPatch(f"torch.distributed.{target}",
-                      f"on a group of one rank returns a handle that does nothing, {_WHEN}", f"{_ADAPTOR}:{lines}")
+    return TorchPatch(f"torch.distributed.{target}", "on a group of one rank returns a handle that does nothing",
+                      f"{_ADAPTOR}:{lines}", _WHEN)
 
 
-#: The replacements of ``torch.distributed`` functions by Sophgo's torch adaptor. Only the first is simulated
-#: (``xccl_sophgo._adaptor_sim``); xccl refuses a world it did not get (``xccl.init`` raises InitError).
+#: The replacements of ``torch.distributed`` functions by Sophgo's torch adaptor, all conditional: torch_tpu's
+#: import alone applies none (the plugin imports ``torch_tpu``, never ``torch_tpu.accelerator``). Only the first is
+#: simulated (``xccl_sophgo._adaptor_sim``, under ENABLE_TORCH_ADAPTOR=1): with it, xccl refuses the world it did
+#: not get (``xccl.init`` raises InitError), so the others never meet an xccl world.
 ADAPTOR_PATCHES: Final = (
     TorchPatch(
         "torch.distributed.init_process_group",
-        f"passes backend='sccl' whatever backend it is given (with a chip map 0..world_size-1 when pg_options has "
-        f"none), {_WHEN}",
+        "passes backend='sccl' whatever backend it is given (with a chip map 0..world_size-1 when pg_options has "
+        "none)",
         f"{_ADAPTOR}:83-97,127; {_SWITCH}",
+        _WHEN,
     ),
     TorchPatch(
         "torch.distributed.new_group",
-        f"makes a group of one rank on gloo whatever backend is given, and gives a group without pg_options the "
-        f"world's chip map, {_WHEN}",
+        "makes a group of one rank on gloo whatever backend is given, and gives a group without pg_options the "
+        "world's chip map",
         f"{_ADAPTOR}:102-119,128",
+        _WHEN,
     ),
     TorchPatch(
         "torch.distributed.all_reduce",
-        f"reduces bool, int8, uint8 and int64 as int32 and float64 as float32 (narrowed silently), and does nothing "
-        f"on a group of one rank, {_WHEN}",
+        "reduces bool, int8, uint8 and int64 as int32 and float64 as float32 (narrowed silently), and does nothing "
+        "on a group of one rank",
         f"{_ADAPTOR}:55-72,124",
+        _WHEN,
     ),
     TorchPatch(
         "torch.distributed.reduce",
-        f"reduces bool, int8, uint8 and int64 as int32 and float64 as float32 (narrowed silently), and does nothing "
-        f"on a group of one rank, {_WHEN}",
+        "reduces bool, int8, uint8 and int64 as int32 and float64 as float32 (narrowed silently), and does nothing "
+        "on a group of one rank",
         f"{_ADAPTOR}:36-53,123",
+        _WHEN,
     ),
     _one_rank_noop("broadcast", "27-34,122"),
     _one_rank_noop("all_gather_into_tensor", "74-81,125-126"),

@@ -142,11 +142,18 @@ def _live(memory: Any, env: Mapping[str, str]) -> list[Finding]:
 
 
 def _patches(declared: Any) -> Finding:
-    targets = ", ".join(p.target.removeprefix("torch.distributed.") for p in declared.patches)
-    return Finding(
-        _SECTION, "patches", "info",
-        f"the vendor's SDK replaces torch.distributed's {targets} when it is imported; its gather and "
-        "batch_isend_irecv call the vendor's backend directly, past xccl's dispatch (no validation, mismatch "
-        "detector or typed faults): call xccl.gather and xccl.batch_isend_irecv instead",
-    )
+    def names(patches: Any) -> str:
+        return ", ".join(p.target.removeprefix("torch.distributed.") for p in patches)
+
+    on_import = declared.patches_on_import
+    said = [f"the vendor's SDK replaces torch.distributed's {names(on_import)} when it is imported"] if on_import else []
+    conditions = dict.fromkeys(p.condition for p in declared.patches if p.condition)
+    said += [f"{names(p for p in declared.patches if p.condition == c)}: replaced {c}" for c in conditions]
+    bypass = [p.target for p in on_import if "directly" in p.effect]
+    if bypass:
+        said.append(f"{names(p for p in on_import if p.target in bypass)} then call the vendor's backend directly, "
+                    "past xccl's dispatch (no validation, mismatch detector or typed faults): call xccl's own "
+                    "functions instead")
+    return Finding(_SECTION, "patches", "info", "; ".join(said),
+                   facts={p.target: p.effect for p in declared.patches})
 
