@@ -8,6 +8,9 @@ PIP    := $(PY) -m pip
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
 TEST_PLUGINS := tests/plugins/xccl-testplugins $(dir $(wildcard examples/plugin-template/pyproject.toml))
 PYTEST_ARGS ?= -m "not slow and not gpu and not frameworks" --durations=15
+# Every rank a test spawns imports xccl; without bytecode (PYTHONDONTWRITEBYTECODE set, as on some machines) each
+# recompiles its ~100 modules, 0.3-1 s of CPU per process. The caches go to the gitignored __pycache__ folders.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 
 .PHONY: demo test test-frameworks bench lint clean
 
@@ -28,7 +31,7 @@ demo: $(VENV)/.core
 
 ## Run the tests (core, plugins in simulation, conformance), excluding slow and GPU-only ones.
 test: $(VENV)/.test
-	$(PY) -m pytest $(PYTEST_ARGS) tests $(wildcard plugins/*/tests) $(wildcard examples/plugin-template/tests)
+	$(PYTEST) $(PYTEST_ARGS) tests $(wildcard plugins/*/tests) $(wildcard examples/plugin-template/tests)
 
 $(VENV)/.frameworks: $(VENV)/.test
 	$(PIP) install --quiet -e ".[frameworks]"
@@ -37,7 +40,7 @@ $(VENV)/.frameworks: $(VENV)/.test
 ## The training frameworks on xccl (Lightning, Ray Train, DeepSpeed, Accelerate, torchtitan; tests/frameworks):
 ## cpu and simulated Sophgo and Ascend. Installs the `frameworks` extra first. .ci/run runs it after `make test`.
 test-frameworks: $(VENV)/.frameworks
-	$(PY) -m pytest -m frameworks --durations=15 tests/frameworks tests/test_benchmarks.py
+	$(PYTEST) -m frameworks --durations=15 tests/frameworks tests/test_benchmarks.py
 
 ## Lint (also run by the tests): ruff over the tree, mypy --strict over the package, the import-layer contract.
 lint: $(VENV)/.test
