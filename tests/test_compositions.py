@@ -385,3 +385,33 @@ def test_caps_shows_the_choice_and_why() -> None:
     assert "prefer(via): native, but composed" in render_text(cpu)
     # The graph column asks the same entries.
     assert cpu.entry(C.REDUCE_SCATTER_TENSOR, "graph").prefer == (RS_VIA_ALL_TO_ALL, RS_VIA_ALL_TO_ALL_SMALL)
+
+
+def test_a_native_entry_runs_its_kernel_whatever_via_it_carries() -> None:
+    """``via`` names an emulated entry's composition only. Before the one planner, dispatch ran such an entry's
+    native kernel for real dtypes, while the composition builder took ``via`` for complex ones (viewed as real):
+    two rules, two kernels for one entry."""
+    t = _table(C.ALL_REDUCE, Support(Level.NATIVE, via="all_gather"))
+    for dtype in (torch.float32, torch.complex64):
+        res = t.resolve(C.ALL_REDUCE, dtype=dtype, reduce_op="sum", world_size=2)
+        assert res.level is Level.NATIVE and res.via == "" and res.native_entry, (dtype, res)
+
+
+def test_the_planner_answers_from_one_table_question() -> None:
+    """plan_call: the resolution at no size, the size ranges and one resolution per range; the policy's refusal
+    worded as ``require`` words it."""
+    from xccl.collectives._plan import plan_call
+
+    p = Prefer("all_to_all", min_bytes=1 << 20, world_sizes=(2,), why="measured")
+    t = _table(C.REDUCE_SCATTER_TENSOR, Support(Level.NATIVE, prefer=(p,)))
+    plan = plan_call(t, C.REDUCE_SCATTER_TENSOR, "error", dtype=torch.float32, reduce_op="sum", world_size=2)
+    assert plan.native and plan.level is Level.NATIVE and plan.bounds == (1 << 20,)
+    assert [r.via for r in plan.by_size] == ["", "all_to_all"]
+    assert plan_call(t, C.REDUCE_SCATTER_TENSOR, "warn", dtype=torch.float32, world_size=8).bounds == ()
+    emulated = _table(C.ALL_TO_ALL, Support(Level.EMULATED, via="all_to_all_single"))
+    assert not plan_call(emulated, C.ALL_TO_ALL, "emulate", dtype=torch.float32, world_size=2).native
+    with pytest.raises(xccl.UnsupportedCollective) as got:
+        plan_call(emulated, C.ALL_TO_ALL, "error", dtype=torch.float32, world_size=2)
+    with pytest.raises(xccl.UnsupportedCollective) as want:
+        emulated.require(C.ALL_TO_ALL, dtype=torch.float32, world_size=2, allow_emulated=False)
+    assert str(got.value) == str(want.value) and "fallback policy is 'error'" in str(got.value)

@@ -775,3 +775,18 @@ def test_comm_debug_mode_counts_xccl_collectives_as_gloo_s(rank_pools: Any, plug
         assert out["all_reduce"][1] == {"c10d.allreduce_": 1}, out["all_reduce"]
     for rank, names in enumerate(pool.run_ok(body_profiler_names, timeout=TIMEOUT)):
         assert {"c10d::allreduce_", "c10d::_reduce_scatter_base_"} <= set(names), f"rank {rank}: {names}"
+
+
+def test_both_process_groups_answer_every_name_of_every_c10d_method() -> None:
+    """xccl's process group and the simulated vendor group implement each c10d method under every name torch and
+    the trampoline call it by (one list: ``C10D_METHODS``); an alias reaches the method it names."""
+    from xccl.collectives._process_group import XcclProcessGroup
+    from xccl.plugin._c10d import C10D_METHODS
+    from xccl.plugin._sim import SimulatedProcessGroup
+
+    for group in (XcclProcessGroup, SimulatedProcessGroup):
+        for method, aliases in C10D_METHODS.items():
+            names = {method, *aliases}
+            assert names <= set(vars(group)), f"{group.__name__} lacks {sorted(names - set(vars(group)))}"
+    for method, aliases in C10D_METHODS.items():
+        assert all(vars(XcclProcessGroup)[a] is vars(XcclProcessGroup)[method] for a in aliases), method

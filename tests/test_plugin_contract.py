@@ -91,3 +91,16 @@ def test_the_repository_plugins_keep_the_contract(name: str) -> None:
     runtime = plugin.runtime(simulate=simulate)
     assert contract_problems(plugin, runtime, simulate=simulate) == []
     assert Collective.ALL_REDUCE in Collective  # the registry loaded the real enum, not a stand-in
+
+
+def test_kernel_signatures_are_the_specs_arguments() -> None:
+    """The plugin SDK (below the collectives layer) lists each kernel's parameters; dispatch calls kernels with
+    the spec's kernel arguments: one list must be the other, or a conforming plugin kernel gets the wrong ones."""
+    from xccl.collectives._specs import SPECS
+    from xccl.plugin._kernels import KERNEL_SIGNATURES
+
+    for op, signature in KERNEL_SIGNATURES.items():
+        if op in SPECS:  # the fused ops have no spec: their kernels take the matmul's operands (fused/_ops.py)
+            assert signature == (*(a.name for a in SPECS[op].args), "async_op"), op
+    assert {op.value for op in KERNEL_SIGNATURES if op not in SPECS} == {"mm_reduce_scatter", "all_gather_mm",
+                                                                          "mm_all_reduce"}

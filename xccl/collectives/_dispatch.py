@@ -6,8 +6,9 @@ graph ops at run time), goes through :func:`dispatch`:
 1. find the group's :class:`~xccl.runtime.GroupState`;
 2. validate the public arguments with the op's :class:`~xccl.collectives._specs.Spec` (what every rank can check
    alone), which also turns them into the kernel arguments;
-3. find the kernel for this call shape in the group's plan cache; the first call of a shape consults the
-   capability table, applies the fallback policy and caches the result (:func:`plan`). Where the table prefers a
+3. find the kernel for this call shape in the group's plan cache; the first call of a shape plans it
+   (``_plan.plan_call``: one question to the capability table, then the fallback policy) and caches the kernel
+   built from the plan (:func:`plan`). Where the table prefers a
    composition to the native kernel for some sizes only, the cached kernel picks per call by the call's agreed
    size, which every rank passes alike;
 4. while a dispatcher-level tool watches (CommDebugMode, the profiler), show it the call as torch's own path
@@ -38,10 +39,10 @@ from ..plugin._c10d import c10d_kernel
 from ..plugin._capabilities import COMPLEX_REDUCE_OPS, Collective, Level, Resolution, reduce_op_name
 from ..plugin._kernels import kernel_problems
 from ..plugin._vendor_runtime import Completion
-from ..plugin._warn import warn_at_user
 from . import _emulate, _faults, _observe
 from . import _specs as S
 from ._host_barrier import host_barrier
+from ._plan import guarded, plan_call, warn_once
 from ._state import STATE, GroupState, state_of
 from ._validate import BARE_PREMUL, complex_refusal
 
@@ -73,7 +74,8 @@ def _plan_key(reduce_op: Any) -> Any:
 
 
 def plan(st: GroupState, op: Collective, dtype: torch.dtype | None, reduce_op: Any = None) -> Kernel:
-    """Resolve (and cache) the kernel for ``op`` with this dtype and reduce op on ``st``'s backend.
+    """The kernel for ``op`` with this dtype and reduce op on ``st``'s backend, from the group's plan cache; the
+    first call of a shape plans it (:func:`~xccl.collectives._plan.plan_call`) and builds the kernel.
 
     Raises:
         UnsupportedCollective: the backend cannot run it, or only emulated and the policy is ``"error"``.
@@ -83,31 +85,27 @@ def plan(st: GroupState, op: Collective, dtype: torch.dtype | None, reduce_op: A
     if kernel is not None:
         return kernel
     redop = None if reduce_op is None else reduce_op_name(reduce_op)
-    versions = st.runtime.sdk_versions()
     # What torch refuses itself (a ValueError, its message), checked here rather than in validation: every call
     # shape comes here first (these are never cached), all_reduce's flat path included, which skips validation.
     if redop == "premul_sum" and not hasattr(reduce_op, "factor"):
         raise InvalidArgument(op.value, BARE_PREMUL)
     if dtype is not None and dtype.is_complex and redop is not None and redop not in COMPLEX_REDUCE_OPS:
         raise InvalidArgument(op.value, complex_refusal(op.value, reduce_op))
-    res = st.table.require(op, dtype=dtype, reduce_op=redop, world_size=st.size, sdk_versions=versions,
-                           allow_emulated=st.fallback != "error")
+    p = plan_call(st.table, op, st.fallback, dtype=dtype, reduce_op=redop, world_size=st.size,
+                  sdk_versions=st.runtime.sdk_versions())
     native = native_kernel(st, op)
-    kernel = _kernel(st, op, res, native, dtype)
-    # A composition preferred at some sizes only: one kernel per size range, chosen per call by the call's agreed
-    # size (the same on every rank, so every rank chooses alike).
-    bounds = st.table.size_bounds(op, world_size=st.size)
-    if bounds:
-        shape = {"dtype": dtype, "reduce_op": redop, "world_size": st.size, "sdk_versions": versions}
-        kernels = [_kernel(st, op, st.table.resolve(op, nbytes=lo, **shape), native, dtype) for lo in (0, *bounds)]
-        kernel = _emulate.by_size(op, bounds, kernels)
+    kernel = _kernel(st, op, p.resolution, native, dtype)
+    if p.bounds:
+        # A composition preferred at some sizes only: one kernel per size range, chosen per call by the call's
+        # agreed size (the same on every rank, so every rank chooses alike).
+        kernel = _emulate.by_size(op, p.bounds, [_kernel(st, op, res, native, dtype) for res in p.by_size])
     st.plans[key] = kernel
     return kernel
 
 
 def _kernel(st: GroupState, op: Collective, res: Resolution, native: Kernel | None, dtype: torch.dtype | None) -> Kernel:
     """The kernel for one resolution: the native one as is, else composed (``_emulate.build``), warning once."""
-    if res.level is Level.NATIVE and not res.complex_view and res.prefer is None:
+    if res.via == "" and not res.layered:
         if native is None:
             raise UnsupportedCollective(str(op), st.backend, "marked native but the plugin has no kernel")
         return native
@@ -124,6 +122,10 @@ def _kernel(st: GroupState, op: Collective, res: Resolution, native: Kernel | No
 def native_kernel(st: GroupState, op: Collective) -> Kernel | None:
     """The plugin's kernel for ``op`` (bound to the group's kernel context), else c10d's over the native group.
 
+    A plugin's kernel may refuse a call its documented constraints exclude (``ConstraintViolation``): the fallback
+    policy then decides (:func:`~xccl.collectives._plan.guarded`), falling back to xccl's composition of the op
+    where it has one. c10d's kernels never refuse, and are returned bare (all_reduce's hot path).
+
     Raises:
         UnsupportedCollective: the plugin's kernel cannot take the arguments xccl passes (checked once per plan,
             as pluggy checks a hook implementation when it is registered).
@@ -134,6 +136,9 @@ def native_kernel(st: GroupState, op: Collective) -> Kernel | None:
         if problems:
             raise UnsupportedCollective(op.value, st.backend, f"the plugin's kernel is broken: {'; '.join(problems)}")
         kernel: Kernel | None = partial(plugin, st.kernel_context)
+        via = next(iter(_emulate.EMULATIONS.get(op, ())), None)
+        if kernel is not None and via is not None:
+            kernel = guarded(st, op, kernel, partial(_constraint_fallback, st, op, via), f"xccl's composition via {via}")
     else:
         kernel = c10d_kernel(op, st.native)
     if op is C.BARRIER and kernel is not None and st.runtime.plugin.vendor_runtime().completion is Completion.AT_ONCE:
@@ -143,12 +148,9 @@ def native_kernel(st: GroupState, op: Collective) -> Kernel | None:
     return kernel
 
 
-def warn_once(key: tuple[str, ...], message: str, category: type[Warning] = EmulationWarning) -> None:
-    """Warn ``message`` once per ``key`` (op and backend, say) in this world, naming the user's line."""
-    if key in STATE.warned:
-        return
-    STATE.warned.add(key)
-    warn_at_user(message, category)
+def _constraint_fallback(st: GroupState, op: Collective, via: str) -> Kernel:
+    """The composition a refusing native kernel falls back to (its building blocks are planned as they run)."""
+    return _emulate.with_result(op, _emulate.composition(st, op, via, partial(_block, st)))
 
 
 # ------------------------------------------------------------------------------------------------------ running

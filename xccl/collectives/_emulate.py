@@ -34,7 +34,7 @@ from typing import Any, Final
 import torch
 
 from ..errors import UnsupportedCollective
-from ..plugin._capabilities import Collective, Level, Resolution
+from ..plugin._capabilities import Collective, Resolution
 from ..plugin._work import Work, finish
 from . import _layers, _monitored, _uneven
 from . import _specs as S
@@ -42,7 +42,7 @@ from ._compose import Call, local_reduce, nothing
 from ._compose import last as _last
 from ._compose import take as _take
 
-__all__ = ["AGREED_BYTES", "EMULATIONS", "build", "by_size", "describe", "local_reduce", "with_result"]
+__all__ = ["AGREED_BYTES", "EMULATIONS", "build", "by_size", "composition", "describe", "local_reduce", "with_result"]
 
 C = Collective
 Kernel = Callable[..., Any]
@@ -111,6 +111,20 @@ def _ar_coalesced_via_all_reduce(st: Any, call: Call, ts: Sequence[torch.Tensor]
             t.copy_(chunk.view_as(t))
         flat.release()
     return finish(None, a)
+
+
+def _ag_via_uneven(st: Any, call: Call, outs: Sequence[torch.Tensor], t: torch.Tensor, a: bool) -> Any:
+    """The list all_gather of tensors whose shapes differ per rank (every rank passes the same ``tensor_list``
+    shapes): one all_gather_into_tensor_uneven of the flattened tensors, copied out. Where a vendor's list
+    all_gather takes equal sizes only (SCCL), this is what its ConstraintViolation falls back to."""
+    sizes = [o.numel() for o in outs]
+    buf = _take(st, sum(sizes), t)
+
+    def copy_out() -> None:
+        for o, chunk in zip(outs, torch.split(buf.tensor, sizes), strict=True):
+            o.copy_(chunk.view_as(o))
+
+    return _last(call, S.ALL_GATHER_INTO_TENSOR_UNEVEN, (buf.tensor, t.reshape(-1), sizes), a, copy_out, buf)
 
 
 def _ag_coalesced_via_all_gather(
@@ -208,6 +222,10 @@ EMULATIONS: Final[dict[Collective, dict[str, tuple[Kernel, str]]]] = {
     C.ALL_GATHER_COALESCED: {
         "all_gather": (_ag_coalesced_via_all_gather, "one all_gather per input tensor"),
     },
+    C.ALL_GATHER: {
+        "all_gather_into_tensor_uneven": (_ag_via_uneven, "one all_gather_into_tensor_uneven of the flattened "
+                                          "tensors (split sizes: their element counts), copied out"),
+    },
     C.ALL_REDUCE: {
         "all_gather": (_ar_via_all_gather, "all_gather_into_tensor of every rank's bits + a local reduction in rank "
                        "order: exact, identical on every rank; world size x the bytes of the tensor received"),
@@ -240,19 +258,27 @@ def build(st: Any, op: Collective, res: Resolution, native: Kernel | None, call:
         native: the op's native kernel, when there is one.
         call: runs a building block on ``st`` (dispatch's ``run``, bound).
     """
-    spec = S.SPECS[op]
-    # A native entry runs its own kernel, unless the call shape chose a composition (a preference by size, or a
-    # dtype the backend moves but cannot reduce): then ``res.via`` names it.
-    if st.table.entry(op).level is Level.NATIVE and res.prefer is None and res.via == "":
+    # The planner's one rule (``xccl.collectives._plan``): ``res.via`` names the composition; empty, the native
+    # kernel carries the call.
+    if res.via == "":
         if native is None:
             raise UnsupportedCollective(op.value, st.backend, "marked native but the plugin has no kernel")
         kernel = native
     else:
-        entry = EMULATIONS.get(op, {}).get(res.via)
-        if entry is None:
-            raise UnsupportedCollective(op.value, st.backend, f"no emulation named {res.via!r}")
-        kernel = partial(entry[0], st, call)
-    return _layers.wrap(spec, st, res, kernel)
+        kernel = composition(st, op, res.via, call)
+    return _layers.wrap(S.SPECS[op], st, res, kernel)
+
+
+def composition(st: Any, op: Collective, via: str, call: Call) -> Kernel:
+    """The composition ``via`` of ``op`` on ``st``, as a kernel (no layers).
+
+    Raises:
+        UnsupportedCollective: xccl has no composition of that name.
+    """
+    entry = EMULATIONS.get(op, {}).get(via)
+    if entry is None:
+        raise UnsupportedCollective(op.value, st.backend, f"no emulation named {via!r}")
+    return partial(entry[0], st, call)
 
 
 def with_result(op: Collective, kernel: Kernel) -> Kernel:
@@ -290,27 +316,10 @@ def describe(op: Collective, res: Resolution, dtype: torch.dtype | None = None) 
 # ------------------------------------------------------------------------------------ choosing by agreed size
 
 
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
-
-
-def _total(ts: Sequence[torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in ts)
-
-
-#: The agreed size of a call (``xccl.plugin.AGREED_SIZE``) from its kernel arguments, in bytes.
+#: The agreed size of a call (``xccl.plugin.AGREED_SIZE``) from its kernel arguments, in bytes: derived from the
+#: specs (``Spec.agreed``), keyed by the even form (an uneven all_to_all_single agrees on no size).
 AGREED_BYTES: Final[dict[Collective, Callable[[Sequence[Any]], int]]] = {
-    C.ALL_REDUCE: lambda k: _nbytes(k[0]),
-    C.ALL_REDUCE_COALESCED: lambda k: _total(k[0]),
-    C.ALL_GATHER: lambda k: _total(k[0]),
-    C.ALL_GATHER_INTO_TENSOR: lambda k: _nbytes(k[0]),
-    C.REDUCE_SCATTER: lambda k: _total(k[1]),
-    C.REDUCE_SCATTER_TENSOR: lambda k: _nbytes(k[1]),
-    C.ALL_TO_ALL_SINGLE: lambda k: _nbytes(k[1]),
-    C.BROADCAST: lambda k: _nbytes(k[0]),
-    C.REDUCE: lambda k: _nbytes(k[0]),
-    C.ALL_GATHER_INTO_TENSOR_UNEVEN: lambda k: _nbytes(k[0]),
-    C.REDUCE_SCATTER_TENSOR_UNEVEN: lambda k: _nbytes(k[1]),
+    spec.key: spec.agreed_bytes for spec in S.SPECS.values() if spec.agreed
 }
 
 

@@ -46,6 +46,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
 from ..errors import InitError
+from ..plugin._c10d import C10D_METHODS
 from ..plugin._capabilities import Collective
 from ..plugin._contract import Runtime
 from ..plugin._vendor_runtime import Completion
@@ -271,8 +272,6 @@ class XcclProcessGroup(dist.ProcessGroup):
         """``ProcessGroup._allgather_base``."""
         return self._run(S.ALL_GATHER_INTO_TENSOR, output, input)
 
-    all_gather_single = _allgather_base
-
     def allgather_into_tensor_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
                                         opts: Any = None) -> Any:
         """``ProcessGroup.allgather_into_tensor_coalesced``: one all_gather_into_tensor per pair."""
@@ -281,8 +280,6 @@ class XcclProcessGroup(dist.ProcessGroup):
                             for o, i in zip(outputs, inputs, strict=True)])
 
         return _coalesced(self, "allgather_into_tensor_coalesced", (outputs, inputs), issue)
-
-    all_gather_single_coalesced = allgather_into_tensor_coalesced  # type: ignore[assignment]
 
     def reduce_scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
         """``ProcessGroup.reduce_scatter``: ``[output], [[inputs]]``."""
@@ -293,8 +290,6 @@ class XcclProcessGroup(dist.ProcessGroup):
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         """``ProcessGroup._reduce_scatter_base``."""
         return self._run(S.REDUCE_SCATTER_TENSOR, output, input, _op(opts))
-
-    reduce_scatter_single = _reduce_scatter_base  # type: ignore[assignment]
 
     def reduce_scatter_tensor_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
                                         opts: Any = None) -> Any:
@@ -307,8 +302,6 @@ class XcclProcessGroup(dist.ProcessGroup):
 
         return _coalesced(self, "reduce_scatter_tensor_coalesced", (outputs, inputs), issue)
 
-    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced  # type: ignore[assignment]
-
     def alltoall(self, output_tensors: Sequence[torch.Tensor], input_tensors: Sequence[torch.Tensor],
                  opts: Any = None) -> Any:
         """``ProcessGroup.alltoall``."""
@@ -320,8 +313,6 @@ class XcclProcessGroup(dist.ProcessGroup):
         osz = list(output_split_sizes) or None
         isz = list(input_split_sizes) or None
         return self._run(S.ALL_TO_ALL_SINGLE, output, input, osz, isz)
-
-    all_to_all_single = alltoall_base  # type: ignore[assignment]
 
     def broadcast(self, tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
         """``ProcessGroup.broadcast``: the root is a group rank (options, or an int)."""
@@ -356,6 +347,13 @@ class XcclProcessGroup(dist.ProcessGroup):
     def recv_anysource(self, tensors: Sequence[torch.Tensor], tag: int = 0) -> Any:
         """``ProcessGroup.recv_anysource``: the returned work reports the sender (``_source_rank()``)."""
         return self._run(S.RECV, tensors[0], None, tag, None)
+
+
+# The other names torch and the trampoline call c10d's methods by (``all_gather_single`` for ``_allgather_base``,
+# ...), from the one list of them the simulated vendor group implements too.
+for _method, _aliases in C10D_METHODS.items():
+    for _alias in _aliases:
+        setattr(XcclProcessGroup, _alias, getattr(XcclProcessGroup, _method))
 
 
 def _coalesced(group: XcclProcessGroup, name: str, kargs: tuple[Any, ...], issue: Any) -> Any:

@@ -122,6 +122,9 @@ class Spec:
     #: Names of the kernel arguments the mismatch detector compares across ranks, in order: tensors (by dtype and
     #: shape, under the op's comparison rule), and split sizes or counts that are the same on every rank.
     fingerprint: tuple[str, ...] = ()
+    #: The kernel argument whose bytes are the op's agreed size (``xccl.plugin.AGREED_SIZE``: every rank passes
+    #: it alike, so a choice by size is the same on every rank); empty where ranks agree on no size.
+    agreed: str = ""
 
     def index(self, name: str) -> int:
         """Position of the kernel argument called ``name``."""
@@ -156,6 +159,13 @@ class Spec:
                 return i
         return None
 
+    def agreed_bytes(self, kargs: Sequence[Any]) -> int:
+        """The call's agreed size in bytes (its ``agreed`` argument: a tensor, or a list of them together)."""
+        value = kargs[self.index(self.agreed)]
+        if isinstance(value, torch.Tensor):
+            return value.numel() * value.element_size()
+        return sum(t.numel() * t.element_size() for t in value)
+
     def renamed(self, name: str) -> Spec:
         """The same collective under another public name (``isend`` for ``send``)."""
         return replace(self, name=name)
@@ -170,18 +180,19 @@ _OP = Arg("op", Kind.REDUCE_OP)
 
 
 def _spec(name: str, key: Collective, args: tuple[Arg, ...], validate: Validator, fingerprint: tuple[str, ...],
-          variant: Collective | None = None) -> Spec:
-    return Spec(name, key, args, validate, variant, fingerprint)
+          variant: Collective | None = None, agreed: str = "") -> Spec:
+    return Spec(name, key, args, validate, variant, fingerprint, agreed)
 
 
-ALL_REDUCE: Final = _spec("all_reduce", C.ALL_REDUCE, (Arg("tensor", _T, _U), _OP), V.all_reduce, ("tensor",))
+ALL_REDUCE: Final = _spec("all_reduce", C.ALL_REDUCE, (Arg("tensor", _T, _U), _OP), V.all_reduce, ("tensor",),
+                          agreed="tensor")
 ALL_REDUCE_COALESCED: Final = _spec(
     "all_reduce_coalesced", C.ALL_REDUCE_COALESCED, (Arg("tensors", Kind.TENSORS, _U), _OP), V.all_reduce_coalesced,
-    ("tensors",),
+    ("tensors",), agreed="tensors",
 )
 ALL_GATHER: Final = _spec(
     "all_gather", C.ALL_GATHER, (Arg("tensor_list", _TS, _W), Arg("tensor", _T, _R)), V.all_gather,
-    ("tensor", "tensor_list"),
+    ("tensor", "tensor_list"), agreed="tensor_list",
 )
 ALL_GATHER_COALESCED: Final = _spec(
     "all_gather_coalesced", C.ALL_GATHER_COALESCED,
@@ -190,15 +201,15 @@ ALL_GATHER_COALESCED: Final = _spec(
 )
 ALL_GATHER_INTO_TENSOR: Final = _spec(
     "all_gather_into_tensor", C.ALL_GATHER_INTO_TENSOR, (Arg("output_tensor", _T, _W), Arg("input_tensor", _T, _R)),
-    V.all_gather_into_tensor, ("output_tensor", "input_tensor"),
+    V.all_gather_into_tensor, ("output_tensor", "input_tensor"), agreed="output_tensor",
 )
 REDUCE_SCATTER: Final = _spec(
     "reduce_scatter", C.REDUCE_SCATTER, (Arg("output", _T, _W), Arg("input_list", _TS, _R), _OP), V.reduce_scatter,
-    ("output", "input_list"),
+    ("output", "input_list"), agreed="input_list",
 )
 REDUCE_SCATTER_TENSOR: Final = _spec(
     "reduce_scatter_tensor", C.REDUCE_SCATTER_TENSOR, (Arg("output", _T, _W), Arg("input", _T, _R), _OP),
-    V.reduce_scatter_tensor, ("output", "input"),
+    V.reduce_scatter_tensor, ("output", "input"), agreed="input",
 )
 ALL_TO_ALL: Final = _spec(
     "all_to_all", C.ALL_TO_ALL, (Arg("output_tensor_list", _TS, _W), Arg("input_tensor_list", _TS, _R)), V.all_to_all,
@@ -208,11 +219,12 @@ ALL_TO_ALL_SINGLE: Final = _spec(
     "all_to_all_single", C.ALL_TO_ALL_SINGLE,
     (Arg("output", _T, _W), Arg("input", _T, _R), Arg("output_split_sizes", Kind.SPLITS),
      Arg("input_split_sizes", Kind.SPLITS)),
-    V.all_to_all_single, ("output", "input"), variant=C.ALL_TO_ALL_SINGLE_UNEVEN,
+    V.all_to_all_single, ("output", "input"), variant=C.ALL_TO_ALL_SINGLE_UNEVEN, agreed="input",
 )
 BROADCAST: Final = _spec("broadcast", C.BROADCAST, (Arg("tensor", _T, _U), Arg("src", Kind.ROOT)), V.broadcast,
-                         ("tensor",))
-REDUCE: Final = _spec("reduce", C.REDUCE, (Arg("tensor", _T, _U), Arg("dst", Kind.ROOT), _OP), V.reduce, ("tensor",))
+                         ("tensor",), agreed="tensor")
+REDUCE: Final = _spec("reduce", C.REDUCE, (Arg("tensor", _T, _U), Arg("dst", Kind.ROOT), _OP), V.reduce, ("tensor",),
+                      agreed="tensor")
 GATHER: Final = _spec(
     "gather", C.GATHER, (Arg("tensor", _T, _R), Arg("gather_list", Kind.ROOT_TENSORS, _W), Arg("dst", Kind.ROOT)),
     V.gather, ("tensor",),
@@ -235,12 +247,12 @@ IRECV: Final = _spec("irecv", C.RECV, RECV.args, V.p2p("irecv", "src", any_sourc
 ALL_GATHER_INTO_TENSOR_UNEVEN: Final = _spec(
     "all_gather_into_tensor_uneven", C.ALL_GATHER_INTO_TENSOR_UNEVEN,
     (Arg("output", _T, _W), Arg("input", _T, _R), Arg("output_split_sizes", Kind.SPLITS)), V.all_gather_uneven,
-    ("output", "output_split_sizes"),
+    ("output", "output_split_sizes"), agreed="output",
 )
 REDUCE_SCATTER_TENSOR_UNEVEN: Final = _spec(
     "reduce_scatter_tensor_uneven", C.REDUCE_SCATTER_TENSOR_UNEVEN,
     (Arg("output", _T, _W), Arg("input", _T, _R), Arg("input_split_sizes", Kind.SPLITS), _OP),
-    V.reduce_scatter_uneven, ("input", "input_split_sizes"),
+    V.reduce_scatter_uneven, ("input", "input_split_sizes"), agreed="input",
 )
 ALL_TO_ALL_V: Final = _spec(
     "all_to_all_v", C.ALL_TO_ALL_V, (Arg("output", _T, _W), Arg("input", _T, _R), Arg("send_count_matrix", Kind.MATRIX)),

@@ -5,10 +5,11 @@ hold it; ``group_size`` is passed explicitly (as in ``_c10d_functional``) so sha
 ``chunks`` is 0 for "choose from the shape". The public functions call these ops in eager mode too, so autograd
 has one formula for both (``_autograd``).
 
-Each op's implementation asks the group's capability table (``require``, as every collective does): the plugin's
-native kernel where the table says native, and when that kernel refuses the call (a documented constraint failed,
-:class:`~xccl.ConstraintViolation`) the fallback policy decides between raising and the portable version; where
-the table says emulated, the portable version (``_portable``) under the fallback policy for emulations.
+Each op's implementation plans the call as every collective does (``xccl.collectives._plan``): the plugin's
+native kernel where the plan says native, and when that kernel refuses the call (a documented constraint failed,
+:class:`~xccl.ConstraintViolation`) the fallback policy decides between raising and the portable version, as for
+collectives (``_plan.guarded``); where the table says emulated, the portable version (``_portable``) under the
+fallback policy for emulations.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import torch
 import torch.distributed as dist
 
 from ..collectives import _specs as S
-from ..collectives._dispatch import dispatch, native_kernel, warn_once
+from ..collectives._dispatch import dispatch, native_kernel
+from ..collectives._plan import guarded, plan_call, warn_once
 from ..collectives._state import GroupState, state_of
-from ..errors import ConstraintFallbackWarning, ConstraintViolation, EmulationWarning, UnsupportedCollective
-from ..plugin._capabilities import Collective, Level
+from ..errors import ConstraintFallbackWarning, EmulationWarning, UnsupportedCollective
+from ..plugin._capabilities import Collective
 from . import _portable
 from ._validate import check_all_gather_mm, check_mm_all_reduce, check_mm_reduce_scatter
 
@@ -37,27 +39,15 @@ _SUM: Final = dist.ReduceOp.SUM
 
 def _run(st: GroupState, op: Collective, dtype: torch.dtype, native_args: tuple[Any, ...],
          portable: Callable[[], Any]) -> Any:
-    """The native kernel of ``op`` when the table has one and it takes the call, else the portable version."""
-    res = st.table.require(op, dtype=dtype, world_size=st.size, allow_emulated=st.fallback != "error")
-    if res.level is Level.NATIVE:
+    """The native kernel of ``op`` when the plan has one and it takes the call, else the portable version."""
+    p = plan_call(st.table, op, st.fallback, dtype=dtype, world_size=st.size, sdk_versions=st.runtime.sdk_versions())
+    if p.native:
         kernel = native_kernel(st, op)
         if kernel is None:
             raise UnsupportedCollective(op.value, st.backend, "marked native but the plugin has no kernel")
-        try:
-            return kernel(*native_args)
-        except ConstraintViolation as exc:
-            if st.fallback == "error":
-                raise
-            if st.fallback == "warn":
-                warn_once(
-                    (op.value, st.backend, exc.constraint),
-                    f"xccl: the native {op.value} kernel of {st.backend} cannot take this call (constraint "
-                    f"{exc.constraint!r}: {exc.detail}); running the portable pipelined version. Pass "
-                    "fallback='emulate' to xccl.init to silence this, or 'error' to raise instead.",
-                    ConstraintFallbackWarning,
-                )
-            LOG.debug("%s: native kernel refused (%s); portable version", op.value, exc.constraint)
-    elif st.fallback == "warn":
+        # A refusal (ConstraintViolation) takes the fallback policy, in the one place collectives take it too.
+        return guarded(st, op, kernel, lambda: lambda *_: portable(), "the portable pipelined version")(*native_args)
+    if st.fallback == "warn":
         warn_once(
             (op.value, st.backend),
             f"xccl: {op.value} is emulated on {st.backend}: via pipelined (chunked matmul overlapped with async "

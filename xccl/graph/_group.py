@@ -20,15 +20,14 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from ..collectives._plan import plan_call
 from ..collectives._state import STATE, state_of
 from ..collectives._validate import BARE_PREMUL, complex_refusal, group_problem
 from ..errors import InvalidArgument, InvalidArgumentType, UnsupportedCollective, XcclError
 from ..plugin._capabilities import (
-    BOOL_REDUCE_AS,
     COMPLEX_REDUCE_OPS,
     CapabilityTable,
     Collective,
-    Level,
     Mode,
     reduce_op_name,
 )
@@ -230,20 +229,16 @@ def resolve(name: str, op: Collective, dtype: torch.dtype | None, reduce_op: str
         raise trace_error(InvalidArgument, op.value, complex_refusal(op.value, f"RedOpType.{reduce_op.upper()}"))
     pg = c10d._resolve_process_group(name)  # type: ignore[arg-type]
     table, _, fallback = _table_of(pg)
-    shape = {"mode": Mode.GRAPH, "world_size": pg.size(), "sdk_versions": _sdk_versions()}
     try:
-        res = table.require(op, dtype=dtype, reduce_op=reduce_op, allow_emulated=fallback != "error", **shape)
+        plan = plan_call(table, op, fallback, mode=Mode.GRAPH, dtype=dtype, reduce_op=reduce_op,
+                         world_size=pg.size(), sdk_versions=_sdk_versions())
     except UnsupportedCollective as exc:
         raise trace_error(UnsupportedCollective, exc.op, exc.backend, f"{exc.detail} (graph mode)") from None
-    dispatches = hasattr(pg, "native")
-    if res.cast is None and not res.avg_via_sum:
-        return GraphPlan(res.level is Level.NATIVE or dispatches, None, False)
-    # The call the form emits once the graph has cast the tensors and turned avg into sum.
-    inner = "sum" if res.avg_via_sum else reduce_op
-    if res.cast is not None and dtype == torch.bool and inner is not None:
-        inner = BOOL_REDUCE_AS.get(inner, inner)
-    after = table.resolve(op, dtype=res.cast or dtype, reduce_op=inner, **shape)  # type: ignore[arg-type]
-    return GraphPlan(after.level is Level.NATIVE or dispatches, res.cast, res.avg_via_sum)
+    # The standard form carries the call the graph emits once it has cast the tensors and turned avg into sum
+    # when the op's own kernel runs that call (the planner's rule: no composition), or when xccl's process group
+    # (whose c10d methods run dispatch) receives it.
+    res = plan.resolution
+    return GraphPlan(plan.native or hasattr(pg, "native"), res.cast, res.avg_via_sum)
 
 
 def _sdk_versions() -> Mapping[str, str]:

@@ -19,7 +19,8 @@ directly, with the options struct torch's own wrappers would build, so that
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, Final
 
 import torch
@@ -39,11 +40,39 @@ from torch._C._distributed_c10d import (
 
 from ._capabilities import Collective
 
-__all__ = ["C10D", "c10d_kernel", "done"]
+__all__ = ["C10D", "C10D_METHODS", "c10d_kernel", "done"]
 
 C = Collective
 Kernel = Callable[..., Any]
 _RED_OP_TYPE: Final = ReduceOp.RedOpType
+
+
+#: c10d's collective methods of ``ProcessGroup`` / ``Backend``, by the C++ virtual's name, with the other names
+#: Python code and the C++ trampoline call them by: torch 2.13 renamed the single-tensor collectives
+#: (``all_gather_single`` for ``_allgather_base``) and the trampoline exposes the coalesced C++ methods under both
+#: names (the functional all_gather calls ``allgather_into_tensor_coalesced``, which Python sees as
+#: ``all_gather_single_coalesced``). xccl's process group and the simulated vendor group both implement every name.
+C10D_METHODS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType({
+    "allreduce": (),
+    "allreduce_coalesced": (),
+    "allgather": (),
+    "_allgather_base": ("all_gather_single",),
+    "allgather_coalesced": (),
+    "allgather_into_tensor_coalesced": ("all_gather_single_coalesced",),
+    "reduce_scatter": (),
+    "_reduce_scatter_base": ("reduce_scatter_single",),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter_single_coalesced",),
+    "alltoall": (),
+    "alltoall_base": ("all_to_all_single",),
+    "broadcast": (),
+    "reduce": (),
+    "gather": (),
+    "scatter": (),
+    "barrier": (),
+    "send": (),
+    "recv": (),
+    "recv_anysource": (),
+})
 
 
 def done(work: Any, async_op: bool) -> Any:

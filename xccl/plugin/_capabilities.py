@@ -124,6 +124,7 @@ EMULATION_BLOCKS: Final[Mapping[tuple[Collective, str], tuple[tuple[Collective, 
     (C.ALL_TO_ALL_V, "all_to_all_single"): ((C.ALL_TO_ALL_SINGLE, None, None), (C.ALL_TO_ALL_SINGLE_UNEVEN, None, None)),
     (C.ALL_REDUCE_COALESCED, "all_reduce"): ((C.ALL_REDUCE, None, "="),),
     (C.ALL_GATHER_COALESCED, "all_gather"): ((C.ALL_GATHER, None, None),),
+    (C.ALL_GATHER, "all_gather_into_tensor_uneven"): ((C.ALL_GATHER_INTO_TENSOR_UNEVEN, None, None),),
     (C.GATHER, "all_gather"): ((C.ALL_GATHER_INTO_TENSOR, None, None),),
     (C.ALL_REDUCE, "all_gather"): ((C.ALL_GATHER_INTO_TENSOR, None, None),),
     (C.REDUCE, "all_gather"): ((C.ALL_GATHER_INTO_TENSOR, None, None),),
@@ -178,6 +179,17 @@ class Resolution:
     complex_view: bool = False
     #: The preference that made a native op run as the composition ``via`` (the level stays the native one's).
     prefer: Prefer | None = None
+
+    @property
+    def layered(self) -> bool:
+        """Whether layers wrap the kernel: a dtype cast, avg or premul_sum via sum, a complex view."""
+        return self.cast is not None or self.avg_via_sum or self.premul_via_sum or self.complex_view
+
+    @property
+    def native_entry(self) -> bool:
+        """Whether the op's own native kernel carries this call shape (after any layers). A size preference
+        (``prefer``) keeps it native: the composition replaces the kernel only at the sizes it names."""
+        return self.via == "" or self.prefer is not None
 
 
 @final
@@ -252,7 +264,10 @@ class CapabilityTable:
         if sup.world_sizes is not None and world_size is not None and world_size not in sup.world_sizes:
             sizes = ", ".join(map(str, sorted(sup.world_sizes)))
             return _refused(sup, f"world size {world_size} not in {{{sizes}}}")
-        level, via, reasons, cast, avg, premul = sup.level, sup.via, [], None, False, False
+        # ``via`` names a composition for emulated entries only: a native entry runs its own kernel (a size
+        # preference or a dtype_via below names the composition that replaces it), whatever ``via`` it carries.
+        via = sup.via if sup.level is Level.EMULATED else ""
+        level, reasons, cast, avg, premul = sup.level, [], None, False, False
         if dtype is not None and sup.dtypes is not None and dtype not in sup.dtypes:
             cast = sup.cast_to.get(dtype)
             if cast is None:
@@ -365,16 +380,43 @@ class CapabilityTable:
             UnsupportedCollective: the op is unsupported, or emulated and ``allow_emulated`` is False.
         """
         res = self.resolve(op, **shape)  # type: ignore[arg-type]
+        refused = self.refusal(op, res, allow_emulated=allow_emulated)
+        if refused is not None:
+            raise refused
+        return res
+
+    def refusal(self, op: Collective | str, res: Resolution, *, allow_emulated: bool = True
+                ) -> UnsupportedCollective | None:
+        """The error for a resolution that cannot run (unsupported, or emulated and ``allow_emulated`` is False),
+        or None: the one place :meth:`require` and xccl's planner word a refusal."""
         if res.level is Level.UNSUPPORTED:
-            raise UnsupportedCollective(str(Collective(op)), self.backend, res.reason)
+            return UnsupportedCollective(str(Collective(op)), self.backend, res.reason)
         if res.level is Level.EMULATED and not allow_emulated:
-            raise UnsupportedCollective(
+            return UnsupportedCollective(
                 str(Collective(op)),
                 self.backend,
                 f"only emulated ({res.via or res.reason}) and the fallback policy is 'error'; "
                 "pass fallback='warn' or 'emulate' to xccl.init to allow emulation",
             )
-        return res
+        return None
+
+    def resolve_sized(
+        self, op: Collective | str, *, mode: Mode | str = Mode.EAGER, dtype: torch.dtype | None = None,
+        reduce_op: str | None = None, world_size: int | None = None, sdk_versions: Mapping[str, str] | None = None,
+    ) -> tuple[Resolution, tuple[int, ...], tuple[Resolution, ...]]:
+        """:meth:`resolve` for a call shape at every size at once: the answer at no particular size, the agreed
+        sizes at which it changes (:meth:`size_bounds`) and the answer in each range they cut (``[0, b0)``,
+        ``[b0, b1)``, ... ``[bn, inf)``; empty when the choice never changes with size).
+
+        What xccl's planner asks, once per call shape: the plan cache then chooses per call by size alone.
+        """
+        shape = {"mode": mode, "dtype": dtype, "reduce_op": reduce_op, "world_size": world_size,
+                 "sdk_versions": sdk_versions}
+        res = self.resolve(op, **shape)  # type: ignore[arg-type]
+        bounds = () if res.level is Level.UNSUPPORTED else self.size_bounds(op, mode=mode, world_size=world_size)
+        if not bounds:
+            return res, (), ()
+        return res, bounds, tuple(self.resolve(op, nbytes=lo, **shape) for lo in (0, *bounds))  # type: ignore[arg-type]
 
     def with_entries(self, changes: Mapping[tuple[Collective, Mode], Support]) -> CapabilityTable:
         """A copy with some entries replaced: how a runtime refines its plugin's table with what it found at run

@@ -53,6 +53,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
+from ._c10d import C10D_METHODS
 from ._sim_completion import complete
 from ._sim_dtypes import carried, widened
 from ._sim_runtime import GroupRuntime
@@ -87,37 +88,11 @@ REDUCE_OP_NAMES: Final = frozenset(
     {"sum", "product", "min", "max", "avg", "band", "bor", "bxor", "premul_sum"}
 )
 
-#: ``ProcessGroup`` method (as Python code and the C++ trampoline call it) -> the ``Backend`` method it reaches.
-#: Several names reach one backend method: torch 2.13 renamed the single-tensor collectives
-#: (``all_gather_single`` for ``_allgather_base``) and the trampoline exposes the coalesced C++ methods under both
-#: names (the functional all_gather calls ``allgather_into_tensor_coalesced``, which Python sees as
-#: ``all_gather_single_coalesced``).
-_METHOD_KEYS: Final[Mapping[str, str]] = MappingProxyType({
-    "allreduce": "allreduce",
-    "allreduce_coalesced": "allreduce_coalesced",
-    "allgather": "allgather",
-    "all_gather_single": "_allgather_base",
-    "_allgather_base": "_allgather_base",
-    "allgather_coalesced": "allgather_coalesced",
-    "allgather_into_tensor_coalesced": "allgather_into_tensor_coalesced",
-    "all_gather_single_coalesced": "allgather_into_tensor_coalesced",
-    "reduce_scatter": "reduce_scatter",
-    "reduce_scatter_single": "_reduce_scatter_base",
-    "_reduce_scatter_base": "_reduce_scatter_base",
-    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
-    "reduce_scatter_single_coalesced": "reduce_scatter_tensor_coalesced",
-    "alltoall": "alltoall",
-    "all_to_all_single": "alltoall_base",
-    "alltoall_base": "alltoall_base",
-    "broadcast": "broadcast",
-    "reduce": "reduce",
-    "gather": "gather",
-    "scatter": "scatter",
-    "barrier": "barrier",
-    "send": "send",
-    "recv": "recv",
-    "recv_anysource": "recv_anysource",
-})
+#: ``ProcessGroup`` method (as Python code and the C++ trampoline call it) -> the ``Backend`` method it reaches:
+#: every name of :data:`~xccl.plugin._c10d.C10D_METHODS` (the one list of c10d's methods and their other names).
+_METHOD_KEYS: Final[Mapping[str, str]] = MappingProxyType(
+    {name: method for method, aliases in C10D_METHODS.items() for name in (method, *aliases)}
+)
 
 #: Backend methods that reduce, so their reduce op is checked.
 _REDUCING: Final = frozenset(

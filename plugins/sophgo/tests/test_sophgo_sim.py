@@ -432,11 +432,8 @@ def test_ops_sccl_lacks_raise_on_the_process_group(rank_pools: Any, call: str, m
 
 
 def refused_by_xccl(what: str) -> None:
-    rank, n = _me()
     if what == "all_reduce-int16":
         xccl.all_reduce(torch.ones(3, dtype=torch.int16))
-    elif what == "all_gather-unequal":
-        xccl.all_gather([torch.empty(1 + r) for r in range(n)], torch.ones(1 + rank))
     elif what == "all_reduce-band":
         xccl.all_reduce(torch.ones(3, dtype=I32), xccl.ReduceOp.BAND)
 
@@ -445,11 +442,66 @@ def refused_by_xccl(what: str) -> None:
     # SCCL does not even move int16; the message carries the table's note (its hint).
     ("all_reduce-int16", "UnsupportedCollective", "dtype int16 is not supported (the table's note: torch-tpu"),
     ("all_reduce-band", "UnsupportedCollective", "reduce op 'band' is not supported"),
-    ("all_gather-unequal", "ConstraintViolation", "equal-sized tensors only"),
 ])
 def test_xccl_refuses_before_communicating(rank_pools: Any, what: str, error: str, text: str) -> None:
     for out in rank_pools.get(2, env=SIM).run(refused_by_xccl, what):
         assert out.raised(error) and text in out.message, str(out)
+
+
+def unequal_all_gather(api: str) -> list[tuple[str, str]]:
+    """A list all_gather of tensors whose shapes differ per rank: SCCL's kernel gathers equal sizes only, so the
+    plugin's kernel raises ConstraintViolation (ProcessGroupSCCL.cpp, manifest B3) and the fallback policy decides.
+
+    Returns the warnings raised (category, message); raises AssertionError on a wrong result.
+    """
+    import warnings
+
+    rank, n = _me()
+    gather = xccl.all_gather if api == "xccl" else dist.all_gather
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):  # warned once, however often called
+            outs = [torch.full((1 + r, 2), -1.0) for r in range(n)]
+            gather(outs, torch.full((1 + rank, 2), float(rank + 1)))
+            for r, got in enumerate(outs):
+                _same(got, torch.full((1 + r, 2), float(r + 1)), f"{api} all_gather from rank {r}")
+    return [(w.category.__name__, str(w.message)) for w in caught if str(w.message).startswith("xccl:")]
+
+
+def unequal_all_gather_refused() -> str:
+    """Under fallback="error" the plugin's ConstraintViolation reaches the caller before any rank communicates."""
+    rank, n = _me()
+    try:
+        xccl.all_gather([torch.empty(1 + r) for r in range(n)], torch.ones(1 + rank))
+    except xccl.ConstraintViolation as exc:
+        t = torch.ones(2)
+        xccl.all_reduce(t)  # nothing was sent: the group is in step
+        _same(t, torch.full((2,), float(n)), "all_reduce after the refusal")
+        return f"{exc.constraint}: {exc}"
+    raise AssertionError("no ConstraintViolation under fallback='error'")
+
+
+@pytest.mark.parametrize(("world_size", "api"), [(2, "xccl"), (4, "torch")])
+def test_unequal_all_gather_warns_then_emulates(rank_pools: Any, world_size: int, api: str) -> None:
+    for caught in rank_pools.get(world_size, env=SIM).run_ok(unequal_all_gather, api):
+        # Once per world (no other test of this pool breaks the constraint). The fallback's own building block,
+        # all_gather_into_tensor_uneven, is emulated on SCCL too and may warn as such (once per world as well).
+        refusals = [message for category, message in caught if category == "ConstraintFallbackWarning"]
+        assert len(refusals) == 1, caught
+        assert "constraint 'equal sizes'" in refusals[0] and "fallback='error'" in refusals[0], refusals
+        assert "via all_gather_into_tensor_uneven" in refusals[0], refusals
+
+
+def test_unequal_all_gather_emulates_silently(rank_pools: Any) -> None:
+    for caught in rank_pools.get(2, env=SIM, fallback="emulate").run_ok(unequal_all_gather, "xccl"):
+        assert caught == [], caught
+
+
+def test_unequal_all_gather_refused_under_error(rank_pools: Any, rank_table: Path) -> None:
+    pool = rank_pools.get(2, env={"RANK_TABLE_FILE": str(rank_table)}, vendor="sophgo", simulate=True,
+                          fallback="error")
+    for text in pool.run_ok(unequal_all_gather_refused):
+        assert text.startswith("equal sizes:") and "equal-sized tensors only" in text, text
 
 
 def make_group_directly(how: str) -> None:

@@ -111,7 +111,8 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "without an error", (f"{PG}:714-743",), "checked (xccl pads uneven splits) and simulated (the simulated "
           "group refuses uneven splits rather than compute garbage)"),
     Claim("all_gather equal sizes", "the list all_gather takes equal-sized tensors only", (_pg("allgather", 468),
-          "manifest B3"), "checked: xccl's kernel raises ConstraintViolation before communicating"),
+          "manifest B3"), "checked: xccl's kernel raises ConstraintViolation before communicating; the "
+          "fallback policy then raises it (error) or gathers via all_gather_into_tensor_uneven (warn, emulate)"),
     Claim("options", "the creator takes ProcessGroupSCCLOptions& (no None) and requires len(chip_map) >= group size "
           "('chip map size must be same with the nranks')",
           (f"{PG}:792-796 (createProcessGroupSCCL)", "manifest gotcha 6"),

@@ -101,7 +101,8 @@ def _eager() -> dict[Collective, Support]:
         C.BROADCAST: _moving(f"{_SOURCE}: broadcast; float64 moved as int64"),
         C.ALL_GATHER: _moving(
             f"{_SOURCE}: allgather; every tensor of tensor_list must have the same shape (checked before "
-            "communicating; use all_gather_into_tensor_uneven otherwise); float64 moved as int64"
+            "communicating; unequal shapes take the fallback policy: all_gather_into_tensor_uneven of the "
+            "flattened tensors); float64 moved as int64"
         ),
         C.ALL_GATHER_INTO_TENSOR: _moving(f"{_SOURCE}: _allgather_base; float64 moved as int64"),
         C.GATHER: _moving(f"{_SOURCE}: gather (non-root ranks pass no list); float64 moved as int64"),
