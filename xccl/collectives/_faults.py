@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from ..errors import CollectiveTimeout, PeerFailure, XcclError
 from ..plugin._vendor_runtime import Fault, VendorFault
+from ._flight_dump import on_fault
 from ._liveness import lost_peers
 from ._state import STATE, missing_members
 
@@ -129,6 +130,13 @@ def translate(exc: BaseException, ctx: Any, op: str, started: float | None = Non
     """
     if isinstance(exc, XcclError):
         return exc
+    typed = _typed(exc, ctx, op, started)
+    if typed is not exc and STATE.flight is not None:  # the flight recorder dumps, here and on every rank
+        on_fault(type(typed).__name__, ctx.ranks[ctx.rank], op, str(ctx.name))
+    return typed
+
+
+def _typed(exc: BaseException, ctx: Any, op: str, started: float | None) -> BaseException:
     vendor = _vendor_kind(ctx, str(exc))
     kind = classify(str(exc)) if vendor is None else PeerFailure if vendor is Fault.PEER_LOST else CollectiveTimeout
     if kind is None:

@@ -1,0 +1,174 @@
+"""The flight recorder on real processes: what it records, dumps in torch's layout that torch's own analyzer reads,
+every rank dumping when one times out, and ``xccl trace`` naming the missing rank and the straggler.
+
+One 2-rank pool serves the recording tests (bodies set their own dump prefix); the fault scenario breaks its
+group, so it gets a 4-rank pool of its own (forked from a server that imported torch once).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import xccl
+from xccl.collectives import _flight
+from xccl.errors import InitError
+from xccl.testing import RankPool
+
+TIMEOUT = 3.0
+ANALYZER = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace"]
+
+
+@pytest.fixture(scope="module")
+def pool2():
+    with RankPool(2, {"timeout": 20}, start_method="forkserver") as p:
+        yield p
+
+
+def _load(directory: Path, prefix: str = "rank_") -> dict[int, dict[str, Any]]:
+    return {int(f.name[len(prefix):]): pickle.loads(f.read_bytes()) for f in directory.iterdir()
+            if f.name.startswith(prefix) and not f.name.endswith(".tmp")}
+
+
+# ---------------------------------------------------------------------------------------------- rank bodies
+
+
+def body_calls(prefix: str) -> str | None:
+    """Each entry point once: xccl's API, torch.distributed on xccl's group, async, an emulated op; then dump."""
+    os.environ["TORCH_FR_DUMP_TEMP_FILE"] = prefix
+    t = torch.ones(3)
+    xccl.all_reduce(t)  # line A: the flat all_reduce
+    dist.all_reduce(t, async_op=True).wait()  # line B: torch.distributed, async
+    out = torch.empty(6, dtype=torch.bfloat16)
+    xccl.all_gather_into_tensor(out, torch.ones(3, dtype=torch.bfloat16))
+    xccl.all_gather_into_tensor_uneven(torch.empty(6), torch.ones(3), [3, 3])  # emulated on gloo
+    xccl.barrier()
+    return xccl.dump_trace()
+
+
+def body_skip(prefix: str, skipper: int) -> str:
+    """Every rank but ``skipper`` calls a second all_reduce (and times out); the skipper waits elsewhere."""
+    os.environ["TORCH_FR_DUMP_TEMP_FILE"] = prefix
+    t = torch.ones(2)
+    xccl.all_reduce(t)
+    if dist.get_rank() == skipper:
+        mine = Path(f"{prefix}{skipper}")
+        deadline = time.monotonic() + 3 * TIMEOUT + 10
+        while not mine.exists() and time.monotonic() < deadline:  # stuck elsewhere, until its watcher dumps
+            time.sleep(0.1)
+        return "dumped" if mine.exists() else "never dumped"
+    try:
+        xccl.all_reduce(t)  # the call the skipper never makes
+    except xccl.CollectiveTimeout:
+        return "timeout"
+    return "completed?"
+
+
+def body_straggle(prefix: str, slow: int, delay: float, steps: int) -> str | None:
+    os.environ["TORCH_FR_DUMP_TEMP_FILE"] = prefix
+    t = torch.ones(1)
+    for _ in range(steps):
+        if dist.get_rank() == slow:
+            time.sleep(delay)
+        xccl.all_reduce(t)
+    return xccl.dump_trace()
+
+
+# ---------------------------------------------------------------------------------------------- recording
+
+
+def test_every_entry_point_is_recorded_with_group_seq_sizes_site_and_times(pool2, tmp_path):
+    outs = pool2.run_ok(body_calls, str(tmp_path / "rank_"))
+    assert outs == [str(tmp_path / "rank_0"), str(tmp_path / "rank_1")]
+    dumps = _load(tmp_path)
+    assert set(dumps) == {0, 1}
+    d = dumps[1]
+    assert d["version"] == "2.10"  # torch 2.13's FlightRecorder.hpp version_val
+    assert d["pg_config"]["0"] == {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}
+    names = [e["profiling_name"] for e in d["entries"]]
+    assert names == ["xccl:all_reduce", "xccl:all_reduce", "xccl:_all_gather_base", "xccl:all_gather_v", "xccl:barrier"]
+    assert [e["collective_seq_id"] for e in d["entries"]] == [1, 2, 3, 4, 5]
+    assert d["pg_status"]["0"]["last_completed_collective"] == 5
+    first, second, gather, uneven = d["entries"][:4]
+    assert first["input_sizes"] == [[3]] and first["input_dtypes"] == ["Float"]
+    assert gather["input_sizes"] == [[3]] and gather["output_sizes"] == [[6]] and gather["input_dtypes"] == ["BFloat16"]
+    src = Path(__file__).read_text().splitlines()
+    for entry, marker in ((first, "# line A"), (second, "# line B")):
+        (frame,) = entry["frames"]
+        assert frame["filename"] == __file__ and frame["name"] == "body_calls"
+        assert marker in src[frame["line"] - 1]  # the user's line, not torch's or xccl's
+    for e in d["entries"]:
+        assert e["state"] == "completed" and e["retired"]
+        assert e["time_created_ns"] <= e["time_discovered_started_ns"] <= e["time_discovered_completed_ns"]
+    # The async call's completion came from the backend's future, before wait() returned.
+    assert second["time_discovered_completed_ns"] < gather["time_created_ns"]
+    # Emulated on gloo: the user's op is recorded, with its parts.
+    assert uneven["xccl_op"] == "all_gather_into_tensor_uneven" and uneven["xccl_parts"] == ["all_to_all_single"]
+
+
+def test_torch_analyzer_reads_a_directory_of_xccl_dumps(pool2, tmp_path):
+    pool2.run_ok(body_calls, str(tmp_path / "rank_"))
+    run = subprocess.run([*ANALYZER, str(tmp_path), "-p", "rank_"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "missing ranks" not in run.stdout + run.stderr
+
+
+@pytest.mark.parametrize(("env", "want"), [
+    ({}, _flight.DEFAULT_ENTRIES), ({"TORCH_FR_BUFFER_SIZE": "64"}, 64), ({"TORCH_FR_BUFFER_SIZE": "0"}, 0),
+    ({"XCCL_TRACE": "0", "TORCH_FR_BUFFER_SIZE": "64"}, 0), ({"XCCL_TRACE": "1"}, _flight.DEFAULT_ENTRIES),
+    ({"XCCL_TRACE": "300"}, 300),
+], ids=["default", "torch-size", "torch-off", "xccl-off-wins", "xccl-on", "xccl-size"])
+def test_switches(monkeypatch, env, want):
+    for name in ("XCCL_TRACE", "TORCH_FR_BUFFER_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert _flight.capacity() == want
+
+
+def test_bad_switch_is_a_typed_error(monkeypatch):
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "lots")
+    with pytest.raises(InitError, match="TORCH_FR_BUFFER_SIZE"):
+        _flight.capacity()
+
+
+def test_ring_keeps_the_last_n_calls():
+    class St:  # the two counters and the name a GroupState gives the recorder
+        name, rank, ranks = "g", 0, (0,)
+        fr_seq = fr_p2p = 0
+
+    ring = _flight.Flight(4)
+    st = St()
+    for _ in range(10):
+        _flight.finish(ring, ring.all_reduce(st, torch.ones(1)), None)
+    assert [e.seq for e in ring.entries()] == [7, 8, 9, 10]
+    assert all(e.completed for e in ring.entries())
+
+
+# ---------------------------------------------------------------------------------------------- faults
+
+
+def test_a_rank_that_skips_a_collective_is_named_by_torchs_analyzer(tmp_path):
+    """Rank 3 skips an all_reduce: the survivors time out and dump, rank 3 (asleep elsewhere) dumps when asked over
+    the store, and torch's own analyzer names rank 3 as missing."""
+    prefix = str(tmp_path / "rank_")
+    with RankPool(4, {"timeout": TIMEOUT}, env={"XCCL_TRACE_POLL": "0.2"}, start_method="forkserver",
+                  start_timeout=60) as pool:
+        outs = pool.run(body_skip, prefix, 3, timeout=4 * TIMEOUT + 30)
+    assert [o.value for o in outs] == ["timeout"] * 3 + ["dumped"], [str(o) for o in outs]
+    dumps = _load(tmp_path)
+    assert set(dumps) == {0, 1, 2, 3}
+    assert dumps[3]["xccl"]["reason"].startswith("asked by rank"), dumps[3]["xccl"]
+    assert [e["state"] for e in dumps[0]["entries"]] == ["completed", "started"]
+    run = subprocess.run([*ANALYZER, str(tmp_path), "-p", "rank_"], capture_output=True, text=True, timeout=60)
+    text = run.stdout + run.stderr
+    assert "Not all ranks joining collective" in text and "missing ranks: {3}" in text, text
