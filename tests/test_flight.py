@@ -23,6 +23,7 @@ import xccl
 from xccl.collectives import _flight
 from xccl.errors import InitError
 from xccl.testing import RankPool
+from xccl.tools._trace import analyse, load, render
 
 TIMEOUT = 3.0
 ANALYZER = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace"]
@@ -76,6 +77,7 @@ def body_skip(prefix: str, skipper: int) -> str:
 def body_straggle(prefix: str, slow: int, delay: float, steps: int) -> str | None:
     os.environ["TORCH_FR_DUMP_TEMP_FILE"] = prefix
     t = torch.ones(1)
+    xccl.barrier()  # the ranks start this body at different times: line them up first
     for _ in range(steps):
         if dist.get_rank() == slow:
             time.sleep(delay)
@@ -172,3 +174,35 @@ def test_a_rank_that_skips_a_collective_is_named_by_torchs_analyzer(tmp_path):
     run = subprocess.run([*ANALYZER, str(tmp_path), "-p", "rank_"], capture_output=True, text=True, timeout=60)
     text = run.stdout + run.stderr
     assert "Not all ranks joining collective" in text and "missing ranks: {3}" in text, text
+    # xccl's own verdict: the stuck call, its site, and who never called it.
+    trace = subprocess.run([sys.executable, "-m", "xccl", "trace", str(tmp_path)], capture_output=True, text=True,
+                           timeout=60)
+    assert trace.returncode == 1, trace.stderr
+    assert "#2 all_reduce not completed: entered by ranks [0, 1, 2]" in trace.stdout, trace.stdout
+    assert "rank 3 never called #2 (its last call here: #1 all_reduce at " in trace.stdout, trace.stdout
+    assert f"{__file__}:" in trace.stdout
+
+
+# ---------------------------------------------------------------------------------------------- xccl trace
+
+
+def test_xccl_trace_names_the_straggler_and_its_delay(tmp_path):
+    """Rank 2 sleeps 0.2 s before every all_reduce: ``xccl trace`` names it, with its delay within 20%."""
+    delay, steps = 0.2, 8
+    with RankPool(4, {"timeout": 20}, start_method="forkserver", start_timeout=60) as pool:
+        pool.run_ok(body_straggle, str(tmp_path / "rank_"), 2, delay, steps, timeout=60)
+    reports = analyse(load(tmp_path, "rank_"), window=steps)  # the all_reduces, not the barrier before them
+    (world,) = reports
+    assert world.stuck_seq is None and not world.missing
+    top = world.stragglers[0]
+    assert (top.rank, top.last_in, top.window) == (2, steps, steps), world.stragglers
+    assert abs(top.by_ms - delay * 1000) <= 0.2 * delay * 1000, top
+    text = render(reports)
+    assert f"straggler: rank 2 entered last by {top.by_ms:.1f} ms on group '0' in {steps} of the last {steps}" in text
+
+
+def test_xccl_trace_on_a_directory_without_dumps_says_so(tmp_path, capsys):
+    from xccl.tools.cli import main
+
+    assert main(["trace", str(tmp_path)]) == 2
+    assert "cannot tell the dumps' prefix" in capsys.readouterr().err

@@ -81,8 +81,20 @@ class Entry:
     """One recorded call. Written by the thread that issued it; ``completed`` by the backend's callback."""
 
     __slots__ = (
-        "completed", "created", "group", "is_p2p", "op", "outputs", "inputs", "p2p_seq", "parts", "peer", "record_id",
-        "seq", "site", "started",
+        "completed",
+        "created",
+        "group",
+        "inputs",
+        "is_p2p",
+        "op",
+        "outputs",
+        "p2p_seq",
+        "parts",
+        "peer",
+        "record_id",
+        "seq",
+        "site",
+        "started",
     )
 
     def __init__(self, record_id: int, group: Any, op: str, seq: int, p2p_seq: int, is_p2p: bool,
@@ -120,13 +132,22 @@ class Entry:
         return f"<xccl flight entry #{self.record_id} {self.op} seq {self.seq} on group {self.group.name!r}>"
 
 
+#: Code object -> whether it lies in xccl or torch (a dict lookup per frame instead of a prefix test).
+_INTERNAL_CODE: Final[dict[types.CodeType, bool]] = {}
+
+
 def user_site() -> tuple[types.CodeType, int] | None:
     """The first frame outside xccl and torch: the user's call (None when the call came from C++ alone)."""
     frame: types.FrameType | None = _getframe(2)
-    internal = _INTERNAL
+    known = _INTERNAL_CODE
     while frame is not None:
         code = frame.f_code
-        if not code.co_filename.startswith(internal):
+        internal = known.get(code)
+        if internal is None:
+            if len(known) > 4096:  # code objects made at run time (exec, lambdas in loops): start over
+                known.clear()
+            internal = known[code] = code.co_filename.startswith(_INTERNAL)
+        if not internal:
             return code, frame.f_lineno
         frame = frame.f_back
     return None

@@ -35,6 +35,7 @@ import logging
 import os
 import pickle
 import signal
+import socket
 import threading
 import time
 from typing import Any, Final
@@ -171,6 +172,7 @@ def layout(flight: Flight, reason: str = "dump_trace") -> dict[str, Any]:
         "pg_status": status,
         "entries": entries,
         "xccl": {"rank": me, "reason": reason, "clock": "time.time_ns", "dumped_ns": time.time_ns(),
+                 "host": socket.gethostname(),
                  "backend": world.backend if world is not None else ""},
     }
 
