@@ -26,12 +26,14 @@ from xccl.testing import RankPool
 from xccl.tools._trace import analyse, load, render
 
 TIMEOUT = 3.0
+#: The recorder is off by default (its cost, docs/performance.md): torch's switch turns it on.
+ON = {"TORCH_FR_BUFFER_SIZE": "2000"}
 ANALYZER = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace"]
 
 
 @pytest.fixture(scope="module")
 def pool2():
-    with RankPool(2, {"timeout": 20}, start_method="forkserver") as p:
+    with RankPool(2, {"timeout": 20}, env=ON, start_method="forkserver") as p:
         yield p
 
 
@@ -125,10 +127,10 @@ def test_torch_analyzer_reads_a_directory_of_xccl_dumps(pool2, tmp_path):
 
 
 @pytest.mark.parametrize(("env", "want"), [
-    ({}, _flight.DEFAULT_ENTRIES), ({"TORCH_FR_BUFFER_SIZE": "64"}, 64), ({"TORCH_FR_BUFFER_SIZE": "0"}, 0),
+    ({}, 0), ({"TORCH_FR_BUFFER_SIZE": "64"}, 64), ({"TORCH_FR_BUFFER_SIZE": "0"}, 0),
     ({"XCCL_TRACE": "0", "TORCH_FR_BUFFER_SIZE": "64"}, 0), ({"XCCL_TRACE": "1"}, _flight.DEFAULT_ENTRIES),
     ({"XCCL_TRACE": "300"}, 300),
-], ids=["default", "torch-size", "torch-off", "xccl-off-wins", "xccl-on", "xccl-size"])
+], ids=["default-off", "torch-size", "torch-off", "xccl-off-wins", "xccl-on", "xccl-size"])
 def test_switches(monkeypatch, env, want):
     for name in ("XCCL_TRACE", "TORCH_FR_BUFFER_SIZE"):
         monkeypatch.delenv(name, raising=False)
@@ -163,7 +165,7 @@ def test_a_rank_that_skips_a_collective_is_named_by_torchs_analyzer(tmp_path):
     """Rank 3 skips an all_reduce: the survivors time out and dump, rank 3 (asleep elsewhere) dumps when asked over
     the store, and torch's own analyzer names rank 3 as missing."""
     prefix = str(tmp_path / "rank_")
-    with RankPool(4, {"timeout": TIMEOUT}, env={"XCCL_TRACE_POLL": "0.2"}, start_method="forkserver",
+    with RankPool(4, {"timeout": TIMEOUT}, env={**ON, "XCCL_TRACE_POLL": "0.2"}, start_method="forkserver",
                   start_timeout=60) as pool:
         outs = pool.run(body_skip, prefix, 3, timeout=4 * TIMEOUT + 30)
     assert [o.value for o in outs] == ["timeout"] * 3 + ["dumped"], [str(o) for o in outs]
@@ -189,7 +191,7 @@ def test_a_rank_that_skips_a_collective_is_named_by_torchs_analyzer(tmp_path):
 def test_xccl_trace_names_the_straggler_and_its_delay(tmp_path):
     """Rank 2 sleeps 0.2 s before every all_reduce: ``xccl trace`` names it, with its delay within 20%."""
     delay, steps = 0.2, 8
-    with RankPool(4, {"timeout": 20}, start_method="forkserver", start_timeout=60) as pool:
+    with RankPool(4, {"timeout": 20}, env={"XCCL_TRACE": "1"}, start_method="forkserver", start_timeout=60) as pool:
         pool.run_ok(body_straggle, str(tmp_path / "rank_"), 2, delay, steps, timeout=60)
     reports = analyse(load(tmp_path, "rank_"), window=steps)  # the all_reduces, not the barrier before them
     (world,) = reports

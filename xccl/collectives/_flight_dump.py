@@ -57,6 +57,8 @@ DEFAULT_PREFIX: Final = "/tmp/nccl_trace_rank_"
 #: Seconds between two looks at the store's dump key (torch's heartbeat monitor: ``coordCheckIntervalMilSec_``,
 #: 1000 ms by default).
 POLL: Final = float(os.environ.get("XCCL_TRACE_POLL", "1") or 1)
+#: Seconds a store connection or operation of the recorder may take.
+_CONNECT: Final = 2.0
 #: The store key a faulting rank sets (under the world's prefix): "<rank> <reason>".
 KEY: Final = "fr/dump"
 #: xccl's op -> the name torch's analyzer knows (``components/types.py``: ``COLLECTIVES | P2P``).
@@ -210,7 +212,7 @@ def _store() -> Any:
     if live is None:
         return None
     addr, port = live.store
-    raw = dist.TCPStore(addr, port, is_master=False, timeout=_dt.timedelta(seconds=5), wait_for_workers=False)
+    raw = dist.TCPStore(addr, port, is_master=False, timeout=_dt.timedelta(seconds=_CONNECT), wait_for_workers=False)
     return PrefixStore(live.prefix, raw)
 
 
@@ -228,6 +230,12 @@ def on_fault(kind: str, rank: int, op: str, group: str) -> None:
         dump(f"{kind} on rank {rank}: {op} on group {group!r}")
     except OSError as exc:
         LOG.warning("xccl flight recorder: could not dump (%s)", exc)
+    if STATE.liveness is not None:
+        # In the background: a store whose host is gone must not delay the typed error.
+        threading.Thread(target=_ask_all, args=(trigger,), name="xccl-flight-ask", daemon=True).start()
+
+
+def _ask_all(trigger: str) -> None:
     try:
         store = _store()
         if store is not None:
@@ -249,6 +257,8 @@ class _Watch:
         while not self.stop.wait(POLL):
             try:
                 store = store or _store()
+                if self.stop.is_set():
+                    return
                 if store is None:
                     return
                 if not store.check([KEY]):
@@ -282,6 +292,9 @@ def _on_signal(signum: int, _frame: Any) -> None:
 
 
 def stop_watch(watch: Any) -> None:
-    """Stop a watcher (``xccl.shutdown``)."""
+    """Stop a watcher (``xccl.shutdown``), and wait for it briefly: a thread left inside a store call while the
+    interpreter exits can abort the process."""
     if isinstance(watch, _Watch):
         watch.stop.set()
+        if watch.thread.is_alive() and watch.thread is not threading.current_thread():
+            watch.thread.join(timeout=_CONNECT + 1)
