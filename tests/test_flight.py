@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import time
@@ -71,6 +72,20 @@ def body_skip(prefix: str, skipper: int) -> str:
         return "dumped" if mine.exists() else "never dumped"
     try:
         xccl.all_reduce(t)  # the call the skipper never makes
+    except (xccl.CollectiveTimeout, xccl.PeerFailure) as exc:
+        return type(exc).__name__
+    return "completed?"
+
+
+def body_die(prefix: str, victim: int) -> str:
+    """The victim is SIGKILLed before the second all_reduce; the survivors fail typed and dump."""
+    os.environ["TORCH_FR_DUMP_TEMP_FILE"] = prefix
+    t = torch.ones(2)
+    xccl.all_reduce(t)
+    if dist.get_rank() == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        xccl.all_reduce(t)
     except (xccl.CollectiveTimeout, xccl.PeerFailure) as exc:
         return type(exc).__name__
     return "completed?"
@@ -191,6 +206,21 @@ def test_a_rank_that_skips_a_collective_is_named_by_torchs_analyzer(tmp_path, ve
     assert "#2 all_reduce not completed: entered by ranks [0, 1, 2]" in trace.stdout, trace.stdout
     assert "rank 3 never called #2 (its last call here: #1 all_reduce at " in trace.stdout, trace.stdout
     assert f"{__file__}:" in trace.stdout
+
+
+@pytest.mark.slow
+def test_a_killed_rank_leaves_the_survivors_dumps_and_xccl_trace_says_whose_is_missing(tmp_path):
+    with RankPool(4, {"timeout": TIMEOUT}, env=ON, start_method="forkserver", start_timeout=60) as pool:
+        outs = pool.run(body_die, str(tmp_path / "rank_"), 1, timeout=4 * TIMEOUT + 30)
+    assert outs[1].raised("RankDied")
+    assert {outs[r].value for r in (0, 2, 3)} <= {"PeerFailure", "CollectiveTimeout"}, [str(o) for o in outs]
+    deadline = time.monotonic() + 10
+    while len(_load(tmp_path)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert set(_load(tmp_path)) == {0, 2, 3}
+    trace = subprocess.run([sys.executable, "-m", "xccl", "trace", str(tmp_path)], capture_output=True, text=True,
+                           timeout=60)
+    assert "no dump from ranks [1]" in trace.stdout, trace.stdout
 
 
 # ---------------------------------------------------------------------------------------------- xccl trace
