@@ -52,6 +52,7 @@ def body_calls(prefix: str) -> str | None:
     t = torch.ones(3)
     xccl.all_reduce(t)  # line A: the flat all_reduce
     dist.all_reduce(t, async_op=True).wait()  # line B: torch.distributed, async
+    dist.all_reduce(t, async_op=True).get_future().wait()  # line C: waited on its future, as DDP's reducer does
     out = torch.empty(6, dtype=torch.bfloat16)
     xccl.all_gather_into_tensor(out, torch.ones(3, dtype=torch.bfloat16))
     xccl.all_gather_into_tensor_uneven(torch.empty(6), torch.ones(3), [3, 3])  # emulated on gloo
@@ -114,22 +115,23 @@ def test_every_entry_point_is_recorded_with_group_seq_sizes_site_and_times(pool2
     assert d["version"] == "2.10"  # torch 2.13's FlightRecorder.hpp version_val
     assert d["pg_config"]["0"] == {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}
     names = [e["profiling_name"] for e in d["entries"]]
-    assert names == ["xccl:all_reduce", "xccl:all_reduce", "xccl:_all_gather_base", "xccl:all_gather_v", "xccl:barrier"]
-    assert [e["collective_seq_id"] for e in d["entries"]] == [1, 2, 3, 4, 5]
-    assert d["pg_status"]["0"]["last_completed_collective"] == 5
-    first, second, gather, uneven = d["entries"][:4]
+    assert names == ["xccl:all_reduce"] * 3 + ["xccl:_all_gather_base", "xccl:all_gather_v", "xccl:barrier"]
+    assert [e["collective_seq_id"] for e in d["entries"]] == [1, 2, 3, 4, 5, 6]
+    assert d["pg_status"]["0"]["last_completed_collective"] == 6
+    first, second, third, gather, uneven = d["entries"][:5]
     assert first["input_sizes"] == [[3]] and first["input_dtypes"] == ["Float"]
     assert gather["input_sizes"] == [[3]] and gather["output_sizes"] == [[6]] and gather["input_dtypes"] == ["BFloat16"]
     src = Path(__file__).read_text().splitlines()
-    for entry, marker in ((first, "# line A"), (second, "# line B")):
+    for entry, marker in ((first, "# line A"), (second, "# line B"), (third, "# line C")):
         (frame,) = entry["frames"]
         assert frame["filename"] == __file__ and frame["name"] == "body_calls"
         assert marker in src[frame["line"] - 1]  # the user's line, not torch's or xccl's
     for e in d["entries"]:
         assert e["state"] == "completed" and e["retired"]
         assert e["time_created_ns"] <= e["time_discovered_started_ns"] <= e["time_discovered_completed_ns"]
-    # The async call's completion came from the backend's future, before wait() returned.
-    assert second["time_discovered_completed_ns"] < gather["time_created_ns"]
+    # The async calls' completions: found by wait(), and from the future's callback (no wait() on the handle).
+    assert second["time_discovered_completed_ns"] < third["time_created_ns"]
+    assert third["time_discovered_completed_ns"] < gather["time_created_ns"]
     # Emulated on gloo: the user's op is recorded, with its parts.
     assert uneven["xccl_op"] == "all_gather_into_tensor_uneven" and uneven["xccl_parts"] == ["all_to_all_single"]
 

@@ -228,13 +228,37 @@ class TypedWork(ForwardingWork):
         started: ``time.monotonic()`` at the call.
     """
 
-    __slots__ = ("_ctx", "_op", "_started")
+    __slots__ = ("_ctx", "_op", "_started", "entry")
 
     def __init__(self, work: Any, ctx: Any, op: str, started: float) -> None:
         super().__init__(work)
         self._ctx = ctx
         self._op = op
         self._started = started
+        #: The flight recorder's entry for the call (``_flight.Entry``), stamped complete when this handle finds
+        #: the work done: at ``wait()``, ``is_completed()``, or from the future once someone asks for it.
+        self.entry: Any = None
+
+    def _completed(self) -> None:
+        entry = self.entry
+        if entry is not None and not entry.completed:
+            entry.done()
+
+    def is_completed(self) -> bool:
+        """Whether the collective finished (successfully or not)."""
+        done = bool(self.work.is_completed())
+        if done:
+            self._completed()
+        return done
+
+    def get_future(self) -> Any:
+        """The backend's future (its errors are the backend's own: ``wait()`` is the typed path)."""
+        fut = self.work.get_future()
+        entry = self.entry
+        if entry is not None and not entry.completed:
+            # Who waits on the future (DDP's reducer) never calls wait(): its completion comes from the backend.
+            fut.add_done_callback(entry.done)
+        return fut
 
     def _fault(self, exc: RuntimeError) -> BaseException:
         return translate(exc, self._ctx, self._op, self._started)
@@ -242,9 +266,12 @@ class TypedWork(ForwardingWork):
     def wait(self, timeout: _dt.timedelta | None = None) -> bool:
         """Wait for completion (``Work.wait``); raises :class:`~xccl.PeerFailure` or :class:`~xccl.CollectiveTimeout`."""
         try:
-            return bool(self.work.wait() if timeout is None else self.work.wait(timeout))
+            done = bool(self.work.wait() if timeout is None else self.work.wait(timeout))
         except RuntimeError as exc:
             raise self._fault(exc) from exc
+        if done or timeout is None:
+            self._completed()
+        return done
 
     def synchronize(self) -> None:
         """``Work.synchronize`` with typed faults."""

@@ -13,8 +13,9 @@ the same place in dispatch where the mismatch detector records it (``_dispatch._
 * the user's call site: the first frame outside xccl and torch (the frame walk of ``plugin/_warn.py``);
 * timestamps (``time.time_ns()``, the clock torch's recorder uses): ``created`` when dispatch saw the call,
   ``started`` when xccl handed it to the backend (xccl cannot see when a device starts a kernel: best effort),
-  ``completed`` when a synchronous call returned, or when an asynchronous call's future completed (a callback on
-  the backend's future: no host sync on the hot path).
+  ``completed`` when a synchronous call returned; for an asynchronous call, when xccl's handle found it done
+  (``wait()``, ``is_completed()``) or, for whoever waits on its future instead (DDP's reducer), from a callback on
+  the backend's future: no host sync on the hot path, and no callback for a caller that waits on the handle.
 
 Dumps in torch's own layout are written by :mod:`._flight_dump`. The switches (:func:`capacity`):
 ``TORCH_FR_BUFFER_SIZE=N`` (torch's: N entries, on) and ``XCCL_TRACE`` (``0`` off, ``1`` on with
@@ -232,10 +233,14 @@ class Flight:
 
 
 def finish(flight: Flight, entry: Entry, work: Any) -> None:
-    """The call was issued: stamp it complete now (synchronous) or when the backend's future completes."""
+    """The call was issued: stamp it complete now (synchronous), or hand the entry to xccl's handle (which stamps
+    it when it finds the work done), else when the backend's future completes."""
     flight.current = None
     if work is None:
         entry.completed = _time_ns()
+        return
+    if hasattr(work, "entry"):  # _faults.TypedWork: no callback unless someone asks for the future
+        work.entry = entry
         return
     try:
         fut = work.get_future()
