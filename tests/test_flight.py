@@ -60,6 +60,13 @@ def body_calls(prefix: str) -> str | None:
     return xccl.dump_trace()
 
 
+def body_signal(prefix: str) -> str:
+    os.environ["TORCH_FR_DUMP_TEMP_FILE"] = prefix
+    xccl.all_reduce(torch.ones(1))
+    os.kill(os.getpid(), signal.SIGUSR1)  # as `kill -USR1 <pid>` from a shell; the handler runs before kill returns
+    return pickle.loads(Path(f"{prefix}{dist.get_rank()}").read_bytes())["xccl"]["reason"]
+
+
 def body_skip(prefix: str, skipper: int) -> str:
     """Every rank but ``skipper`` calls a second all_reduce (and times out); the skipper waits elsewhere."""
     os.environ["TORCH_FR_DUMP_TEMP_FILE"] = prefix
@@ -141,6 +148,10 @@ def test_torch_analyzer_reads_a_directory_of_xccl_dumps(pool2, tmp_path):
     run = subprocess.run([*ANALYZER, str(tmp_path), "-p", "rank_"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert "missing ranks" not in run.stdout + run.stderr
+
+
+def test_sigusr1_dumps(pool2, tmp_path):
+    assert pool2.run_ok(body_signal, str(tmp_path / "sig_")) == ["signal SIGUSR1"] * 2
 
 
 @pytest.mark.parametrize(("env", "want"), [
