@@ -99,7 +99,7 @@ def body_die(prefix: str, victim: int) -> str:
     return "completed?"
 
 
-def body_straggle(prefix: str, slow: int, delay: float, steps: int) -> str | None:
+def body_straggle(prefix: str, slow: int, delay: float, steps: int) -> dict[str, Any]:
     os.environ["TORCH_FR_DUMP_TEMP_FILE"] = prefix
     t = torch.ones(1)
     xccl.barrier()  # the ranks start this body at different times: line them up first
@@ -107,7 +107,8 @@ def body_straggle(prefix: str, slow: int, delay: float, steps: int) -> str | Non
         if dist.get_rank() == slow:
             time.sleep(delay)
         xccl.all_reduce(t)
-    return xccl.dump_trace()
+    xccl.dump_trace()
+    return xccl.trace_summary(last=steps)["0"]
 
 
 # ---------------------------------------------------------------------------------------------- recording
@@ -243,13 +244,17 @@ def test_xccl_trace_names_the_straggler_and_its_delay(tmp_path):
     """Rank 2 sleeps 0.2 s before every all_reduce: ``xccl trace`` names it, with its delay within 20%."""
     delay, steps = 0.2, 8
     with RankPool(4, {"timeout": 20}, env={"XCCL_TRACE": "1"}, start_method="forkserver", start_timeout=60) as pool:
-        pool.run_ok(body_straggle, str(tmp_path / "rank_"), 2, delay, steps, timeout=60)
+        summaries = pool.run_ok(body_straggle, str(tmp_path / "rank_"), 2, delay, steps, timeout=60)
     reports = analyse(load(tmp_path, "rank_"), window=steps)  # the all_reduces, not the barrier before them
     (world,) = reports
     assert world.stuck_seq is None and not world.missing
     top = world.stragglers[0]
     assert (top.rank, top.last_in, top.window) == (2, steps, steps), world.stragglers
     assert abs(top.by_ms - delay * 1000) <= 0.2 * delay * 1000, top
+    # Each rank's own summary, no communication: the straggler waits least, the others wait about its delay.
+    assert [x["calls"] for x in summaries] == [steps] * 4 and summaries[0]["completed"] == steps + 1
+    assert min(range(4), key=lambda r: summaries[r]["wait_ms"]) == 2
+    assert all(abs(summaries[r]["wait_ms"] - delay * 1000) <= 0.2 * delay * 1000 for r in (0, 1, 3)), summaries
     text = render(reports)
     assert f"straggler: rank 2 entered last by {top.by_ms:.1f} ms on group '0' in {steps} of the last {steps}" in text
 
