@@ -261,7 +261,17 @@ def all_reduce(tensor: torch.Tensor, op: Any, group: Any, async_op: bool) -> Any
         work = _all_reduce_issue(st, tensor, op, kernel, async_op)
         _flight.finish(flight, entry, work)
         return work
-    return _all_reduce_issue(st, tensor, op, kernel, async_op)
+    # _all_reduce_issue, inlined: with the recorder off, a plan-cache hit calls no helper.
+    if st.check:
+        from ._check import checked_all_reduce
+
+        return checked_all_reduce(st, tensor, op, kernel, async_op)
+    try:
+        work = kernel(tensor, op, async_op)
+    except RuntimeError as exc:
+        raise_typed(exc, st, "all_reduce")
+        raise
+    return work if work is None else _TypedWork(work, st, "all_reduce", _monotonic())
 
 
 def _all_reduce_issue(st: GroupState, tensor: torch.Tensor, op: Any, kernel: Kernel, async_op: bool) -> Any:
