@@ -73,6 +73,7 @@ _LAZY: Final = {
     # graph mode and fused ops
     **dict.fromkeys(("compile", "functional", "graph_ops"), "xccl.graph"),
     "patch_collectives": "xccl.api._patch",
+    **dict.fromkeys(("dump_trace", "trace_summary"), "xccl.runtime._trace"),
     **dict.fromkeys(("all_gather_mm", "mm_all_reduce", "mm_reduce_scatter"), "xccl.fused._api"),
 }
 
@@ -135,6 +136,7 @@ __all__ = [
     "capabilities",
     "comm_name",
     "compile",
+    "dump_trace",
     "functional",
     "gather",
     "get_world",
@@ -161,6 +163,7 @@ __all__ = [
     "send",
     "shutdown",
     "table_from",
+    "trace_summary",
 ]
 
 

@@ -39,7 +39,7 @@ from ..plugin._c10d import c10d_kernel
 from ..plugin._capabilities import COMPLEX_REDUCE_OPS, Collective, Level, Resolution, reduce_op_name
 from ..plugin._kernels import kernel_problems
 from ..plugin._vendor_runtime import Completion
-from . import _emulate, _faults, _observe
+from . import _emulate, _faults, _flight, _observe
 from . import _specs as S
 from ._host_barrier import host_barrier
 from ._plan import guarded, plan_call, warn_once
@@ -54,6 +54,7 @@ Kernel = Callable[..., Any]
 _RED_OP_TYPE: Final = dist.ReduceOp.RedOpType
 _TENSOR: Final = torch.Tensor
 _monotonic: Final = time.monotonic
+_time_ns: Final = time.time_ns
 _TypedWork: Final = _faults.TypedWork
 #: What tells whether a dispatcher-level tool may watch (``_observe.watched``): torch's module flags, read per call.
 _python_dispatch: Final = torch.utils._python_dispatch
@@ -171,6 +172,8 @@ def run(st: GroupState, spec: S.Spec, kargs: Sequence[Any], async_op: bool, *, i
     key = spec.key_of(kargs)
     kernel = plan(st, key, spec.dtype_of(kargs), None if idx is None else kargs[idx])
     if inner:
+        if st.flight is not None:
+            st.flight.part(spec)
         return kernel(*kargs, async_op)
     if _python_dispatch._is_in_torch_dispatch_mode or _profiler._is_profiler_enabled:  # see _observe
         return _observe.visible(st, key, spec.name, kargs, partial(_issue, st, spec, kargs, kernel, async_op))
@@ -178,7 +181,19 @@ def run(st: GroupState, spec: S.Spec, kargs: Sequence[Any], async_op: bool, *, i
 
 
 def _issue(st: GroupState, spec: S.Spec, kargs: Sequence[Any], kernel: Kernel, async_op: bool) -> Any:
-    """Call a planned kernel: through the mismatch detector when it is on, with typed faults."""
+    """Call a planned kernel (recorded by the flight recorder when it is on): through the mismatch detector when it
+    is on, with typed faults."""
+    flight = st.flight
+    if flight is not None:
+        entry = flight.begin(st, spec, kargs)
+        entry.started = _time_ns()
+        work = _checked_or_typed(st, spec, kargs, kernel, async_op)
+        _flight.finish(flight, entry, work)
+        return work
+    return _checked_or_typed(st, spec, kargs, kernel, async_op)
+
+
+def _checked_or_typed(st: GroupState, spec: S.Spec, kargs: Sequence[Any], kernel: Kernel, async_op: bool) -> Any:
     if st.check:
         # Imported on the first checked call: the detector is off by default, and importing it costs start-up.
         from ._check import checked
@@ -241,6 +256,27 @@ def all_reduce(tensor: torch.Tensor, op: Any, group: Any, async_op: bool) -> Any
         kargs = (tensor, op)
         return _observe.visible(st, _ALL_REDUCE, "all_reduce", kargs,
                                 partial(_issue, st, _SPEC_ALL_REDUCE, kargs, kernel, async_op))
+    flight = st.flight
+    if flight is not None:  # the flight recorder: the call, its site and times (_flight), around the same steps
+        entry = flight.all_reduce(st, tensor)
+        entry.started = _time_ns()
+        work = _all_reduce_issue(st, tensor, op, kernel, async_op)
+        _flight.finish(flight, entry, work)
+        return work
+    # _all_reduce_issue, inlined: with the recorder off, a plan-cache hit calls no helper.
+    if st.check:
+        from ._check import checked_all_reduce
+
+        return checked_all_reduce(st, tensor, op, kernel, async_op)
+    try:
+        work = kernel(tensor, op, async_op)
+    except RuntimeError as exc:
+        raise_typed(exc, st, "all_reduce")
+        raise
+    return work if work is None else _TypedWork(work, st, "all_reduce", _monotonic())
+
+
+def _all_reduce_issue(st: GroupState, tensor: torch.Tensor, op: Any, kernel: Kernel, async_op: bool) -> Any:
     if st.check:  # the mismatch detector records the call and runs the kernel (what run() would do, flat)
         from ._check import checked_all_reduce
 

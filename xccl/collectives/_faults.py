@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from ..errors import CollectiveTimeout, PeerFailure, XcclError
 from ..plugin._vendor_runtime import Fault, VendorFault
+from ._flight_dump import on_fault
 from ._liveness import lost_peers
 from ._state import STATE, missing_members
 
@@ -129,6 +130,13 @@ def translate(exc: BaseException, ctx: Any, op: str, started: float | None = Non
     """
     if isinstance(exc, XcclError):
         return exc
+    typed = _typed(exc, ctx, op, started)
+    if typed is not exc and STATE.flight is not None:  # the flight recorder dumps, here and on every rank
+        on_fault(type(typed).__name__, ctx.ranks[ctx.rank], op, str(ctx.name))
+    return typed
+
+
+def _typed(exc: BaseException, ctx: Any, op: str, started: float | None) -> BaseException:
     vendor = _vendor_kind(ctx, str(exc))
     kind = classify(str(exc)) if vendor is None else PeerFailure if vendor is Fault.PEER_LOST else CollectiveTimeout
     if kind is None:
@@ -220,13 +228,37 @@ class TypedWork(ForwardingWork):
         started: ``time.monotonic()`` at the call.
     """
 
-    __slots__ = ("_ctx", "_op", "_started")
+    __slots__ = ("_ctx", "_op", "_started", "entry")
 
     def __init__(self, work: Any, ctx: Any, op: str, started: float) -> None:
         super().__init__(work)
         self._ctx = ctx
         self._op = op
         self._started = started
+        #: The flight recorder's entry for the call (``_flight.Entry``), stamped complete when this handle finds
+        #: the work done: at ``wait()``, ``is_completed()``, or from the future once someone asks for it.
+        self.entry: Any = None
+
+    def _completed(self) -> None:
+        entry = self.entry
+        if entry is not None and not entry.completed:
+            entry.done()
+
+    def is_completed(self) -> bool:
+        """Whether the collective finished (successfully or not)."""
+        done = bool(self.work.is_completed())
+        if done:
+            self._completed()
+        return done
+
+    def get_future(self) -> Any:
+        """The backend's future (its errors are the backend's own: ``wait()`` is the typed path)."""
+        fut = self.work.get_future()
+        entry = self.entry
+        if entry is not None and not entry.completed:
+            # Who waits on the future (DDP's reducer) never calls wait(): its completion comes from the backend.
+            fut.add_done_callback(entry.done)
+        return fut
 
     def _fault(self, exc: RuntimeError) -> BaseException:
         return translate(exc, self._ctx, self._op, self._started)
@@ -234,9 +266,12 @@ class TypedWork(ForwardingWork):
     def wait(self, timeout: _dt.timedelta | None = None) -> bool:
         """Wait for completion (``Work.wait``); raises :class:`~xccl.PeerFailure` or :class:`~xccl.CollectiveTimeout`."""
         try:
-            return bool(self.work.wait() if timeout is None else self.work.wait(timeout))
+            done = bool(self.work.wait() if timeout is None else self.work.wait(timeout))
         except RuntimeError as exc:
             raise self._fault(exc) from exc
+        if done or timeout is None:
+            self._completed()
+        return done
 
     def synchronize(self) -> None:
         """``Work.synchronize`` with typed faults."""

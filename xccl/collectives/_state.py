@@ -25,12 +25,14 @@ from ..plugin._capabilities import CapabilityTable
 from ..plugin._contract import Runtime
 from ..plugin._job import Job
 from ..plugin._kernels import KernelContext
+from ._flight import Flight, capacity
 from ._scratch import Scratch
 from ._validate import group_problem
 from ._watchdog import WatchdogSettings
 
 __all__ = [
-    "ARRIVED", "DEFAULT_TIMEOUT", "STATE", "Fallback", "GroupState", "ProcessState", "World", "forget", "mark_arrival",
+    "ARRIVED", "DEFAULT_TIMEOUT", "STATE", "Fallback", "GroupState", "ProcessState", "World", "flight_recorder", "forget",
+    "mark_arrival",
     "missing_members", "register", "state_of",
 ]
 
@@ -83,8 +85,9 @@ class GroupState:
     """
 
     __slots__ = (
-        "backend", "barriers", "carrier", "check", "comm_name", "device_type", "fallback", "group", "kernel_context", "name",
-        "native", "plans", "rank", "ranks", "runtime", "scratch", "seq", "side", "size", "table",
+        "backend", "barriers", "carrier", "check", "comm_name", "device_type", "fallback", "flight", "fr_p2p", "fr_seq",
+        "group", "kernel_context", "name", "native", "plans", "rank", "ranks", "runtime", "scratch", "seq", "side", "size",
+        "table",
     )
 
     def __init__(self, group: Any, native: Any, side: Any, runtime: Runtime, fallback: Fallback, check: bool) -> None:
@@ -111,6 +114,11 @@ class GroupState:
         self.plans: Final[dict[tuple[Any, ...], Callable[..., Any]]] = {}
         #: Sequence number of collectives issued on this group (the mismatch detector's clock).
         self.seq = 0
+        #: The flight recorder (``_flight``), or None when it is off; its per-group sequence numbers (collectives
+        #: and point-to-point calls, counted separately as torch's recorder does).
+        self.flight: Final = flight_recorder()
+        self.fr_seq = 0
+        self.fr_p2p = 0
         #: Monitored barriers called on this group (numbers each call's keys in the store: ``_monitored``).
         self.barriers = 0
         #: The group dispatcher-level tools see this group's collectives on, once one watched (``_observe``).
@@ -180,6 +188,11 @@ class ProcessState:
     pending: dict[str, list[Any]] = field(default_factory=dict)
     #: The mismatch detector (its recorder, store channel and background thread), once started.
     channel: Any = None
+    #: The flight recorder's ring (``_flight``), once a group asked for it; None: not yet (or off, see ``flight_off``).
+    flight: Flight | None = None
+    flight_off: bool = False
+    #: The flight recorder's dump trigger watcher (``_flight_dump``), once started.
+    flight_watch: Any = None
     #: This rank's liveness port and store address, to name the lost ranks at a fault (``_liveness.Liveness``).
     liveness: Any = None
     #: Post-grad passes of the ``xccl`` compile backend: name -> (pass, uuid) (``xccl.graph``).
@@ -203,6 +216,17 @@ class ProcessState:
 
 
 STATE: Final = ProcessState()
+
+
+def flight_recorder() -> Flight | None:
+    """The process's flight recorder (created on first use from the environment: ``_flight.capacity``), or None."""
+    if STATE.flight is None and not STATE.flight_off:
+        size = capacity()
+        if size:
+            STATE.flight = Flight(size)
+        else:
+            STATE.flight_off = True
+    return STATE.flight
 
 
 def state_of(group: Any = None) -> GroupState:

@@ -27,6 +27,7 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
+from ..collectives._flight_dump import start_watch, stop_watch
 from ..collectives._liveness import close_quietly
 from ..collectives._process_group import PREFIX, backend_name, register_backend
 from ..collectives._state import DEFAULT_TIMEOUT, STATE, Fallback, World, state_of
@@ -229,6 +230,7 @@ def init(
     STATE.world, STATE.args = world, args
     t = time.perf_counter()
     STATE.default = state_of(dist.group.WORLD)
+    start_watch()  # the flight recorder's dump watcher and SIGUSR1 handler, when it is on
     STATE.lap("group state", t)
     if not world.adopted:
         connect_world()
@@ -478,6 +480,7 @@ def shutdown() -> None:
     """
     runtime, world = STATE.runtime, STATE.world
     close_quietly(STATE.liveness)
+    stop_watch(STATE.flight_watch)
     # Drop our references to the process groups first, so that destroy_process_group releases the last ones
     # and the backends are torn down there, in order, rather than later by whoever drops a reference last.
     STATE.reset()

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, final
 
 from ...errors import CollectiveMismatch, InitError
+from .._flight_dump import on_fault
+from .._state import STATE
 from . import _fingerprint as F
 
 __all__ = ["RING", "Config", "Recorder", "Stall", "Verdict", "config"]
@@ -118,6 +120,8 @@ class Verdict:
         """The exception to raise for it."""
         again = (" (reported earlier: the group cannot be used any more; restart the job or create a new group)"
                  if self.raised else "")
+        if not self.raised and STATE.flight is not None:  # the flight recorder dumps, here and on every rank
+            on_fault("CollectiveMismatch", -1 if STATE.world is None else STATE.world.rank, "", self.groups[0])
         self.raised = True
         return CollectiveMismatch(f"{self.reason}{again}. {ADVICE}", group=self.groups[0], calls=self.calls)
 

@@ -1,0 +1,148 @@
+"""The flight recorder's cost per collective, side by side with an A/A control.
+
+2 ranks, gloo on loopback, ``xccl.all_reduce`` of 1 element and 1 MiB (float32), synchronous and asynchronous
+(``async_op=True`` then ``wait()``: the recorder stamps its completion from a callback on the backend's future,
+the path DDP takes). In the same processes, alternating *call by call* in a random order per block (the same on
+every rank), each call timed on its own:
+
+* ``torch``: ``torch.distributed.all_reduce`` on a plain gloo group (for scale);
+* ``xccl``: the recorder off (``st.flight = None`` for that call);
+* ``xccl+fr``: the recorder on (a ring of ``_flight.DEFAULT_ENTRIES`` entries);
+* ``xccl again``: the recorder off a second time: the A/A control, the noise floor.
+
+A round's figure per variant is the median of its calls; the recorder's overhead is the median over rounds of
+``xccl+fr / xccl - 1`` in the same round, with its interquartile range, next to the control's ``xccl again / xccl
+- 1``. The recorder is on by default only if this stays within the detector's budget (+5% at one element).
+
+Usage: ``python benchmarks/flight_recorder.py [--launches 2] [--rounds 20] [--calls 200] [--json PATH] [--quick]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SIZES = {"1 element": 1, "1 MiB": 262_144}
+MODES = ("sync", "async")
+VARIANTS = ("torch", "xccl", "xccl_fr", "xccl_again")
+TIMEOUT = 60.0
+
+
+def body_rounds(rounds: int, calls: int) -> dict[str, dict[str, list[float]]]:
+    """Per case (size, mode), per variant: the median per-call time of each round (seconds)."""
+    import time
+
+    import torch.distributed as dist
+
+    import xccl
+    from xccl.collectives._flight import DEFAULT_ENTRIES, Flight
+    from xccl.collectives._state import state_of
+
+    gloo = dist.new_group(backend="gloo")
+    st = state_of(None)
+    ring = Flight(DEFAULT_ENTRIES)
+    clock = time.perf_counter
+
+    def variant(name: str, t: torch.Tensor, async_op: bool) -> Callable[[], Any]:
+        if name == "torch":
+            if async_op:
+                return lambda: dist.all_reduce(t, group=gloo, async_op=True).wait()
+            return lambda: dist.all_reduce(t, group=gloo)
+        on = ring if name == "xccl_fr" else None
+
+        def run() -> None:
+            st.flight = on  # every rank switches at the same call: the groups' sequence numbers stay aligned
+            if async_op:
+                xccl.all_reduce(t, async_op=True).wait()
+            else:
+                xccl.all_reduce(t)
+
+        return run
+
+    out: dict[str, dict[str, list[float]]] = {}
+    for label, numel in SIZES.items():
+        for mode in MODES:
+            t = torch.ones(numel)
+            n = max(12, calls if numel == 1 else calls // 20)
+            fns = [variant(v, t, mode == "async") for v in VARIANTS]
+            for fn in fns:
+                for _ in range(5):
+                    fn()
+            per_round: dict[str, list[float]] = {v: [] for v in VARIANTS}
+            for r in range(rounds):
+                rng = random.Random(r)
+                dist.barrier(group=gloo)
+                got: list[list[float]] = [[] for _ in VARIANTS]
+                for _ in range(n):
+                    for k in rng.sample(range(len(VARIANTS)), len(VARIANTS)):
+                        t0 = clock()
+                        fns[k]()
+                        got[k].append(clock() - t0)
+                for v, xs in zip(VARIANTS, got, strict=True):
+                    per_round[v].append(statistics.median(xs))
+            out[f"{label}, {mode}"] = per_round
+    st.flight = None
+    return out
+
+
+def _paired(runs: list[dict[str, list[float]]], a: str, b: str) -> list[float]:
+    return [x / y - 1 for r in runs for x, y in zip(r[a], r[b], strict=True)]
+
+
+def report(launches: list[dict[str, dict[str, list[float]]]], args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"world_size": 2, "launches": args.launches, "rounds": args.rounds,
+                           "calls_per_round": args.calls, "torch": torch.__version__, "cases": {}}
+    print(f"2 ranks, gloo on loopback; {args.launches} launch(es), {args.rounds} rounds each; medians of per-call "
+          "times, the variants alternating call by call")
+    print(f"{'case':>17} {'torch':>9} {'xccl':>9} {'xccl+fr':>9} {'recorder':>9} {'(IQR)':>15} {'A/A':>7}")
+    for case in launches[0]:
+        runs = [launch[case] for launch in launches]
+        med = {v: statistics.median(statistics.median(r[v]) for r in runs) * 1e6 for v in VARIANTS}
+        fr = _paired(runs, "xccl_fr", "xccl")
+        control = _paired(runs, "xccl_again", "xccl")
+        q = statistics.quantiles(fr, n=4) if len(fr) > 1 else [fr[0]] * 3
+        out["cases"][case] = {
+            "median_us": med,
+            "recorder_overhead_median": statistics.median(fr),
+            "recorder_overhead_iqr": [q[0], q[2]],
+            "aa_control_median": statistics.median(control),
+        }
+        print(f"{case:>17} {med['torch']:>6.1f} us {med['xccl']:>6.1f} us {med['xccl_fr']:>6.1f} us "
+              f"{statistics.median(fr):>+9.1%} {f'{q[0]:+.1%}..{q[2]:+.1%}':>15} {statistics.median(control):>+7.1%}")
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--launches", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--calls", type=int, default=200, help="calls per round at 1 element (fewer at 1 MiB)")
+    p.add_argument("--json", default="benchmarks/results/flight_recorder.json")
+    p.add_argument("--quick", action="store_true", help="one launch, 2 rounds of a few calls")
+    args = p.parse_args()
+    if args.quick:
+        args.launches, args.rounds, args.calls = 1, 2, 5
+    from xccl.testing import RankPool
+
+    launches = []
+    for _ in range(args.launches):
+        # XCCL_TRACE=0: the ranks start with the recorder off; the body switches it per call.
+        with RankPool(2, {"vendor": "cpu", "timeout": TIMEOUT}, env={"XCCL_TRACE": "0"}, start_method="spawn") as pool:
+            launches.append(pool.run_ok(body_rounds, args.rounds, args.calls, timeout=1800)[0])
+    out = report(launches, args)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(out, indent=2))
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""The flight recorder: what every collective through xccl was, where the user called it, and when it completed.
+
+Each call that dispatch issues (``xccl.<op>``, ``torch.distributed.<op>`` on xccl's process group, DDP and FSDP2
+through it, the graph ops at run time) becomes one :class:`Entry` in a process-wide ring of the last N calls, at
+the same place in dispatch where the mismatch detector records it (``_dispatch._issue`` and the flat
+``all_reduce``): one branch on ``st.flight`` when off. An entry keeps:
+
+* the group (name, description, members) and its per-group sequence number (``collective_seq_id``; point-to-point
+  calls count separately, ``p2p_seq_id``, as in torch's recorder);
+* the op as the user called it and, for an emulation, the names of its parts (``_dispatch.run(inner=True)``
+  appends them to the entry being issued);
+* dtypes and shapes (never the tensors: the ring must not keep memory alive);
+* the user's call site: the first frame outside xccl and torch (the frame walk of ``plugin/_warn.py``);
+* timestamps (``time.time_ns()``, the clock torch's recorder uses): ``created`` when dispatch saw the call,
+  ``started`` when xccl handed it to the backend (xccl cannot see when a device starts a kernel: best effort),
+  ``completed`` when a synchronous call returned; for an asynchronous call, when xccl's handle found it done
+  (``wait()``, ``is_completed()``) or, for whoever waits on its future instead (DDP's reducer), from a callback on
+  the backend's future: no host sync on the hot path, and no callback for a caller that waits on the handle.
+
+Dumps in torch's own layout are written by :mod:`._flight_dump`. The switches (:func:`capacity`):
+``TORCH_FR_BUFFER_SIZE=N`` (torch's: N entries, on) and ``XCCL_TRACE`` (``0`` off, ``1`` on with
+:data:`DEFAULT_ENTRIES`, a number: that many entries). Without either it is off: measured side by side with an A/A
+control (``benchmarks/flight_recorder.py``, ``docs/performance.md``), it costs more than the detector's budget of
++5% on a 1-element all_reduce (a few microseconds of Python per call, and on an asynchronous call a callback that
+gloo's thread runs under the GIL), so it is one switch away rather than on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import threading
+import time
+import types
+from collections.abc import Sequence
+from typing import Any, Final, final
+
+import torch
+
+from ..errors import InitError
+from ..plugin import _warn
+
+__all__ = ["DEFAULT_ENTRIES", "Entry", "Flight", "capacity"]
+
+#: Entries kept when the recorder is on without a size (torch's default for ``TORCH_FR_BUFFER_SIZE`` is 2000).
+DEFAULT_ENTRIES: Final = 2000
+_time_ns: Final = time.time_ns
+_getframe: Final = sys._getframe
+#: Frames in these files are not the user's (xccl, torch, the deprecation wrappers): ``plugin/_warn.py``'s list.
+_INTERNAL: Final = _warn._INTERNAL
+_TENSOR: Final = torch.Tensor
+
+
+def capacity() -> int:
+    """Entries the recorder keeps, from the environment; 0 when it is off (the default: see the module's docstring).
+
+    ``XCCL_TRACE`` wins over ``TORCH_FR_BUFFER_SIZE`` (``XCCL_TRACE=0`` turns xccl's recorder off even where
+    torch's is on for another backend).
+
+    Raises:
+        InitError: a variable is not a non-negative integer.
+    """
+    for name in ("XCCL_TRACE", "TORCH_FR_BUFFER_SIZE"):
+        raw = os.environ.get(name, "").strip()
+        if not raw:
+            continue
+        if name == "XCCL_TRACE" and raw.lower() in ("on", "true", "yes"):
+            return DEFAULT_ENTRIES
+        if name == "XCCL_TRACE" and raw.lower() in ("off", "false", "no"):
+            return 0
+        try:
+            value = int(raw)
+        except ValueError:
+            raise InitError(f"environment variable {name}={raw!r} is not a number of entries; fix or unset it") from None
+        if value < 0:
+            raise InitError(f"environment variable {name}={raw!r} must be 0 (off) or a number of entries")
+        return DEFAULT_ENTRIES if name == "XCCL_TRACE" and value == 1 else value
+    return 0
+
+
+@final
+class Entry:
+    """One recorded call. Written by the thread that issued it; ``completed`` by the backend's callback."""
+
+    __slots__ = (
+        "completed",
+        "created",
+        "group",
+        "inputs",
+        "is_p2p",
+        "op",
+        "outputs",
+        "p2p_seq",
+        "parts",
+        "peer",
+        "record_id",
+        "seq",
+        "site",
+        "started",
+    )
+
+    def __init__(self, record_id: int, group: Any, op: str, seq: int, p2p_seq: int, is_p2p: bool,
+                 inputs: tuple[Any, ...], outputs: tuple[Any, ...], site: tuple[types.CodeType, int] | None,
+                 created: int) -> None:
+        #: Process-wide order of the call (torch's ``record_id``).
+        self.record_id: Final = record_id
+        #: The group's dispatch state (name, members, description are read at dump time).
+        self.group: Final = group
+        #: The op as the user called it (``all_reduce``, ``reduce_scatter_tensor``...).
+        self.op: Final = op
+        #: Per-group sequence numbers: collectives and point-to-point calls counted separately, from 1 (torch's).
+        self.seq: Final = seq
+        self.p2p_seq: Final = p2p_seq
+        self.is_p2p: Final = is_p2p
+        #: ``(shape, dtype)`` of each tensor read, and of each tensor written.
+        self.inputs: Final = inputs
+        self.outputs: Final = outputs
+        #: The user's frame: its code object and line (formatted only when dumped).
+        self.site: Final = site
+        #: Peer group rank of a point-to-point call (-1 otherwise).
+        self.peer = -1
+        #: The emulation's parts, in issue order (None: a native call).
+        self.parts: list[str] | None = None
+        #: ``time.time_ns()`` at the call, when handed to the backend, when known complete (0: not yet).
+        self.created: Final = created
+        self.started = 0
+        self.completed = 0
+
+    def done(self, _fut: Any = None) -> None:
+        """Stamp the completion (a synchronous call's return, or the backend future's callback)."""
+        self.completed = _time_ns()
+
+    def __repr__(self) -> str:
+        return f"<xccl flight entry #{self.record_id} {self.op} seq {self.seq} on group {self.group.name!r}>"
+
+
+#: Code object -> whether it lies in xccl or torch (a dict lookup per frame instead of a prefix test).
+_INTERNAL_CODE: Final[dict[types.CodeType, bool]] = {}
+
+
+def user_site() -> tuple[types.CodeType, int] | None:
+    """The first frame outside xccl and torch: the user's call (None when the call came from C++ alone)."""
+    frame: types.FrameType | None = _getframe(2)
+    known = _INTERNAL_CODE
+    while frame is not None:
+        code = frame.f_code
+        internal = known.get(code)
+        if internal is None:
+            if len(known) > 4096:  # code objects made at run time (exec, lambdas in loops): start over
+                known.clear()
+            internal = known[code] = code.co_filename.startswith(_INTERNAL)
+        if not internal:
+            return code, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def _described(values: Sequence[Any]) -> tuple[Any, ...]:
+    """``(shape, dtype)`` of every tensor in ``values`` (lists of tensors flattened, anything else skipped)."""
+    out: list[Any] = []
+    for v in values:
+        if isinstance(v, _TENSOR):
+            out.append((v.shape, v.dtype))
+        elif isinstance(v, (list, tuple)):
+            out.extend(_described(v))
+    return tuple(out)
+
+
+@final
+class Flight:
+    """The process's ring of the last :attr:`size` calls (one per process, as torch's recorder)."""
+
+    __slots__ = ("_count", "_lock", "current", "ring", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size: Final = size
+        self.ring: Final[list[Entry | None]] = [None] * size
+        self._count: Final = itertools.count()
+        #: The call being issued on this thread, whose emulation parts are appended to it.
+        self.current: Entry | None = None
+        self._lock: Final = threading.Lock()
+
+    def begin(self, st: Any, spec: Any, kargs: Sequence[Any]) -> Entry:
+        """Record a call of ``spec`` on ``st`` with kernel arguments ``kargs``; returns its entry."""
+        ins: list[Any] = []
+        outs: list[Any] = []
+        for arg, value in zip(spec.args, kargs, strict=False):
+            access = arg.access
+            if access is None:
+                continue
+            described = _described((value,))
+            if access.value != "out":
+                ins.extend(described)
+            if access.value != "in":
+                outs.extend(described)
+        is_p2p = spec.args[-1].kind.value == "tag" if spec.args else False
+        if is_p2p:
+            st.fr_p2p += 1
+        else:
+            st.fr_seq += 1
+        entry = Entry(next(self._count), st, spec.name, st.fr_seq, st.fr_p2p, is_p2p, tuple(ins), tuple(outs),
+                      user_site(), _time_ns())
+        if is_p2p:
+            entry.peer = int(kargs[1]) if kargs[1] is not None else -1
+        self.ring[entry.record_id % self.size] = entry
+        self.current = entry
+        return entry
+
+    def all_reduce(self, st: Any, tensor: torch.Tensor) -> Entry:
+        """:meth:`begin` for the flat ``all_reduce`` (one tensor, read and written)."""
+        st.fr_seq = seq = st.fr_seq + 1
+        described = ((tensor.shape, tensor.dtype),)
+        entry = Entry(next(self._count), st, "all_reduce", seq, st.fr_p2p, False, described, described, user_site(),
+                      _time_ns())
+        self.ring[entry.record_id % self.size] = entry
+        self.current = entry
+        return entry
+
+    def part(self, spec: Any) -> None:
+        """Note a building block of the emulation being issued."""
+        entry = self.current
+        if entry is not None:
+            if entry.parts is None:
+                entry.parts = []
+            entry.parts.append(spec.name)
+
+    def entries(self) -> list[Entry]:
+        """The entries still held, oldest first."""
+        with self._lock:
+            held = [e for e in list(self.ring) if e is not None]
+        return sorted(held, key=lambda e: e.record_id)
+
+
+def finish(flight: Flight, entry: Entry, work: Any) -> None:
+    """The call was issued: stamp it complete now (synchronous), or hand the entry to xccl's handle (which stamps
+    it when it finds the work done), else when the backend's future completes."""
+    flight.current = None
+    if work is None:
+        entry.completed = _time_ns()
+        return
+    if hasattr(work, "entry"):  # _faults.TypedWork: no callback unless someone asks for the future
+        work.entry = entry
+        return
+    try:
+        fut = work.get_future()
+    except (RuntimeError, AttributeError):  # a handle without a future: completion is unknown
+        return
+    fut.add_done_callback(entry.done)
