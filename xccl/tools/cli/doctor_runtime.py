@@ -149,11 +149,13 @@ def _patches(declared: Any) -> Finding:
     said = [f"the vendor's SDK replaces torch.distributed's {names(on_import)} when it is imported"] if on_import else []
     conditions = dict.fromkeys(p.condition for p in declared.patches if p.condition)
     said += [f"{names(p for p in declared.patches if p.condition == c)}: replaced {c}" for c in conditions]
-    bypass = [p.target for p in on_import if "directly" in p.effect]
+    bypass = [p for p in on_import if "directly" in p.effect]
     if bypass:
-        said.append(f"{names(p for p in on_import if p.target in bypass)} then call the vendor's backend directly, "
-                    "past xccl's dispatch (no validation, mismatch detector or typed faults): call xccl's own "
-                    "functions instead")
+        # The same function may be replaced under two paths (torch.distributed.gather and its distributed_c10d twin).
+        leaves = list(dict.fromkeys(p.target.rpartition(".")[2] for p in bypass))
+        said.append(f"{names(bypass)} then call the vendor's backend directly, past xccl's dispatch (no validation, "
+                    f"mismatch detector or typed faults): call {' and '.join(f'xccl.{leaf}' for leaf in leaves)} "
+                    "instead")
     return Finding(_SECTION, "patches", "info", "; ".join(said),
                    facts={p.target: p.effect for p in declared.patches})
 
