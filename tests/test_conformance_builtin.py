@@ -112,7 +112,7 @@ def test_comm_name_check():
 
 
 def test_discovery_check_allows_the_plugin_xccl_deps_and_stdlib_only():
-    found = {"new": ["json", "stevedore", "my_plugin", "torch_npu", "not_installed_anywhere"], "dist": "",
+    found = {"new": ["json", "numpy", "my_plugin", "torch_npu", "not_installed_anywhere"], "dist": "",
              "module": "my_plugin._plugin"}
     assert foreign_imports(found) == ["torch_npu (a vendor SDK)", "not_installed_anywhere (from no installed distribution)"]
 
