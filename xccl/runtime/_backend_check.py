@@ -41,8 +41,8 @@ def wrong_backend(expected: str, got: str, plugin: Plugin) -> InitError:
         code = getattr(func, "__code__", None)
         origin = f" by {code.co_filename}:{code.co_firstlineno}" if code is not None else ""
         where = f" ({_TARGET} is replaced{origin})"
-    known = " ".join(f"{plugin.name}'s SDK does this: {_TARGET} {p.effect} ({p.source})."
-                     for p in plugin.vendor_runtime().patches if p.target == _TARGET)
+    known = " ".join(f"{plugin.name}'s SDK does this{f' {p.condition}' if p.condition else ''}: {_TARGET} {p.effect} "
+                     f"({p.source})." for p in plugin.vendor_runtime().patches if p.target == _TARGET)
     return InitError(
         f"torch.distributed created the world on {got!r}, not on xccl's backend {expected!r}{where}: that world has "
         f"none of xccl's dispatch, emulations or typed errors. {known} Turn the replacement off (or do not import "
