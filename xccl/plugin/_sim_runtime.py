@@ -27,6 +27,7 @@ Memory per communicator is not simulated (the CPU has no device memory to run ou
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime as _dt
 import importlib
@@ -137,17 +138,34 @@ class _WatchdogThread:
         self._lock = threading.Lock()
         self._inflight: list[_Watched] = []
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._at_exit = False
 
     def watch(self, entry: _Watched) -> None:
         with self._lock:
             self._inflight.append(entry)
             if self._thread is None or not self._thread.is_alive():
+                if not self._at_exit:
+                    # Stopped before the interpreter tears down: a daemon thread still inside work.is_completed()
+                    # (C++) while the process's static objects are destroyed ended jobs with "terminate called
+                    # without an active exception" (SIGABRT) after training had finished.
+                    atexit.register(self.stop)
+                    self._at_exit = True
+                self._stopping.clear()
                 self._thread = threading.Thread(target=self._loop, name="xccl-sim-watchdog", daemon=True)
                 self._thread.start()
 
+    def stop(self) -> None:
+        """End the thread and drop the works it watched (at interpreter exit)."""
+        self._stopping.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2 * _POLL + 1.0)
+        with self._lock:
+            self._inflight.clear()
+
     def _loop(self) -> None:
-        while True:
-            time.sleep(_POLL)
+        while not self._stopping.wait(_POLL):
             now = time.monotonic()
             with self._lock:
                 entries = list(self._inflight)
