@@ -138,8 +138,10 @@ def test_every_entry_point_is_recorded_with_group_seq_sizes_site_and_times(pool2
         assert e["state"] == "completed" and e["retired"]
         assert e["time_created_ns"] <= e["time_discovered_started_ns"] <= e["time_discovered_completed_ns"]
     # The async calls' completions: found by wait(), and from the future's callback (no wait() on the handle).
+    # wait() stamps before it returns; the callback may run just after the waiter wakes (torch's Future notifies
+    # its waiters, then invokes callbacks: ATen/core/ivalue_inl.h markCompleted), so only its presence is certain.
     assert second["time_discovered_completed_ns"] < third["time_created_ns"]
-    assert third["time_discovered_completed_ns"] < gather["time_created_ns"]
+    assert third["time_discovered_completed_ns"] >= third["time_discovered_started_ns"]
     # Emulated on gloo: the user's op is recorded, with its parts.
     assert uneven["xccl_op"] == "all_gather_into_tensor_uneven" and uneven["xccl_parts"] == ["all_to_all_single"]
 
