@@ -158,6 +158,9 @@ def process_group_backend(
     runtime = _runtime_of(plugin, sim)
     name = _prepare(runtime, fallback, check)
     STATE.job_at = partial(job_of, local_rank=local_rank)
+    # The framework creates the world and, like most training scripts, may never destroy it (Lightning does not):
+    # its groups are xccl's backend all the same, torn down at exit as init's are (see _shutdown_at_exit).
+    _at_exit()
     return name
 
 
@@ -297,9 +300,7 @@ def _create_world(
         runtime.shutdown()
         raise error
     STATE.liveness = live
-    # A process group left alive at interpreter exit can abort the process (seen with simulated backends:
-    # "terminate called without an active exception"); tear down in order unless the user already did.
-    atexit.register(_shutdown_at_exit)
+    _at_exit()
     group_tmo = getattr(dist.group.WORLD, "timeout", tmo)
     return World(rank_, size, job.local_rank, device, plugin.name, runtime.backend, sim, fallback, check, group_tmo, name,
                  False, collective_timeout(group_tmo))
@@ -466,11 +467,38 @@ def comm_name(group: Any = None) -> str:
     return state_of(group).communicator_name()
 
 
+_exit_registered = False
+
+
+def _at_exit() -> None:
+    """Register :func:`_shutdown_at_exit` (once per process)."""
+    global _exit_registered
+    if not _exit_registered:
+        _exit_registered = True
+        atexit.register(_shutdown_at_exit)
+
+
 def _shutdown_at_exit() -> None:
-    if STATE.world is not None:
-        # At exit, a failing teardown must not mask the program's own status.
+    """Tear down, before the interpreter finalizes, a world on xccl's backend that the program left alive.
+
+    A process group alive when the interpreter finalizes can abort the process ("terminate called without an
+    active exception"): the groups are then destroyed by module teardown or the last garbage collection, after
+    Python has started refusing threads the GIL, and gloo's worker threads (the simulations' kernels) may need it
+    to drop their last tensor; a daemon thread inside a GIL-releasing call dies the same way. atexit handlers run
+    before that point. Covered: worlds ``xccl.init`` created, and worlds a framework created on the backend
+    :func:`process_group_backend` named (Lightning's strategies and torchrun scripts, where CI saw it now and then
+    on simulated Sophgo and Ascend). A world on another backend that xccl adopted is left to its creator.
+    """
+    world, runtime = STATE.world, STATE.runtime
+    ours = world is not None and not world.adopted
+    if not ours and runtime is not None and dist.is_initialized():
         with contextlib.suppress(Exception):
-            shutdown()
+            ours = str(dist.get_backend()) == backend_name(runtime)
+    if not ours:
+        return
+    # At exit, a failing teardown must not mask the program's own status.
+    with contextlib.suppress(Exception):
+        _teardown(destroy=True)
 
 
 def shutdown() -> None:
@@ -478,15 +506,21 @@ def shutdown() -> None:
 
     A world xccl adopted is left to whoever created it.
     """
+    world = STATE.world
+    _teardown(destroy=world is not None and not world.adopted)
+
+
+def _teardown(*, destroy: bool) -> None:
+    """Forget xccl's state; with ``destroy``, destroy the world and shut the vendor's runtime down."""
     runtime, world = STATE.runtime, STATE.world
     close_quietly(STATE.liveness)
     stop_watch(STATE.flight_watch)
     # Drop our references to the process groups first, so that destroy_process_group releases the last ones
     # and the backends are torn down there, in order, rather than later by whoever drops a reference last.
     STATE.reset()
-    if world is not None and not world.adopted and dist.is_initialized():
+    if destroy and dist.is_initialized():
         dist.destroy_process_group()
-    if runtime is not None and (world is None or not world.adopted):
+    if runtime is not None and (destroy or world is None):
         runtime.shutdown()
     # A process group can still be held by garbage reference cycles (a stored exception's traceback keeps the
     # frames that created it alive). Collect them now: if the collector only meets them during interpreter
