@@ -77,7 +77,7 @@ def _run(case: str, tmp_path: Path, n: int = 2) -> list[dict[str, bool]]:
             if p.poll() is None:
                 p.kill()
                 p.communicate()
-    for rank, (p, out) in enumerate(zip(procs, outs)):
+    for rank, (p, out) in enumerate(zip(procs, outs, strict=True)):
         assert p.returncode == 0, f"{case}: rank {rank} exited with {p.returncode}:\n{out[-3000:]}"
         assert f"rank {rank} done" in out, out
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(n)]
