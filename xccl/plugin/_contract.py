@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, final
 import torch
 
 from ._capabilities import CapabilityTable, Collective
+from ._cost import CostModel
 from ._job import Job
 from ._native_groups import create_native_group
 from ._ranktable import RankTableFormat
@@ -120,6 +121,12 @@ class Plugin:
         """The rank-table formats this vendor uses (``RANK_TABLE_FILE``), for ``xccl rank-table`` and
         ``xccl doctor``. Cheap, like :meth:`probe`: no SDK import."""
         return ()
+
+    def cost_model(self) -> CostModel | None:
+        """The vendor's communication cost model (latency and bus bandwidth per op, inside and across nodes, each
+        with its source), for ``xccl preflight``; None when the plugin publishes none. Data, cheap like
+        :meth:`capabilities`."""
+        return None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"

@@ -14,10 +14,7 @@ backend name to create the world on, which brings the rest (docs/stacks.md).
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import datetime as _dt
-import gc
 import os
 import time
 from collections.abc import Sequence
@@ -27,7 +24,7 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
-from ..collectives._flight_dump import start_watch, stop_watch
+from ..collectives._flight_dump import start_watch
 from ..collectives._liveness import close_quietly
 from ..collectives._process_group import PREFIX, backend_name, register_backend
 from ..collectives._state import DEFAULT_TIMEOUT, STATE, Fallback, World, state_of
@@ -42,6 +39,8 @@ from ..plugin._verify import verify
 from ._backend_check import all_arrived, wrong_backend
 from ._env import env_init_method, job_of, rendezvous_error, resolve_ranks, timeout_of
 from ._rendezvous import rendezvous
+from ._shutdown import at_exit as _at_exit
+from ._shutdown import shutdown
 from ._vendor import collective_timeout, connect, connect_world, watchdog_settings
 
 __all__ = [
@@ -465,64 +464,3 @@ def comm_name(group: Any = None) -> str:
         hcom = xccl.comm_name(tp_group)
     """
     return state_of(group).communicator_name()
-
-
-_exit_registered = False
-
-
-def _at_exit() -> None:
-    """Register :func:`_shutdown_at_exit` (once per process)."""
-    global _exit_registered
-    if not _exit_registered:
-        _exit_registered = True
-        atexit.register(_shutdown_at_exit)
-
-
-def _shutdown_at_exit() -> None:
-    """Tear down, before the interpreter finalizes, a world on xccl's backend that the program left alive.
-
-    A process group alive when the interpreter finalizes can abort the process ("terminate called without an
-    active exception"): the groups are then destroyed by module teardown or the last garbage collection, after
-    Python has started refusing threads the GIL, and gloo's worker threads (the simulations' kernels) may need it
-    to drop their last tensor; a daemon thread inside a GIL-releasing call dies the same way. atexit handlers run
-    before that point. Covered: worlds ``xccl.init`` created, and worlds a framework created on the backend
-    :func:`process_group_backend` named (Lightning's strategies and torchrun scripts, where CI saw it now and then
-    on simulated Sophgo and Ascend). A world on another backend that xccl adopted is left to its creator.
-    """
-    world, runtime = STATE.world, STATE.runtime
-    ours = world is not None and not world.adopted
-    if not ours and runtime is not None and dist.is_initialized():
-        with contextlib.suppress(Exception):
-            ours = str(dist.get_backend()) == backend_name(runtime)
-    if not ours:
-        return
-    # At exit, a failing teardown must not mask the program's own status.
-    with contextlib.suppress(Exception):
-        _teardown(destroy=True)
-
-
-def shutdown() -> None:
-    """Destroy the process groups xccl created and forget all of xccl's state; ``xccl.init`` may be called again.
-
-    A world xccl adopted is left to whoever created it.
-    """
-    world = STATE.world
-    _teardown(destroy=world is not None and not world.adopted)
-
-
-def _teardown(*, destroy: bool) -> None:
-    """Forget xccl's state; with ``destroy``, destroy the world and shut the vendor's runtime down."""
-    runtime, world = STATE.runtime, STATE.world
-    close_quietly(STATE.liveness)
-    stop_watch(STATE.flight_watch)
-    # Drop our references to the process groups first, so that destroy_process_group releases the last ones
-    # and the backends are torn down there, in order, rather than later by whoever drops a reference last.
-    STATE.reset()
-    if destroy and dist.is_initialized():
-        dist.destroy_process_group()
-    if runtime is not None and (destroy or world is None):
-        runtime.shutdown()
-    # A process group can still be held by garbage reference cycles (a stored exception's traceback keeps the
-    # frames that created it alive). Collect them now: if the collector only meets them during interpreter
-    # shutdown, gloo's worker threads need the GIL to drop their last tensor and the process aborts.
-    gc.collect()

@@ -1,0 +1,75 @@
+"""A vendor's communication cost model, as plugin data: latency and bus bandwidth per op and link.
+
+The model is nccl-tests' (``PERFORMANCE.md`` of NVIDIA/nccl-tests): a collective over ``n`` ranks moving ``S``
+bytes per rank takes ``latency + S * factor(op, n) / busbw``, where ``factor`` converts the algorithm bandwidth
+into the bus bandwidth that a link of that speed sustains (all_reduce ``2(n-1)/n``; all_gather, reduce_scatter and
+all_to_all ``(n-1)/n``; broadcast, reduce and point-to-point ``1``). A plugin publishes one :class:`LinkCost` per
+op and link kind (inside a node, across nodes); a value nobody has published is ``None`` (unknown), never a guess.
+Every value carries its source, which docs/fidelity.md lists like the vendor's other claims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from ._vocab import Collective
+
+__all__ = ["BUS_FACTOR", "CostModel", "LinkCost", "bus_factor"]
+
+
+@dataclass(frozen=True, slots=True)
+class LinkCost:
+    """One op's cost over one kind of link.
+
+    Attributes:
+        latency_us: the time of a zero-byte call, in microseconds (None: unknown).
+        busbw_gbps: the bus bandwidth it sustains at large sizes, in GB/s (10**9 bytes; None: unknown).
+        source: where the figures come from (a document and section, a published log, or ``"fitted: FILE"``).
+    """
+
+    latency_us: float | None
+    busbw_gbps: float | None
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """A vendor's cost model for one hardware generation.
+
+    Attributes:
+        generation: the hardware it describes (``"Atlas 800T A2"``, ``"SG2260"``, ``"this host"``).
+        intra: per op, the cost inside a node.
+        inter: per op, the cost across nodes.
+        notes: what the model leaves out (congestion, topology beyond intra/inter, overlap with compute).
+    """
+
+    generation: str
+    intra: Mapping[Collective, LinkCost] = field(default_factory=dict)
+    inter: Mapping[Collective, LinkCost] = field(default_factory=dict)
+    notes: str = ""
+
+
+#: nccl-tests' bus-bandwidth factor per op (``n`` ranks); an op not listed moves its bytes once (factor 1).
+BUS_FACTOR: Final[Mapping[Collective, str]] = {
+    Collective.ALL_REDUCE: "2(n-1)/n",
+    Collective.ALL_GATHER: "(n-1)/n",
+    Collective.ALL_GATHER_INTO_TENSOR: "(n-1)/n",
+    Collective.REDUCE_SCATTER: "(n-1)/n",
+    Collective.REDUCE_SCATTER_TENSOR: "(n-1)/n",
+    Collective.ALL_TO_ALL: "(n-1)/n",
+    Collective.ALL_TO_ALL_SINGLE: "(n-1)/n",
+}
+
+
+def bus_factor(op: Collective, n: int) -> float:
+    """nccl-tests' factor from algorithm bandwidth to bus bandwidth for ``op`` over ``n`` ranks."""
+    if n <= 1:
+        return 0.0
+    form = BUS_FACTOR.get(op)
+    if form == "2(n-1)/n":
+        return 2.0 * (n - 1) / n
+    if form == "(n-1)/n":
+        return (n - 1) / n
+    return 1.0
