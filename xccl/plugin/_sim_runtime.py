@@ -42,10 +42,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
 
-import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore
 
 from ._vendor_runtime import ErrorHandling, LazyConnect, TorchPatch, VendorRuntime, Watchdog
+from ._work import ForwardingWork
 
 __all__ = [
     "GroupRuntime",
@@ -209,14 +209,13 @@ def _fire(entry: _Watched, now: float) -> None:
 # ------------------------------------------------------------------------------------------------------ works
 
 
-class _VendorWork(dist.Work):
+class _VendorWork(ForwardingWork):
     """A simulated collective's handle: gloo's, with the vendor's execution-timeout text on failure."""
 
-    __slots__ = ("_exec_error", "work")
+    __slots__ = ("_exec_error",)
 
     def __init__(self, work: Any, exec_error: str) -> None:
-        super().__init__()
-        self.work: Final = work
+        super().__init__(work)
         self._exec_error = exec_error
 
     def _vendor(self, exc: RuntimeError) -> RuntimeError:
@@ -238,34 +237,6 @@ class _VendorWork(dist.Work):
     def synchronize(self) -> None:
         """``Work.synchronize``: waits (the simulation computes on the host)."""
         self.wait()
-
-    def is_completed(self) -> bool:
-        """Whether the collective finished."""
-        return bool(self.work.is_completed())
-
-    def is_success(self) -> bool:
-        """Whether it finished without error."""
-        return bool(self.work.is_success())
-
-    def exception(self) -> Any:
-        """The inner work's exception."""
-        return self.work.exception()
-
-    def result(self) -> Any:
-        """The output tensors."""
-        return self.work.result()
-
-    def source_rank(self) -> int:
-        """The sender of a receive from any source."""
-        work = self.work
-        return int(work._source_rank() if hasattr(work, "_source_rank") else work.source_rank())
-
-    def _source_rank(self) -> int:  # the name torch.distributed.recv calls
-        return self.source_rank()
-
-    def get_future(self) -> Any:
-        """The inner work's future."""
-        return self.work.get_future()
 
 
 # ------------------------------------------------------------------------------------------------ per group

@@ -18,12 +18,12 @@ from __future__ import annotations
 import datetime as _dt
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, final
+from typing import Any, Final, final
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["Work", "finish"]
+__all__ = ["ForwardingWork", "Work", "finish"]
 
 
 @final
@@ -180,3 +180,53 @@ def finish(work: Any, async_op: bool, then: Callable[[], object] | None = None) 
     if then is not None:
         then()
     return None
+
+
+class ForwardingWork(dist.Work):
+    """A ``torch.distributed.Work`` that forwards its interface to the backend's handle ``work``.
+
+    Subclasses decide how ``wait`` and ``synchronize`` report a fault (:class:`TypedWork`, and the mismatch
+    detector's handle); everything else is the backend's.
+    """
+
+    __slots__ = ("work",)
+
+    def __init__(self, work: Any) -> None:
+        super().__init__()
+        #: The backend's own handle.
+        self.work: Final = work
+
+    def is_completed(self) -> bool:
+        """Whether the collective finished (successfully or not)."""
+        return bool(self.work.is_completed())
+
+    def is_success(self) -> bool:
+        """Whether it finished without error."""
+        return bool(self.work.is_success())
+
+    def exception(self) -> Any:
+        """The backend's exception, if it failed (untranslated, as ``Work.exception`` gives it)."""
+        return self.work.exception()
+
+    def result(self) -> Any:
+        """The output tensors."""
+        return self.work.result()
+
+    def source_rank(self) -> int:
+        """The group rank of the sender of a ``recv`` from any source."""
+        work = self.work
+        return int(work._source_rank() if hasattr(work, "_source_rank") else work.source_rank())
+
+    def _source_rank(self) -> int:  # the name torch.distributed.recv calls
+        return self.source_rank()
+
+    def get_future(self) -> Any:
+        """The backend's future (its errors are the backend's own: ``wait()`` is the typed path)."""
+        return self.work.get_future()
+
+    def __getattr__(self, name: str) -> Any:
+        # Vendor extras are the backend handle's. What torch's Work defines itself (``boxed``...) applies to this
+        # handle, so that a boxed handle still waits with typed faults.
+        if name == "work":  # not yet set (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.work, name)
