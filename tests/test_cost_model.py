@@ -142,3 +142,21 @@ def test_fit_rejects_points_that_are_not_measurements() -> None:
         fit([(C.ALL_REDUCE, 1024, 2, 0.0), (C.ALL_REDUCE, 2048, 2, 1e-3)])
     with pytest.raises(InvalidArgument, match="does not grow with size"):
         fit([(C.ALL_REDUCE, 1024, 2, 2e-3), (C.ALL_REDUCE, 1 << 20, 2, 1e-3)])
+
+
+def test_every_vendor_figure_has_a_source_or_says_unknown() -> None:
+    from xccl.plugin._registry import plugins
+
+    published = {info.name: info.plugin.cost_models() for info in plugins() if info.plugin is not None}
+    assert [m.generation for m in published["ascend"]] == ["Atlas A2", "Atlas A3"]
+    assert [m.generation for m in published["sophgo"]] == ["SG2260"]
+    assert published["cpu"] == ()  # the cpu plugin's model is fitted from `xccl bench` here, never fixed figures
+    for name in ("ascend", "sophgo"):
+        for model in published[name]:
+            assert model.intra and model.inter, (name, model.generation)
+            for cost in (*model.intra.values(), *model.inter.values()):
+                assert cost.source, (name, model.generation)
+                if cost.latency_us is None or cost.busbw_gbps is None:
+                    assert cost.source.startswith("unknown: "), cost.source
+    gaps = predict(published["sophgo"][0], C.ALL_REDUCE, 1 << 20, 8, intra_node=False)
+    assert gaps.seconds is None and "one machine only" in gaps.source
