@@ -50,8 +50,11 @@ def _bench_doc(n: int, ops: dict[str, tuple[float, float]]) -> dict[str, Any]:
     """An ``xccl bench --json`` document (the fields calibrate reads, as xccl/tools/_bench.py writes them)."""
     results = []
     for op, (lat, bw) in ops.items():
-        rows = [{"size": s, "count": s // 4, "rounds": 5,
-                 "xccl": {"time_us": _time(C(op), s, n, lat, bw) * 1e6}} for s in SIZES]
+        rows = []
+        for s in SIZES:
+            t = _time(C(op), s, n, lat, bw) * 1e6
+            rows.append({"size": s, "count": s // 4, "rounds": 3, "xccl": {
+                "time_us": t, "iqr_us": [0.8 * t, 1.5 * t], "samples_us": [0.5 * t, t, 2 * t]}})
         results.append({"op": op, "level": "native", "error": None, "rows": rows})
     results.append({"op": "barrier", "level": "native", "error": None,
                     "rows": [{"size": 0, "count": 0, "xccl": {"time_us": 30.0}}]})
@@ -74,6 +77,9 @@ def test_calibrate_reads_bench_json_into_the_link_it_measured(tmp_path: Path) ->
     assert inter.intra == {C.SCATTER: published}  # the other link and unmeasured ops keep the published figures
     assert set(inter.inter) == {C.ALL_REDUCE, C.BROADCAST}  # barrier moves no data, gather failed: not fitted
     assert calibrate(path, generation="g").intra[C.BROADCAST].busbw_gbps == pytest.approx(2.0)
+    q1 = calibrate(path, generation="g", stat="q1").intra[C.ALL_REDUCE]  # every time x 0.8: latency x 0.8, bw / 0.8
+    assert (q1.latency_us, q1.busbw_gbps) == (pytest.approx(48.0), pytest.approx(1.875))
+    assert calibrate(path, generation="g", stat="min").intra[C.ALL_REDUCE].latency_us == pytest.approx(30.0)
 
 
 def test_calibrate_a_published_nccl_tests_log() -> None:
@@ -108,6 +114,7 @@ def test_calibrate_an_hccl_test_log_converts_algbw_with_the_nccl_tests_factor() 
     ("text", "kwargs", "says"),
     [
         (None, {}, "cannot read it"),
+        ('{"xccl_bench": 1}', {"stat": "mean"}, "stat='mean'"),
         ('{"results": []}', {}, "not 'xccl bench --json' output"),
         ('{"xccl_bench": 1, "world_size": 2, "results": [{"op": "all_reduce", "rows": [{"size": 8}]}]}', {},
          "results[0] (all_reduce).rows[0]"),
@@ -124,7 +131,7 @@ def test_calibrate_an_hccl_test_log_converts_algbw_with_the_nccl_tests_factor() 
         ("mpirun -n 2 ./all_reduce_test -p 2\ndata_size(Bytes): | avg_time(us): | alg: | check:\n"
          "8192 | 700.0 | 0.01 | success\n", {}, "at least two sizes"),
     ],
-    ids=["missing", "not-bench-json", "bench-row", "nccl-row", "nccl-empty", "nccl-no-op", "hccl-failed",
+    ids=["missing", "bad-stat", "not-bench-json", "bench-row", "nccl-row", "nccl-empty", "nccl-no-op", "hccl-failed",
          "hccl-no-n", "one-size"],
 )
 def test_bad_measurements_name_the_file_and_line(tmp_path: Path, text: str | None, kwargs: dict[str, Any],

@@ -36,7 +36,7 @@ from ..errors import InvalidArgument
 from ..plugin._cost import CostModel, LinkCost, bus_factor
 from ..plugin._vocab import Collective
 
-__all__ = ["Point", "calibrate", "fit", "read_points"]
+__all__ = ["STATS", "Point", "calibrate", "fit", "read_points"]
 
 C = Collective
 
@@ -164,7 +164,22 @@ def _ops(name: str, where: str) -> tuple[Collective, ...]:
         raise _bad(where, f"unknown op {name!r}; known: {', '.join(sorted(_ALIASES))}") from None
 
 
-def _from_bench(path: str, doc: Mapping[str, Any]) -> list[Point]:
+#: Which of a bench row's statistics is the time: the median (``xccl bench``'s ``time_us``), the lower quartile or
+#: the fastest sample. On a shared machine the lower quartile estimates the uncontended cost more reproducibly
+#: than the median, whose value moves with whatever else runs (benchmarks/cost_model.py compares both).
+STATS: Final = ("median", "q1", "min")
+
+
+def _row_time(row: Mapping[str, Any], stat: str) -> float:
+    cell = row["xccl"]
+    if stat == "q1":
+        return float(cell["iqr_us"][0])
+    if stat == "min":
+        return float(min(cell["samples_us"]))
+    return float(cell["time_us"])
+
+
+def _from_bench(path: str, doc: Mapping[str, Any], stat: str = "median") -> list[Point]:
     from ._bench_config import COLLECTIVE  # the bench's own op -> Collective map; sendrecv is measured as SEND
 
     n = doc.get("world_size")
@@ -179,9 +194,10 @@ def _from_bench(path: str, doc: Mapping[str, Any]) -> list[Point]:
         ops = _ALIASES.get(name, (COLLECTIVE[name],))
         for j, row in enumerate(res.get("rows") or []):
             try:
-                size, t_us = int(row["size"]), float(row["xccl"]["time_us"])
-            except (KeyError, TypeError, ValueError):
-                raise _bad(f"{where}.rows[{j}]", "a row needs 'size' and 'xccl': {'time_us': ...}") from None
+                size, t_us = int(row["size"]), _row_time(row, stat)
+            except (KeyError, TypeError, ValueError, IndexError):
+                raise _bad(f"{where}.rows[{j}]", "a row needs 'size' and 'xccl': {'time_us', 'iqr_us', "
+                                                 "'samples_us'}") from None
             points += [Point(op, size, n, t_us * 1e-6, f"{where}.rows[{j}]") for op in ops]
     if not points:
         raise _bad(path, "no op with measured rows (every op failed or moves no data)")
@@ -284,18 +300,22 @@ def _from_hccl(path: str, lines: Sequence[str], op: str | None, world_size: int 
     return points
 
 
-def read_points(path: str | Path, *, op: str | None = None, world_size: int | None = None) -> list[Point]:
+def read_points(path: str | Path, *, op: str | None = None, world_size: int | None = None,
+                stat: str = "median") -> list[Point]:
     """The measurements in ``path``: ``xccl bench --json`` output, an nccl-tests log or an HCCL Test log.
 
     Args:
         path: the file.
         op: the op a log measured, when its command line is not in it (``"all_reduce"``, ``"alltoall"``...).
         world_size: the ranks, when the file does not say.
+        stat: for ``xccl bench --json``, which statistic of a row is its time (:data:`STATS`); the logs give one.
 
     Raises:
         InvalidArgument: the file is missing, of no known format, or a line of it is malformed (named FILE:LINE).
     """
     p = str(path)
+    if stat not in STATS:
+        raise _bad(p, f"stat={stat!r}: choose from {', '.join(STATS)}")
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -309,7 +329,7 @@ def read_points(path: str | Path, *, op: str | None = None, world_size: int | No
             raise _bad(f"{p}:{exc.lineno}", f"not valid JSON ({exc.msg})") from None
         if not isinstance(doc, dict) or doc.get("xccl_bench") != 1:
             raise _bad(p, "a JSON file that is not 'xccl bench --json' output (no \"xccl_bench\": 1)")
-        return _from_bench(p, doc)
+        return _from_bench(p, doc, stat)
     lines = [_MPI_TAG.sub("", line) for line in text.splitlines()]
     if any(_HCCL_HEAD.search(line) for line in lines):
         return _from_hccl(p, lines, op, world_size)
@@ -317,7 +337,7 @@ def read_points(path: str | Path, *, op: str | None = None, world_size: int | No
 
 
 def calibrate(path: str | Path, *, generation: str, intra_node: bool = True, op: str | None = None,
-              world_size: int | None = None, base: CostModel | None = None) -> CostModel:
+              world_size: int | None = None, base: CostModel | None = None, stat: str = "median") -> CostModel:
     """A cost model fitted to the measurements in ``path`` (see :func:`read_points` for the formats).
 
     Args:
@@ -328,11 +348,13 @@ def calibrate(path: str | Path, *, generation: str, intra_node: bool = True, op:
         world_size: the ranks of a log that does not say.
         base: a model whose figures the fit overrides op by op (the plugin's published one, say); the other link
             kind and the ops not measured keep its figures.
+        stat: for ``xccl bench --json``, the statistic taken as a row's time (:data:`STATS`).
 
     Raises:
         InvalidArgument: the file cannot be read or fitted; the message names the file and line.
     """
-    fitted = fit(read_points(path, op=op, world_size=world_size), source=f"fitted: {path}")
+    source = f"fitted: {path}" + ("" if stat == "median" else f" ({stat})")
+    fitted = fit(read_points(path, op=op, world_size=world_size, stat=stat), source=source)
     intra = dict(base.intra) if base else {}
     inter = dict(base.inter) if base else {}
     (intra if intra_node else inter).update(fitted)
