@@ -3,7 +3,8 @@
 No public source found gives HCCL's latency or bus bandwidth per op for a named Atlas product. Ascend's HCCL Test
 documentation defines what the tool measures (the algorithm bandwidth, data size over time) and shows one example
 run, but that example names no product; the link rates of HCCS and RoCE on Atlas A2/A3 appear only in third-party
-posts ("56 GB/s per HCCS link", from "民间资料", hearsay by its own account), which a model must not rest on. So
+posts (https://www.meemx.com/p/hccl-contest-log-overall: "56 GB/s per HCCS link", from "民间资料", hearsay by its
+own account, and a link rate is not a collective's bus bandwidth anyway), which a model must not rest on. So
 every figure here is None (unknown) with what was searched: a team with one node fills them in with
 ``xccl preflight --calibrate FILE`` from its own HCCL Test or ``xccl bench --json`` run
 (:func:`xccl.tools._cost_fit.calibrate`), which is the point of publishing the gap rather than a guess.
