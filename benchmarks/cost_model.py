@@ -19,6 +19,10 @@ For each world size (2 and 4 ranks, the cpu plugin over gloo on loopback):
      step with two collectives synchronizes its ranks twice: the sum of two phases' slowest ranks exceeds the
      slowest rank's sum).
 
+   And, as a control, ``alone``: the step's all_reduces again right after it, one by one after a barrier as
+   ``xccl bench`` times them: the same calls in the same minute without the step around them, which separates a
+   fit taken at another time (predicted vs alone) from calls costing more inside a step (alone vs the others).
+
 The steps: (a) the demo's (``xccl demo``: a tensor-parallel MLP 32 -> hidden -> 32, batch 64, whose forward
 all_reduce and its backward all_reduce each move batch x 32 float32); (b) a DDP step of a small MLP (256 -> 1024 ->
 256, 0.5 M parameters: DDP's gradient buckets, 1 MiB first, then the rest).
@@ -132,6 +136,23 @@ def _from_last_arrival(stamps: list[tuple[int, int]], n: int) -> float:
     return float((last[:, 1] - last[:, 0]).clamp(min=0).sum()) * 1e-9
 
 
+def _back_to_back(calls: list[tuple[str, int]]) -> float:
+    """The step's all_reduces again, alone, one after another as ``xccl bench`` times them (each after a barrier,
+    the slowest rank's time), summed: the same calls in the same minute, without the step around them."""
+    import xccl
+
+    total = 0.0
+    for op, nbytes in calls:
+        if op != "all_reduce":
+            continue
+        x = torch.ones(max(1, nbytes // 4))
+        xccl.barrier()
+        t0 = time.perf_counter()
+        xccl.all_reduce(x)
+        total += _slowest(time.perf_counter() - t0)
+    return total
+
+
 def _nbytes(specs: tuple[Any, ...]) -> int:
     total = 0
     for shape, dtype in specs:
@@ -156,6 +177,7 @@ def _measure(name: str, rank: int, n: int, args: argparse.Namespace) -> dict[str
     diffs: list[float] = []
     with_comm: list[float] = []
     without: list[float] = []
+    alone: list[float] = []
     recorded: list[float] = []
     calls: list[tuple[str, int]] = []
     for i in range(args.steps):
@@ -175,8 +197,10 @@ def _measure(name: str, rank: int, n: int, args: argparse.Namespace) -> dict[str
             times[comm] = _slowest(dt)
         with_comm.append(times[True])
         without.append(times[False])
+        alone.append(_back_to_back(calls))
         diffs.append(times[True] - times[False])
-    return {"calls": calls, "diff_s": diffs, "step_s": with_comm, "bare_s": without, "recorder_s": recorded}
+    return {"calls": calls, "diff_s": diffs, "step_s": with_comm, "bare_s": without, "recorder_s": recorded,
+            "alone_s": alone}
 
 
 def _rank(rank: int, n: int, port: int, args: argparse.Namespace, path: str) -> None:
@@ -260,7 +284,7 @@ def main() -> int:
           f"{args.iters} rounds), against {args.steps} step pairs; load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} CPUs")
     head = (f"{'ranks':>5}  {'workload':<8} {'calls':>5} {'bytes/step':>10}  {'stat':<6} {'predicted ms':>12}  "
-            f"{'step diff ms':>12}  {'ratio':>5}  {'recorder ms':>11}  {'ratio':>5}")
+            f"{'step diff ms':>12}  {'ratio':>5}  {'recorder ms':>11}  {'ratio':>5}  {'alone ms':>8}  {'ratio':>5}")
     rows: list[str] = []
 
     def ratio(p: float | None, m: float) -> float | None:
@@ -283,21 +307,24 @@ def main() -> int:
             # the steps with and without communication, subtracted, and of the recorder's sums (the uncontended
             # cost, as the q1 fit estimates it).
             measured = {
-                "median": (statistics.median(res["diff_s"]), statistics.median(res["recorder_s"])),
-                "q1": (_quartiles(res["step_s"])[0] - _quartiles(res["bare_s"])[0], _quartiles(res["recorder_s"])[0]),
+                "median": (statistics.median(res["diff_s"]), statistics.median(res["recorder_s"]),
+                           statistics.median(res["alone_s"])),
+                "q1": (_quartiles(res["step_s"])[0] - _quartiles(res["bare_s"])[0], _quartiles(res["recorder_s"])[0],
+                       _quartiles(res["alone_s"])[0]),
             }
             run: dict[str, Any] = {"ranks": n, "workload": name, "calls": calls,
                                    "step_s": statistics.median(res["step_s"]),
                                    "bare_step_s": statistics.median(res["bare_s"])}
             for stat, model in models.items():
                 predicted, why = _predict(model, calls, n)
-                diff, rec = measured[stat]
+                diff, rec, alone = measured[stat]
                 cost = model.intra[next(iter(model.intra))]
                 rows.append(f"{n:>5}  {name:<8} {len(calls):>5} {sum(b for _, b in calls):>10}  {stat:<6} "
                             f"{'unknown' if predicted is None else f'{predicted * 1e3:.3f}':>12}  "
                             f"{diff * 1e3:>12.3f}  {fmt(ratio(predicted, diff)):>5}  {rec * 1e3:>11.3f}  "
-                            f"{fmt(ratio(predicted, rec)):>5}")
+                            f"{fmt(ratio(predicted, rec)):>5}  {alone * 1e3:>8.3f}  {fmt(ratio(predicted, alone)):>5}")
                 run[stat] = {"predicted_s": predicted, "why": why, "step_diff_s": diff, "recorder_s": rec,
+                             "alone_s": alone, "ratio_alone": ratio(predicted, alone),
                              "ratio_step_diff": ratio(predicted, diff), "ratio_recorder": ratio(predicted, rec),
                              "fit": {"latency_us": cost.latency_us, "busbw_gbps": cost.busbw_gbps,
                                      "source": cost.source}}
