@@ -24,6 +24,7 @@ BENCH = ROOT / "benchmarks"
 #: (test_every_benchmark_is_covered checks).
 CASES: dict[str, tuple[str, str]] = {
     "bench_vs_raw.py": (r"xccl/raw: median", "python"),
+    "cost_model.py": (r"ratio = predicted / measured", "python"),
     "detector.py": (r"size\s+torch\s+xccl", "python"),
     "emulation.py": (r"ratios over 1 run", "python"),
     "flight_recorder.py": (r"1 element, sync", "python"),
@@ -36,7 +37,7 @@ CASES: dict[str, tuple[str, str]] = {
     "stacks.py": (r"ddp", "python"),
     "startup.py": (r"\| cpu \| 2 \|", "python"),
 }
-SLOW = {"graph.py", "soak.py", "detector.py"}
+SLOW = {"graph.py", "soak.py", "detector.py", "cost_model.py"}
 #: Scripts that need the ``frameworks`` extra: run by ``make test-frameworks`` (marker ``frameworks``).
 FRAMEWORKS = {"frameworks.py"}
 

@@ -59,6 +59,7 @@ from ._capabilities import (
     table_from,
 )
 from ._contract import PLUGIN_API_VERSION, Plugin, ProbeResult, Runtime
+from ._cost import BUS_FACTOR, CostModel, LinkCost, bus_factor
 from ._entries import PORTABLE
 from ._graph_column import graph_entries
 from ._job import Job
@@ -104,6 +105,7 @@ from ._work import Work, finish
 __all__ = [
     "AGREED_SIZE",
     "ALL_DTYPES",
+    "BUS_FACTOR",
     "INTEGER",
     "KERNEL_SIGNATURES",
     "PLUGIN_API_VERSION",
@@ -114,6 +116,7 @@ __all__ = [
     "CommMemory",
     "Completion",
     "ConstraintViolation",
+    "CostModel",
     "ErrorHandling",
     "Fault",
     "InitError",
@@ -122,6 +125,7 @@ __all__ = [
     "JobEnv",
     "KernelContext",
     "LazyConnect",
+    "LinkCost",
     "Level",
     "Mode",
     "Plugin",
@@ -142,6 +146,7 @@ __all__ = [
     "Work",
     "any_string",
     "as_object",
+    "bus_factor",
     "c10d_kernel",
     "check_device_ids",
     "check_ranks",

@@ -128,6 +128,12 @@ class Plugin:
         :meth:`capabilities`."""
         return None
 
+    def cost_models(self) -> Sequence[CostModel]:
+        """Every hardware generation's cost model the plugin publishes (Atlas A2 and A3, say), the one
+        :meth:`cost_model` returns first; by default just that one, or none."""
+        model = self.cost_model()
+        return () if model is None else (model,)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
 

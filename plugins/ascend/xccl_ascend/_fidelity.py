@@ -19,6 +19,7 @@ from xccl.plugin import Collective, Level, Mode, Support
 
 from ._capabilities import GRAPH_SOURCES
 from ._constraints import RULES
+from ._cost import HCCL_TEST
 
 __all__ = ["CLAIMS", "ENTRY_SOURCES", "GRAPH_CLAIMS", "HARDWARE", "SUMMARY", "Claim", "entry_simulation"]
 
@@ -181,6 +182,26 @@ GRAPH_CLAIMS: Final[tuple[Claim, ...]] = (
           "not simulated: unverifiable without the hardware (docs/fidelity.md, first hour on real hardware)"),
 )
 
+_COST_SIMULATION: Final = ("not simulated: xccl preflight predicts from these figures (an unknown one makes the prediction say so); calibrate() replaces them with a fit of the team's own measurements")
+
+
+def _cost_claims() -> tuple[Claim, ...]:
+    """A claim per generation and link kind of the published cost model (``_cost.MODELS``), ops grouped by figure."""
+    from ._cost import MODELS
+
+    out = []
+    for model in MODELS:
+        for link, costs in (("intra-node", model.intra), ("inter-node", model.inter)):
+            groups: dict[tuple[float | None, float | None], list[str]] = {}
+            for op, cost in costs.items():
+                groups.setdefault((cost.latency_us, cost.busbw_gbps), []).append(op.value)
+            text = "; ".join(
+                f"{', '.join(ops)}: latency {'unknown' if lat is None else f'{lat:g} us'}, bus bandwidth "
+                f"{'unknown' if bw is None else f'{bw:g} GB/s'}" for (lat, bw), ops in groups.items())
+            sources = tuple(dict.fromkeys(cost.source for cost in costs.values()))
+            out.append(Claim(f"cost model: {model.generation}, {link}", text, sources, _COST_SIMULATION))
+    return tuple(out)
+
 #: Claims beyond the table's entries.
 CLAIMS: Final[tuple[Claim, ...]] = (
     Claim("dtypes moved", "HCCL moves bool, uint8, int8, int16, uint16, int32, uint32, int64, uint64, float16, "
@@ -244,6 +265,12 @@ CLAIMS: Final[tuple[Claim, ...]] = (
                         else ""))
       for r in RULES),
     *GRAPH_CLAIMS,
+    *_cost_claims(),
+    Claim("HCCL Test bandwidth unit", "alg_bandwidth is data_size / avg_time in 2**30 bytes per second, though "
+          "labelled GB/s (the docs' example prints 64 MiB in 2630.20 us as 23.76245 and 32 MiB in 1714.85 us as "
+          "18.22317); nccl-tests' and xccl bench's GB/s are 10**9", (f"{HCCL_TEST} (Result Description, example)",),
+          "checked: tests/test_cost_model.py reads the docs' example; calibrate() fits avg_time and data_size, not the "
+          "bandwidth column"),
 )
 
 _RANKS2: Final = "torchrun --standalone --nproc-per-node 2"

@@ -13,6 +13,7 @@ from typing import Final
 from xccl.plugin import (
     BackendUnavailable,
     CapabilityTable,
+    CostModel,
     Plugin,
     ProbeResult,
     RankTableFormat,
@@ -44,6 +45,16 @@ class AscendPlugin(Plugin):
         """torch_npu by metadata, its torch pin, CANN's libraries, visible NPUs, the rank table (see ``_probe``)."""
         report = probe_host()
         return ProbeResult(report.available, report.reason, report.fix, dict(report.facts))
+
+    def cost_model(self) -> CostModel:
+        """The first generation's cost model (its figures and their sources, or unknown: ``_cost``)."""
+        return self.cost_models()[0]
+
+    def cost_models(self) -> Sequence[CostModel]:
+        """Every generation's cost model, from ``_cost.MODELS``."""
+        from ._cost import MODELS
+
+        return MODELS
 
     def capabilities(self) -> CapabilityTable:
         """HCCL's table (``_capabilities``)."""

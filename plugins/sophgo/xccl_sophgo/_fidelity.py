@@ -98,6 +98,27 @@ _RING: Final = ("checked before the process group exists (xccl_sophgo._chipmap):
                 "in simulation the documented SG2260 board (xccl_sophgo._c2c)")
 
 #: Claims beyond the table's entries.
+_COST_SIMULATION: Final = ("not simulated: xccl preflight predicts from these figures (an unknown one makes the prediction say so); calibrate() replaces them with a fit of the team's own measurements")
+
+
+def _cost_claims() -> tuple[Claim, ...]:
+    """A claim per generation and link kind of the published cost model (``_cost.MODELS``), ops grouped by figure."""
+    from ._cost import MODELS
+
+    out = []
+    for model in MODELS:
+        for link, costs in (("intra-node", model.intra), ("inter-node", model.inter)):
+            groups: dict[tuple[float | None, float | None], list[str]] = {}
+            for op, cost in costs.items():
+                groups.setdefault((cost.latency_us, cost.busbw_gbps), []).append(op.value)
+            text = "; ".join(
+                f"{', '.join(ops)}: latency {'unknown' if lat is None else f'{lat:g} us'}, bus bandwidth "
+                f"{'unknown' if bw is None else f'{bw:g} GB/s'}" for (lat, bw), ops in groups.items())
+            sources = tuple(dict.fromkeys(cost.source for cost in costs.values()))
+            out.append(Claim(f"cost model: {model.generation}, {link}", text, sources, _COST_SIMULATION))
+    return tuple(out)
+
+
 CLAIMS: Final[tuple[Claim, ...]] = (
     Claim("dtypes", "float32, float16, bfloat16, int8, uint8, int32, int64, bool; any other raises 'Invalid scalar "
           "type' (float64 moves as int64 through xccl)", (DTYPES,), _SIM),
@@ -174,6 +195,7 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "destroys it right after enqueueing the op; whether the destroy waits for the op is not in the source",
           (f"{PG}:131-154 (collective)", f"{PG}:235-246 (getSCCLcomm)", "manifest B3"),
           "not simulated [inferred: the hardware decides; first-hour checklist]"),
+    *_cost_claims(),
 )
 
 #: What only the hardware can settle, in the order to try it on the first Sophgo machine, each with the command that

@@ -9,7 +9,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from xccl.plugin import CapabilityTable, Plugin, ProbeResult, RankTableFormat, Runtime, SimProfile, VendorRuntime
+from xccl.plugin import (
+    CapabilityTable,
+    CostModel,
+    Plugin,
+    ProbeResult,
+    RankTableFormat,
+    Runtime,
+    SimProfile,
+    VendorRuntime,
+)
 
 from . import _probe
 from ._ranktable import SophgoFormat
@@ -35,6 +44,16 @@ class SophgoPlugin(Plugin):
     def probe(self) -> ProbeResult:
         """Sophgo's torch_tpu installed (told apart from Google's by metadata) and TPU device nodes present."""
         return _probe.probe()
+
+    def cost_model(self) -> CostModel:
+        """The first generation's cost model (its figures and their sources, or unknown: ``_cost``)."""
+        return self.cost_models()[0]
+
+    def cost_models(self) -> Sequence[CostModel]:
+        """Every generation's cost model, from ``_cost.MODELS``."""
+        from ._cost import MODELS
+
+        return MODELS
 
     def capabilities(self) -> CapabilityTable:
         """SCCL's table (see :mod:`xccl_sophgo._table`)."""
