@@ -8,7 +8,7 @@ import gc
 
 import torch.distributed as dist
 
-from ..collectives._flight_dump import stop_watch
+from ..collectives._flight_dump import dump_at_exit, stop_watch
 from ..collectives._liveness import close_quietly
 from ..collectives._process_group import backend_name
 from ..collectives._state import STATE
@@ -38,6 +38,7 @@ def _shutdown_at_exit() -> None:
     on simulated Sophgo and Ascend). A world on another backend that xccl adopted is left to its creator.
     """
     world, runtime = STATE.world, STATE.runtime
+    dump_at_exit()  # before deciding whose world it is: an adopted world's record is asked for too
     ours = world is not None and not world.adopted
     if not ours and runtime is not None and dist.is_initialized():
         with contextlib.suppress(Exception):
@@ -61,6 +62,7 @@ def shutdown() -> None:
 def _teardown(*, destroy: bool) -> None:
     """Forget xccl's state; with ``destroy``, destroy the world and shut the vendor's runtime down."""
     runtime, world = STATE.runtime, STATE.world
+    dump_at_exit()
     close_quietly(STATE.liveness)
     stop_watch(STATE.flight_watch)
     # Drop our references to the process groups first, so that destroy_process_group releases the last ones
