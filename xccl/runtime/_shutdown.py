@@ -38,12 +38,12 @@ def _shutdown_at_exit() -> None:
     on simulated Sophgo and Ascend). A world on another backend that xccl adopted is left to its creator.
     """
     world, runtime = STATE.world, STATE.runtime
-    dump_at_exit()  # before deciding whose world it is: an adopted world's record is asked for too
     ours = world is not None and not world.adopted
     if not ours and runtime is not None and dist.is_initialized():
         with contextlib.suppress(Exception):
             ours = str(dist.get_backend()) == backend_name(runtime)
     if not ours:
+        dump_at_exit()  # an adopted world's record is asked for too (ours is dumped by _teardown)
         return
     # At exit, a failing teardown must not mask the program's own status.
     with contextlib.suppress(Exception):

@@ -75,8 +75,9 @@ def preflight(vendor: str, world: int, argv: Sequence[str], *, nodes: int = 1, t
 
     Example::
 
-        report = preflight("sophgo", 4, ["train.py", "--steps", "2"])
-        print(render(report))
+        report = xccl.tools.preflight("sophgo", 4, ["train.py", "--steps", "2"])
+        print(report.table())
+        sys.exit(report.exit_code)
     """
     argv = list(argv)
     if argv and os.path.basename(argv[0]).startswith("python"):

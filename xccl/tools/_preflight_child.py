@@ -87,7 +87,7 @@ def main(args: Sequence[str]) -> int:
             return code or 0
         print(code, file=sys.stderr)  # what Python does with sys.exit("message")
         return 1
-    except BaseException as exc:  # noqa: BLE001 - reported, then the traceback printed as Python would
+    except BaseException as exc:  # reported, then the traceback printed as Python would
         rank = int(os.environ.get("RANK", "0"))
         with open(error_path(directory, rank), "w", encoding="utf-8") as f:
             json.dump(describe(exc), f)

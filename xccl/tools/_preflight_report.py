@@ -132,6 +132,10 @@ class Report:
         totals = [c.total for c in self.calls]
         return None if any(t is None for t in totals) else sum(t for t in totals if t is not None)
 
+    def table(self) -> str:
+        """The terminal report (what ``xccl preflight`` prints)."""
+        return render(self)
+
     def to_json(self) -> dict[str, Any]:
         """The report as plain data (``--json``)."""
         out = asdict(self)
@@ -190,7 +194,7 @@ def _priced(model: CostModel | None, op: str, nbytes: int, parts: Sequence[str],
 def _load(directory: str, rank: int) -> dict[str, Any] | None:
     try:
         with open(os.path.join(directory, f"rank_{rank}"), "rb") as f:
-            record: dict[str, Any] = pickle.load(f)  # noqa: S301 - written by this preflight's own ranks
+            record: dict[str, Any] = pickle.load(f)  # written by this preflight's own ranks
     except FileNotFoundError:
         return None
     return record
