@@ -78,7 +78,9 @@ class Failure:
         error: the error's type (``UnsupportedCollective``); module: where it is defined.
         message: its message, which names the fix; fix: its ``fix`` attribute where it has one.
         op: the op it names, where it names one; site: the user's frame, ``file:line function``.
-        unsupported: an error of xccl's (the vendor refuses the call), not a bug of the script's own.
+        kind: ``unsupported`` (the vendor refuses the call: :class:`~xccl.UnsupportedCollective`,
+            :class:`~xccl.ConstraintViolation`), ``peer`` (a consequence: another rank failed first, or hung) or
+            ``script`` (anything else the script raised).
     """
 
     ranks: tuple[int, ...]
@@ -88,7 +90,7 @@ class Failure:
     fix: str
     op: str
     site: str
-    unsupported: bool
+    kind: str
 
 
 @final
@@ -227,6 +229,17 @@ def _calls(records: Mapping[int, dict[str, Any]], model: CostModel | None, per_n
     return rows
 
 
+#: xccl's errors that say the vendor refuses a call, and those that follow from another rank's failure.
+_REFUSALS: Final = frozenset({"UnsupportedCollective", "ConstraintViolation"})
+_CONSEQUENCES: Final = frozenset({"PeerFailure", "CollectiveTimeout", "CollectiveMismatch"})
+
+
+def _kind(module: str, error: str) -> str:
+    if module != "xccl.errors":
+        return "script"
+    return "unsupported" if error in _REFUSALS else "peer" if error in _CONSEQUENCES else "script"
+
+
 def _failures(directory: str, ranks: Sequence[int], cwd: str) -> list[Failure]:
     by_error: dict[tuple[str, ...], list[int]] = {}
     facts: dict[tuple[str, ...], dict[str, Any]] = {}
@@ -241,7 +254,7 @@ def _failures(directory: str, ranks: Sequence[int], cwd: str) -> list[Failure]:
         by_error.setdefault(key, []).append(rank)
         facts[key] = {**raised, "site": site}
     return [Failure(ranks=tuple(r), error=k[0], module=facts[k]["module"], message=k[1], fix=facts[k]["fix"],
-                    op=facts[k]["op"], site=k[2], unsupported=facts[k]["module"].startswith("xccl"))
+                    op=facts[k]["op"], site=k[2], kind=_kind(facts[k]["module"], k[0]))
             for k, r in by_error.items()]
 
 
@@ -287,8 +300,11 @@ def render(report: Report) -> str:
              f"(ranks run: {_ranges(report.ranks_run)}); cost model: {report.cost_model or 'none (unknown)'}"]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.append(f"predicted communication per rank: {_seconds(report.total_seconds)}")
-    for f in report.failures:
-        kind = "UNSUPPORTED on " + report.vendor if f.unsupported else "the script failed"
+    for f in sorted(report.failures, key=lambda f: f.kind == "peer"):
+        if f.kind == "peer":  # the first failure's consequence: one line, not its whole story
+            lines.append(f"then on ranks {_ranges(f.ranks)}: {f.error} at {f.site} (another rank failed first)")
+            continue
+        kind = "UNSUPPORTED on " + report.vendor if f.kind == "unsupported" else "the script failed"
         lines.append(f"{kind}: {f.site}: {f.error}: {f.message}" + (f" Fix: {f.fix}" if f.fix else "")
                      + f" (ranks {_ranges(f.ranks)})")
     died = [e for e in report.exits if e.returncode != 0]
