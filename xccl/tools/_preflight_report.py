@@ -134,6 +134,19 @@ class Report:
         totals = [c.total for c in self.calls]
         return None if any(t is None for t in totals) else sum(t for t in totals if t is not None)
 
+    @property
+    def by_group(self) -> dict[str, dict[str, Any]]:
+        """Per group (a mesh dimension's, where a DeviceMesh made it): calls, bytes and predicted seconds of one
+        rank (seconds None when any of its calls is unknown)."""
+        out: dict[str, dict[str, Any]] = {}
+        for c in self.calls:
+            name = f"dim {c.mesh_dim}" if c.mesh_dim else c.group
+            row = out.setdefault(name, {"group_size": c.group_size, "calls": 0, "bytes": 0, "seconds": 0.0})
+            row["calls"] += c.calls
+            row["bytes"] += c.nbytes * c.calls
+            row["seconds"] = None if row["seconds"] is None or c.total is None else row["seconds"] + c.total
+        return out
+
     def table(self) -> str:
         """The terminal report (what ``xccl preflight`` prints)."""
         return render(self)
@@ -141,7 +154,7 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         """The report as plain data (``--json``)."""
         out = asdict(self)
-        out.update(ok=self.ok, exit_code=self.exit_code, total_seconds=self.total_seconds)
+        out.update(ok=self.ok, exit_code=self.exit_code, total_seconds=self.total_seconds, by_group=self.by_group)
         return out
 
 
@@ -299,6 +312,10 @@ def render(report: Report) -> str:
     lines = [f"xccl preflight: {report.vendor}, world {report.world} on {report.nodes} node(s), mode {report.mode} "
              f"(ranks run: {_ranges(report.ranks_run)}); cost model: {report.cost_model or 'none (unknown)'}"]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    groups = report.by_group
+    if len(groups) > 1:
+        lines.append("per group: " + "; ".join(f"{name}[{g['group_size']}] {g['calls']} calls, {_bytes(g['bytes'])}, "
+                                               f"{_seconds(g['seconds'])}" for name, g in groups.items()))
     lines.append(f"predicted communication per rank: {_seconds(report.total_seconds)}")
     for f in sorted(report.failures, key=lambda f: f.kind == "peer"):
         if f.kind == "peer":  # the first failure's consequence: one line, not its whole story
