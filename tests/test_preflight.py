@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -144,3 +145,37 @@ def test_a_rank_left_waiting_is_stopped_and_the_failure_reported() -> None:
 def test_bad_requests_are_refused_before_anything_runs(world: int, nodes: int, argv: list[str], needle: str) -> None:
     with pytest.raises(InvalidArgument, match=needle):
         preflight("sophgo", world, argv, nodes=nodes)
+
+
+# ------------------------------------------------------------------------------- one rank's runner, in-process
+
+
+def test_rank_runner_runs_a_module_with_its_argv_and_records_what_it_raised(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``-- python -m module ARGS``: the module runs as ``__main__`` with ``sys.argv``, and the error it raises is
+    written with the user's frame that raised it (not the runner's or runpy's)."""
+    from xccl.tools._preflight_child import error_path
+    from xccl.tools._preflight_child import main as run_rank
+
+    (tmp_path / "pf_job.py").write_text(
+        "import sys\nimport xccl\n\ndef step():\n    raise xccl.UnsupportedCollective('gather', 'ascend', 'no')\n\n"
+        "if __name__ == '__main__':\n    assert sys.argv[1:] == ['--steps', '1'], sys.argv\n    step()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr("sys.argv", ["runner"])
+    monkeypatch.setenv("RANK", "3")
+    assert run_rank([str(tmp_path), "--", "-m", "pf_job", "--steps", "1"]) == 1
+    raised = json.loads(Path(error_path(str(tmp_path), 3)).read_text())
+    assert (raised["type"], raised["module"], raised["op"]) == ("UnsupportedCollective", "xccl.errors", "gather")
+    assert raised["site"] == {"filename": str(tmp_path / "pf_job.py"), "line": 5, "name": "step"}
+
+
+def test_rank_runner_passes_the_scripts_own_exit_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from xccl.tools._preflight_child import main as run_rank
+
+    script = tmp_path / "exits.py"
+    script.write_text("import sys\nsys.exit(int(sys.argv[1]))\n")
+    monkeypatch.setattr("sys.argv", ["runner"])
+    monkeypatch.setattr("sys.path", list(sys.path))  # the runner puts the script's folder first, as python does
+    assert run_rank([str(tmp_path), "--", str(script), "0"]) == 0
+    assert run_rank([str(tmp_path), "--", str(script), "7"]) == 7
+    assert not list(tmp_path.glob("error_*.json"))  # exiting is not raising
