@@ -108,12 +108,16 @@ def test_gather_on_ascend_without_emulation_is_unsupported_with_the_typed_error(
 def test_json_report_shape(gather_cli: tuple[int, dict[str, Any], str]) -> None:
     _, report, _ = gather_cli
     assert {"vendor", "world", "nodes", "mode", "ranks_run", "calls", "failures", "exits", "cost_model", "notes",
-            "ok", "exit_code", "total_seconds", "by_group"} <= set(report)
+            "groups", "settings", "ok", "exit_code", "total_seconds", "by_group"} <= set(report)
     assert report["by_group"] == {"default_pg": {"group_size": 2, "calls": 1, "bytes": 32, "seconds": None}}
     assert (report["vendor"], report["world"], report["nodes"], report["mode"]) == ("ascend", 2, 1, "real")
     assert set(report["calls"][0]) == {"site", "op", "group", "group_size", "mesh_dim", "intra_node", "dtype",
                                        "nbytes", "calls", "ranks", "status", "via", "extra_bytes", "seconds",
                                        "total", "why"}
+    settings = {s["name"]: s for s in report["settings"]}
+    assert {"watchdog", "communicators", "communicator memory"} <= set(settings)
+    # One group (the world) per rank, each holding one HCCL communicator of HCCL_BUFFSIZE (200 MB by default).
+    assert report["groups"] == 1 and "200 MB of device memory per rank" in settings["communicator memory"]["summary"]
     assert report["calls"][0]["why"].startswith("unknown")  # no cost model published yet: unknown, never a guess
     assert [e["rank"] for e in report["exits"]] == [0, 1] and all(e["returncode"] == 1 for e in report["exits"])
 

@@ -18,8 +18,9 @@ from typing import Literal
 from ..errors import InvalidArgument
 from ..plugin._cost import CostModel
 from ..plugin._registry import default_registry
-from ._preflight_launch import launch
-from ._preflight_report import Report, build
+from ._preflight_launch import launch, rank_env
+from ._preflight_report import Report, build, groups_of, load_records
+from ._preflight_settings import settings
 
 __all__ = ["MAX_REAL", "NOTES", "preflight"]
 
@@ -83,11 +84,15 @@ def preflight(vendor: str, world: int, argv: Sequence[str], *, nodes: int = 1, t
     if argv and os.path.basename(argv[0]).startswith("python"):
         argv = argv[1:]  # `-- python train.py`: the ranks run this interpreter, where xccl and the plugins are
     _checked(vendor, world, nodes, argv, timeout)
-    plugin = default_registry().get(vendor)
+    registry = default_registry()
+    plugin = registry.get(vendor)
     model = plugin.cost_model() if cost_model == "plugin" else cost_model
     workdir = os.path.abspath(cwd or os.getcwd())
     with tempfile.TemporaryDirectory(prefix="xccl-preflight-") as trace_dir:
         exits = launch(argv, vendor=vendor, world=world, nodes=nodes, timeout=timeout, trace_dir=trace_dir,
                        cwd=workdir)
-        return build(trace_dir, vendor=plugin.name, world=world, nodes=nodes, exits=exits, model=model,
-                     cwd=workdir, notes=NOTES)
+        records = load_records(trace_dir, [e.rank for e in exits])
+        # Judged in rank 0's environment: the one the ranks ran in (the variables the user exported included).
+        env = rank_env(os.environ, rank=0, world=world, nodes=nodes, port=0, vendor=vendor, trace_dir=trace_dir)
+        return build(trace_dir, records, vendor=plugin.name, world=world, nodes=nodes, exits=exits, model=model,
+                     cwd=workdir, settings=settings(registry, plugin.name, env, groups_of(records)), notes=NOTES)

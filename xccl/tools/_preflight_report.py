@@ -23,8 +23,9 @@ from ..plugin._vocab import Collective
 from ._cost_model import Prediction, predict
 from ._preflight_child import error_path
 from ._preflight_launch import RankExit
+from ._preflight_settings import Setting
 
-__all__ = ["CallSite", "Failure", "Report", "build", "render"]
+__all__ = ["CallSite", "Failure", "Report", "build", "groups_of", "load_records", "render"]
 
 #: The element sizes of the dtype names torch's recorder writes.
 _ITEMSIZE: Final = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
@@ -104,6 +105,8 @@ class Report:
         calls: per call site, largest predicted total first (unknown costs last, by bytes moved).
         failures: the errors ranks died of.
         exits: how every rank ended; cost_model: the model's hardware generation (None: the plugin has none).
+        groups: the process groups one rank used (the most any rank did).
+        settings: the vendor's settings that would bite (``xccl doctor``'s vendor-runtime checks).
         notes: what the report cannot show.
     """
 
@@ -116,6 +119,8 @@ class Report:
     failures: tuple[Failure, ...]
     exits: tuple[RankExit, ...]
     cost_model: str | None
+    groups: int = 0
+    settings: tuple[Setting, ...] = field(default=())
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -271,15 +276,26 @@ def _failures(directory: str, ranks: Sequence[int], cwd: str) -> list[Failure]:
             for k, r in by_error.items()]
 
 
-def build(directory: str, *, vendor: str, world: int, nodes: int, exits: Sequence[RankExit],
-          model: CostModel | None, cwd: str, notes: Sequence[str] = ()) -> Report:
-    """The report of the ranks that left their records in ``directory``."""
+def load_records(directory: str, ranks: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """The records the ranks dumped in ``directory`` (a rank killed before it could dump has none)."""
+    return {r: rec for r in ranks if (rec := _load(directory, r)) is not None}
+
+
+def build(directory: str, records: Mapping[int, dict[str, Any]], *, vendor: str, world: int, nodes: int,
+          exits: Sequence[RankExit], model: CostModel | None, cwd: str, settings: Sequence[Setting] = (),
+          notes: Sequence[str] = ()) -> Report:
+    """The report of the ranks that left their ``records`` and errors in ``directory``."""
     ranks = [e.rank for e in exits]
-    records = {r: rec for r in ranks if (rec := _load(directory, r)) is not None}
     return Report(vendor=vendor, world=world, nodes=nodes, mode="real", ranks_run=tuple(ranks),
                   calls=tuple(_calls(records, model, max(1, world // nodes), cwd)),
                   failures=tuple(_failures(directory, ranks, cwd)), exits=tuple(exits),
-                  cost_model=None if model is None else model.generation, notes=tuple(notes))
+                  cost_model=None if model is None else model.generation, groups=groups_of(records),
+                  settings=tuple(settings), notes=tuple(notes))
+
+
+def groups_of(records: Mapping[int, dict[str, Any]]) -> int:
+    """The process groups one rank used, the most any rank did."""
+    return max((len(rec.get("pg_config", {})) for rec in records.values()), default=0)
 
 
 def _seconds(value: float | None) -> str:
@@ -329,6 +345,8 @@ def render(report: Report) -> str:
         last = died[0].output.strip().splitlines()[-5:]
         lines.append(f"rank {died[0].rank} exited with status {died[0].returncode}" +
                      (" (stopped)" if died[0].stopped else "") + ":\n    " + "\n    ".join(last))
+    lines += [f"vendor setting [{s.status}] {s.name}: {s.summary}" + (f" Fix: {s.fix}" if s.fix else "")
+              for s in report.settings]
     lines += [f"note: {n}" for n in report.notes]
     lines.append("verdict: " + ("runs on " + report.vendor if report.ok else "WOULD FAIL on " + report.vendor))
     return "\n".join(lines)
