@@ -108,7 +108,7 @@ def test_gather_on_ascend_without_emulation_is_unsupported_with_the_typed_error(
 def test_json_report_shape(gather_cli: tuple[int, dict[str, Any], str]) -> None:
     _, report, _ = gather_cli
     assert {"vendor", "world", "nodes", "mode", "ranks_run", "calls", "failures", "exits", "cost_model", "notes",
-            "groups", "settings", "ok", "exit_code", "total_seconds", "by_group"} <= set(report)
+            "groups", "settings", "ok", "seen", "exit_code", "total_seconds", "by_group"} <= set(report)
     assert report["by_group"] == {"default_pg": {"group_size": 2, "calls": 1, "bytes": 32, "seconds": None}}
     assert (report["vendor"], report["world"], report["nodes"], report["mode"]) == ("ascend", 2, 1, "real")
     assert set(report["calls"][0]) == {"site", "op", "group", "group_size", "mesh_dim", "intra_node", "dtype",
@@ -183,3 +183,14 @@ def test_rank_runner_passes_the_scripts_own_exit_status(tmp_path: Path, monkeypa
     assert run_rank([str(tmp_path), "--", str(script), "0"]) == 0
     assert run_rank([str(tmp_path), "--", str(script), "7"]) == 7
     assert not list(tmp_path.glob("error_*.json"))  # exiting is not raising
+
+
+def test_a_script_whose_world_xccl_never_saw_is_not_passed(tmp_path: Path) -> None:
+    """A script that creates a plain gloo world runs, but nothing of it was recorded: "runs on V" would be a lie."""
+    script = tmp_path / "plain_gloo.py"
+    script.write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\n"
+                      "dist.destroy_process_group()\n")
+    report = preflight("sophgo", 1, [str(script)], timeout=120, cost_model=None)
+    assert [e.returncode for e in report.exits] == [0]
+    assert (report.seen, report.ok, report.exit_code) == (False, False, 1)
+    assert "NOTHING SEEN" in report.table()

@@ -124,9 +124,15 @@ class Report:
     notes: tuple[str, ...] = field(default=())
 
     @property
+    def seen(self) -> bool:
+        """Some rank created its world through xccl, so its collectives were seen (a script that creates a gloo or
+        vendor world itself is run but not judged)."""
+        return self.groups > 0
+
+    @property
     def ok(self) -> bool:
-        """Every rank finished, and no call would fail on the vendor."""
-        return not self.failures and all(e.returncode == 0 for e in self.exits)
+        """Every rank finished, its collectives were seen, and no call would fail on the vendor."""
+        return self.seen and not self.failures and all(e.returncode == 0 for e in self.exits)
 
     @property
     def exit_code(self) -> int:
@@ -159,7 +165,7 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         """The report as plain data (``--json``)."""
         out = asdict(self)
-        out.update(ok=self.ok, exit_code=self.exit_code, total_seconds=self.total_seconds, by_group=self.by_group)
+        out.update(ok=self.ok, seen=self.seen, exit_code=self.exit_code, total_seconds=self.total_seconds, by_group=self.by_group)
         return out
 
 
@@ -347,6 +353,10 @@ def render(report: Report) -> str:
                      (" (stopped)" if died[0].stopped else "") + ":\n    " + "\n    ".join(last))
     lines += [f"vendor setting [{s.status}] {s.name}: {s.summary}" + (f" Fix: {s.fix}" if s.fix else "")
               for s in report.settings]
+    if not report.seen:
+        lines.append("NOTHING SEEN: no rank created its world through xccl (xccl.init(), or "
+                     "dist.init_process_group(xccl.process_group_backend())), so its collectives were not recorded "
+                     "and the script cannot be judged")
     lines += [f"note: {n}" for n in report.notes]
     lines.append("verdict: " + ("runs on " + report.vendor if report.ok else "WOULD FAIL on " + report.vendor))
     return "\n".join(lines)
