@@ -173,7 +173,7 @@ def run(st: GroupState, spec: S.Spec, kargs: Sequence[Any], async_op: bool, *, i
     kernel = plan(st, key, spec.dtype_of(kargs), None if idx is None else kargs[idx])
     if inner:
         if st.flight is not None:
-            st.flight.part(spec)
+            st.flight.part(spec, kargs)
         return kernel(*kargs, async_op)
     if _python_dispatch._is_in_torch_dispatch_mode or _profiler._is_profiler_enabled:  # see _observe
         return _observe.visible(st, key, spec.name, kargs, partial(_issue, st, spec, kargs, kernel, async_op))

@@ -41,7 +41,7 @@ import torch
 from ..errors import InitError
 from ..plugin import _warn
 
-__all__ = ["DEFAULT_ENTRIES", "Entry", "Flight", "capacity"]
+__all__ = ["DEFAULT_ENTRIES", "Entry", "Flight", "capacity", "message_bytes"]
 
 #: Entries kept when the recorder is on without a size (torch's default for ``TORCH_FR_BUFFER_SIZE`` is 2000).
 DEFAULT_ENTRIES: Final = 2000
@@ -92,6 +92,7 @@ class Entry:
         "op",
         "outputs",
         "p2p_seq",
+        "part_bytes",
         "parts",
         "peer",
         "record_id",
@@ -122,6 +123,8 @@ class Entry:
         self.peer = -1
         #: The emulation's parts, in issue order (None: a native call).
         self.parts: list[str] | None = None
+        #: The bytes each part read or wrote, whichever is larger (nccl-tests' message size), in issue order.
+        self.part_bytes: list[int] | None = None
         #: ``time.time_ns()`` at the call, when handed to the backend, when known complete (0: not yet).
         self.created: Final = created
         self.started = 0
@@ -154,6 +157,22 @@ def user_site() -> tuple[types.CodeType, int] | None:
             return code, frame.f_lineno
         frame = frame.f_back
     return None
+
+
+def message_bytes(spec: Any, kargs: Sequence[Any]) -> int:
+    """The larger of the bytes a call reads and writes: the message size nccl-tests reports (all_gather: the
+    gathered output; reduce_scatter: the input)."""
+    read = written = 0
+    for arg, value in zip(spec.args, kargs, strict=False):
+        access = arg.access
+        if access is None:
+            continue
+        size = sum(int(shape.numel()) * dtype.itemsize for shape, dtype in _described((value,)))
+        if access.value != "out":
+            read += size
+        if access.value != "in":
+            written += size
+    return max(read, written)
 
 
 def _described(values: Sequence[Any]) -> tuple[Any, ...]:
@@ -217,13 +236,17 @@ class Flight:
         self.current = entry
         return entry
 
-    def part(self, spec: Any) -> None:
-        """Note a building block of the emulation being issued."""
+    def part(self, spec: Any, kargs: Sequence[Any] = ()) -> None:
+        """Note a building block of the emulation being issued, and its message size (``xccl preflight`` prices
+        an emulated call as the sum of its parts)."""
         entry = self.current
         if entry is not None:
             if entry.parts is None:
                 entry.parts = []
+                entry.part_bytes = []
             entry.parts.append(spec.name)
+            if entry.part_bytes is not None:
+                entry.part_bytes.append(message_bytes(spec, kargs))
 
     def entries(self) -> list[Entry]:
         """The entries still held, oldest first."""

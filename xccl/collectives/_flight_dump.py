@@ -13,8 +13,8 @@ below; ``FlightRecorderDetail.hpp`` builds the dump) pickles one dict per rank::
 xccl writes the same keys, so that ``python -m torch.distributed.flight_recorder.fr_trace DIR -p PREFIX`` reads a
 directory of xccl's dumps unchanged (the ``pg_config`` keys are the groups' names, as the entries name them: torch
 2.13's gloo dumps key it ``''`` and its analyzer fails on them). xccl adds keys of its own, which the analyzer
-ignores: ``xccl`` (rank, reason, clock) at the top, ``xccl_op`` (the op as the user called it) and ``xccl_parts``
-(an emulation's building blocks) per entry.
+ignores: ``xccl`` (rank, reason, clock) at the top, ``xccl_op`` (the op as the user called it), ``xccl_parts``
+(an emulation's building blocks) and ``xccl_parts_bytes`` (each part's message size) per entry.
 
 Each rank writes ``<TORCH_FR_DUMP_TEMP_FILE><rank>`` (torch's variable; default ``/tmp/nccl_trace_rank_``):
 
@@ -24,7 +24,9 @@ Each rank writes ``<TORCH_FR_DUMP_TEMP_FILE><rank>`` (torch's variable; default 
   watchdog does (``kStoreDumpKey = "exception_dump"`` in ``ProcessGroupNCCL.hpp``, polled by its heartbeat
   monitor): a watcher thread per process polls the key every :data:`POLL` seconds, so a rank stuck elsewhere
   (sleeping, computing, in another group's collective) dumps too;
-* on ``SIGUSR1``, where no handler of the application's is installed.
+* on ``SIGUSR1``, where no handler of the application's is installed;
+* at the end of the world (``xccl.shutdown``, or the teardown at interpreter exit) when ``XCCL_TRACE_DUMP_AT_EXIT=1``:
+  how ``xccl preflight`` collects what every rank of a script it runs did.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from torch._C._distributed_c10d import PrefixStore
 from ._flight import Entry, Flight
 from ._state import STATE, GroupState
 
-__all__ = ["POLL", "VERSION", "dump", "layout", "on_fault", "path", "start_watch", "stop_watch"]
+__all__ = ["AT_EXIT", "POLL", "VERSION", "dump", "dump_at_exit", "layout", "on_fault", "path", "start_watch", "stop_watch"]
 
 LOG = logging.getLogger("xccl")
 #: torch 2.13's dump version (``FlightRecorder.hpp``: ``DEFINE_CONSTANT(version_val, "2.10")``).
@@ -142,6 +144,7 @@ def _entry(e: Entry, pg_ids: dict[str, int], timeout_ms: int) -> dict[str, Any]:
         "thread_name": "",
         "xccl_op": e.op,
         "xccl_parts": list(e.parts or ()),
+        "xccl_parts_bytes": list(e.part_bytes or ()),
     }
 
 
@@ -180,6 +183,19 @@ def layout(flight: Flight, reason: str = "dump_trace") -> dict[str, Any]:
 
 
 _WRITE_LOCK: Final = threading.Lock()
+#: The variable that asks every rank to dump its record when its world ends (``xccl preflight`` sets it).
+AT_EXIT: Final = "XCCL_TRACE_DUMP_AT_EXIT"
+
+
+def dump_at_exit() -> None:
+    """Dump this rank's record because its world is ending, when :data:`AT_EXIT` asks for it (once: the state is
+    forgotten right after, so a later teardown finds nothing to dump)."""
+    if STATE.flight is None or os.environ.get(AT_EXIT, "").strip() in ("", "0"):
+        return
+    try:
+        dump("end of the world")
+    except OSError as exc:  # a full disk must not turn a finished run into a failed one
+        LOG.warning("xccl flight recorder: could not dump at exit (%s)", exc)
 
 
 def dump(reason: str = "dump_trace") -> str | None:

@@ -1,5 +1,5 @@
 """The ``xccl`` command (also ``python -m xccl``): demo, caps, doctor, rank-table, bench, new-plugin,
-trace.
+trace, preflight.
 
 Each subcommand lives in its own module under ``xccl/tools/cli/`` with ``add_parser(subparsers, name)`` registering
 ``func=run``; this file only wires them. The console script itself is the ``xccl_cli`` shim at the top level,
@@ -24,6 +24,7 @@ COMMANDS = {
     "bench": "bench",
     "new-plugin": "new_plugin",
     "trace": "trace",
+    "preflight": "preflight",
 }
 
 

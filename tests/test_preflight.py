@@ -1,0 +1,196 @@
+"""``xccl preflight``: an unmodified script run as every rank of a world on a vendor's simulation, reported by call
+site.
+
+Each preflight spawns its ranks (seconds each: every rank imports torch), so one run per scenario serves several
+assertions through module-scoped fixtures: FSDP2 on simulated Sophgo (2 ranks; the Python API, priced with a
+cost model given here), and a gather on simulated Ascend with emulation forbidden (the CLI, with ``--json``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xccl.errors import InvalidArgument
+from xccl.plugin._cost import CostModel, LinkCost
+from xccl.plugin._vocab import Collective
+from xccl.tools import Report, preflight
+from xccl.tools._cost_model import predict
+from xccl.tools.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+FSDP2 = "examples/fsdp2_train.py"
+GATHER = "tests/data/preflight/gather_to_root.py"
+RECV_ANY = "tests/data/preflight/recv_any_source.py"
+#: A model with figures for what FSDP2 on Sophgo issues (all_gather natively, reduce_scatter as all_to_all_single):
+#: made up for the test, which checks the arithmetic, not the figures.
+MODEL = CostModel("test part", intra={
+    Collective.ALL_GATHER_INTO_TENSOR: LinkCost(10.0, 20.0, "test"),
+    Collective.ALL_TO_ALL_SINGLE: LinkCost(15.0, 10.0, "test"),
+})
+
+
+def _line(path: str, text: str) -> int:
+    """The line of ``path`` holding ``text`` (so that the test follows the script's edits)."""
+    lines = (ROOT / path).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+@pytest.fixture(scope="module")
+def fsdp2() -> Report:
+    return preflight("sophgo", 2, ["python", FSDP2, "--steps", "2"], cwd=str(ROOT), timeout=120, cost_model=MODEL)
+
+
+@pytest.fixture(scope="module")
+def gather_cli(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], str]:
+    out = tmp_path_factory.mktemp("preflight") / "report.json"
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # call sites are reported relative to the working directory
+    try:
+        code = main(["preflight", "--vendor", "ascend", "--world", "2", "--timeout", "120", "--json", str(out),
+                     "--", "python", GATHER])
+    finally:
+        os.chdir(cwd)
+    return code, json.loads(out.read_text()), str(out)
+
+
+def test_fsdp2_on_sophgo_reduce_scatter_is_emulated_and_all_gather_native_at_the_call_sites(fsdp2: Report) -> None:
+    assert fsdp2.ok, fsdp2.table()
+    forward = f"{FSDP2}:{_line(FSDP2, 'loss = model(x)')} main"
+    backward = f"{FSDP2}:{_line(FSDP2, 'loss.backward()')} main"
+    by_op: dict[str, set[tuple[str, str, tuple[str, ...]]]] = {}
+    for c in fsdp2.calls:
+        by_op.setdefault(c.op, set()).add((c.site, c.status, c.via))
+    # FSDP2 gathers the parameters in forward, again in backward (resharded after forward), and reduce-scatters
+    # the gradients in backward; SCCL has no ReduceScatter: all_to_all_single + local reduction (caps note [7]).
+    assert by_op["all_gather_into_tensor"] == {(forward, "native", ()), (backward, "native", ())}
+    assert by_op["reduce_scatter_tensor"] == {(backward, "emulated", ("all_to_all_single",))}
+    for c in fsdp2.calls:
+        if c.op != "barrier":
+            assert (c.calls, c.ranks, c.group_size, c.dtype, c.intra_node) == (2, 2, 2, "Float", True), c
+        if c.op == "reduce_scatter_tensor":
+            assert c.extra_bytes == 0  # the all_to_all moves the bytes of a ring reduce_scatter
+
+
+def test_fsdp2_prediction_prices_an_emulated_call_as_its_parts(fsdp2: Report) -> None:
+    for c in fsdp2.calls:
+        op = Collective.ALL_TO_ALL_SINGLE if c.op == "reduce_scatter_tensor" else Collective(c.op)
+        expected = predict(MODEL, op, c.nbytes, 2, intra_node=True).seconds
+        assert c.seconds == pytest.approx(expected) if expected is not None else c.seconds is None, c
+        assert c.total == (None if c.seconds is None else pytest.approx(c.seconds * c.calls))
+    assert fsdp2.total_seconds is None  # the barrier has no figure in this model: unknown, not zero
+    priced = [c.total for c in fsdp2.calls if c.total is not None]
+    assert priced == sorted(priced, reverse=True) and len(priced) == len(fsdp2.calls) - 1
+    table = fsdp2.table()
+    assert "emulated: all_to_all_single" in table and "unknown" in table and "runs on sophgo" in table
+
+
+def test_gather_on_ascend_without_emulation_is_unsupported_with_the_typed_error(
+        gather_cli: tuple[int, dict[str, Any], str]) -> None:
+    code, report, _ = gather_cli
+    assert code == 1 and report["exit_code"] == 1 and not report["ok"]
+    [failure] = report["failures"]
+    assert failure["error"] == "UnsupportedCollective" and failure["module"] == "xccl.errors"
+    assert failure["op"] == "gather" and failure["ranks"] == [0, 1] and failure["kind"] == "unsupported"
+    assert failure["site"] == f"{GATHER}:{_line(GATHER, 'xccl.gather(')} collect"
+    assert "fallback='warn' or 'emulate'" in failure["message"]  # the fix, as the real run's error says it
+    # What ran before it is still reported.
+    [call] = report["calls"]
+    assert (call["op"], call["status"], call["site"]) == ("all_reduce", "native", f"{GATHER}:17 <module>")
+
+
+def test_json_report_shape(gather_cli: tuple[int, dict[str, Any], str]) -> None:
+    _, report, _ = gather_cli
+    assert {"vendor", "world", "nodes", "mode", "ranks_run", "calls", "failures", "exits", "cost_model", "notes",
+            "groups", "settings", "ok", "seen", "exit_code", "total_seconds", "by_group"} <= set(report)
+    assert report["by_group"] == {"default_pg": {"group_size": 2, "calls": 1, "bytes": 32, "seconds": None}}
+    assert (report["vendor"], report["world"], report["nodes"], report["mode"]) == ("ascend", 2, 1, "real")
+    assert set(report["calls"][0]) == {"site", "op", "group", "group_size", "mesh_dim", "intra_node", "dtype",
+                                       "nbytes", "calls", "ranks", "status", "via", "extra_bytes", "seconds",
+                                       "total", "why"}
+    settings = {s["name"]: s for s in report["settings"]}
+    assert {"watchdog", "communicators", "communicator memory"} <= set(settings)
+    # One group (the world) per rank, each holding one HCCL communicator of HCCL_BUFFSIZE (200 MB by default).
+    assert report["groups"] == 1 and "200 MB of device memory per rank" in settings["communicator memory"]["summary"]
+    assert report["calls"][0]["why"].startswith("unknown")  # no cost model published yet: unknown, never a guess
+    assert [e["rank"] for e in report["exits"]] == [0, 1] and all(e["returncode"] == 1 for e in report["exits"])
+
+
+@pytest.mark.slow
+def test_a_rank_left_waiting_is_stopped_and_the_failure_reported() -> None:
+    """Rank 0 receives from any source, which HCCL cannot (caps: recv_any_source unsupported); rank 1's send is
+    left waiting. The run ends long before its timeout (xccl's liveness check fails rank 1's send when rank 0's
+    process is gone; else the launcher would stop it), and the report tells the cause from its consequence."""
+    started = time.monotonic()
+    report = preflight("ascend", 2, [RECV_ANY], cwd=str(ROOT), timeout=120, cost_model=None)
+    assert time.monotonic() - started < 60
+    assert report.exit_code == 1
+    kinds = {f.kind: f for f in report.failures}
+    assert set(kinds) == {"unsupported", "peer"}
+    cause, consequence = kinds["unsupported"], kinds["peer"]
+    assert (cause.error, cause.op, cause.ranks) == ("UnsupportedCollective", "recv_any_source", (0,))
+    assert cause.site == f"{RECV_ANY}:{_line(RECV_ANY, 'dist.recv(')} <module>"
+    assert (consequence.error, consequence.ranks) == ("PeerFailure", (1,))
+    assert "another rank failed first" in report.table()
+
+
+@pytest.mark.parametrize(("world", "nodes", "argv", "needle"), [
+    (4, 3, [FSDP2], "does not divide"),
+    (64, 1, [FSDP2], "more than 8"),
+    (2, 1, ["python"], "no script"),
+    (0, 1, [FSDP2], "at least one rank"),
+], ids=["nodes", "too-large", "no-script", "empty-world"])
+def test_bad_requests_are_refused_before_anything_runs(world: int, nodes: int, argv: list[str], needle: str) -> None:
+    with pytest.raises(InvalidArgument, match=needle):
+        preflight("sophgo", world, argv, nodes=nodes)
+
+
+# ------------------------------------------------------------------------------- one rank's runner, in-process
+
+
+def test_rank_runner_runs_a_module_with_its_argv_and_records_what_it_raised(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``-- python -m module ARGS``: the module runs as ``__main__`` with ``sys.argv``, and the error it raises is
+    written with the user's frame that raised it (not the runner's or runpy's)."""
+    from xccl.tools._preflight_child import error_path
+    from xccl.tools._preflight_child import main as run_rank
+
+    (tmp_path / "pf_job.py").write_text(
+        "import sys\nimport xccl\n\ndef step():\n    raise xccl.UnsupportedCollective('gather', 'ascend', 'no')\n\n"
+        "if __name__ == '__main__':\n    assert sys.argv[1:] == ['--steps', '1'], sys.argv\n    step()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr("sys.argv", ["runner"])
+    monkeypatch.setenv("RANK", "3")
+    assert run_rank([str(tmp_path), "--", "-m", "pf_job", "--steps", "1"]) == 1
+    raised = json.loads(Path(error_path(str(tmp_path), 3)).read_text())
+    assert (raised["type"], raised["module"], raised["op"]) == ("UnsupportedCollective", "xccl.errors", "gather")
+    assert raised["site"] == {"filename": str(tmp_path / "pf_job.py"), "line": 5, "name": "step"}
+
+
+def test_rank_runner_passes_the_scripts_own_exit_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from xccl.tools._preflight_child import main as run_rank
+
+    script = tmp_path / "exits.py"
+    script.write_text("import sys\nsys.exit(int(sys.argv[1]))\n")
+    monkeypatch.setattr("sys.argv", ["runner"])
+    monkeypatch.setattr("sys.path", list(sys.path))  # the runner puts the script's folder first, as python does
+    assert run_rank([str(tmp_path), "--", str(script), "0"]) == 0
+    assert run_rank([str(tmp_path), "--", str(script), "7"]) == 7
+    assert not list(tmp_path.glob("error_*.json"))  # exiting is not raising
+
+
+def test_a_script_whose_world_xccl_never_saw_is_not_passed(tmp_path: Path) -> None:
+    """A script that creates a plain gloo world runs, but nothing of it was recorded: "runs on V" would be a lie."""
+    script = tmp_path / "plain_gloo.py"
+    script.write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\n"
+                      "dist.destroy_process_group()\n")
+    report = preflight("sophgo", 1, [str(script)], timeout=120, cost_model=None)
+    assert [e.returncode for e in report.exits] == [0]
+    assert (report.seen, report.ok, report.exit_code) == (False, False, 1)
+    assert "NOTHING SEEN" in report.table()

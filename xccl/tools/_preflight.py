@@ -1,0 +1,98 @@
+"""``xccl preflight``: will this training script run on vendor V at world size N, and what will its communication
+cost? Answered on this machine, before the cluster is booked.
+
+The script runs unmodified, every rank a process of this machine on V's CPU simulation (the vendor's capability
+table, constraints and typed errors, computed by gloo), with torchrun's variables (:mod:`._preflight_launch`).
+Each rank's flight recorder keeps every collective with the user's call site, and dumps it when the world ends;
+a rank that dies leaves the error it raised (:mod:`._preflight_child`). :mod:`._preflight_report` turns both into
+a table per call site priced with the plugin's cost model (:meth:`xccl.plugin.Plugin.cost_model`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import Literal
+
+from ..errors import InvalidArgument
+from ..plugin._cost import CostModel
+from ..plugin._registry import default_registry
+from ._preflight_launch import launch, rank_env
+from ._preflight_report import Report, build, groups_of, load_records
+from ._preflight_settings import settings
+
+__all__ = ["MAX_REAL", "NOTES", "preflight"]
+
+#: The largest world run as one process per rank by default (each rank imports torch: seconds and ~300 MB each).
+MAX_REAL = 8
+#: What a preflight cannot show, printed with every report.
+NOTES = (
+    "times are the cost model's prediction for the vendor's hardware, not this machine's; the simulation's own "
+    "timing says nothing about it",
+    "collectives a script issues outside xccl's process group (a group on another backend) are not seen",
+)
+
+
+def _checked(vendor: str, world: int, nodes: int, argv: Sequence[str], timeout: float) -> None:
+    if world < 1:
+        raise InvalidArgument("preflight", f"world={world}: a world needs at least one rank")
+    if nodes < 1 or world % nodes:
+        raise InvalidArgument("preflight", f"nodes={nodes} does not divide world={world}: every node runs "
+                              "world / nodes ranks, as torchrun's --nnodes x --nproc-per-node")
+    if world > MAX_REAL:
+        raise InvalidArgument("preflight", f"world={world} is more than {MAX_REAL} processes on this machine; "
+                              f"run at most {MAX_REAL} ranks (a fake world for larger N is not available yet)")
+    if not argv:
+        raise InvalidArgument("preflight", "no script: pass what follows `python`, e.g. ['train.py', '--steps', '2']")
+    if timeout <= 0:
+        raise InvalidArgument("preflight", f"timeout={timeout}: must be a positive number of seconds")
+    if not vendor:
+        raise InvalidArgument("preflight", "no vendor: name a plugin (`xccl caps` lists them)")
+
+
+def preflight(vendor: str, world: int, argv: Sequence[str], *, nodes: int = 1, timeout: float = 300.0,
+              cwd: str | None = None, cost_model: CostModel | Literal["plugin"] | None = "plugin") -> Report:
+    """Run ``python ARGV`` as every rank of a world of ``world`` on ``vendor``'s simulation; what it did there.
+
+    Args:
+        vendor: the plugin (``sophgo``, ``ascend``, ``cpu``...); its simulation runs the ranks.
+        world: the number of ranks (at most :data:`MAX_REAL`).
+        argv: what follows ``python``: ``["train.py", ARGS...]`` or ``["-m", "module", ARGS...]``. Keep the
+            script's steps few (an argument of its own): every call is recorded.
+        nodes: the nodes the world spans (ranks are laid out node by node): which groups cross nodes.
+        timeout: seconds the run may take; ranks still running then are stopped, and the report says so.
+        cwd: the ranks' working directory (default: this process's).
+        cost_model: the model to price calls with (``"plugin"``: the plugin's
+            :meth:`~xccl.plugin.Plugin.cost_model`; None: none, every time unknown).
+
+    Returns:
+        The :class:`~xccl.tools._preflight_report.Report`; ``report.exit_code`` is 1 when a call would fail on the
+        vendor or a rank failed.
+
+    Raises:
+        InvalidArgument: a world, node count, timeout or command line that cannot be run.
+        BackendNotFound: no plugin of that name.
+
+    Example::
+
+        report = xccl.tools.preflight("sophgo", 4, ["train.py", "--steps", "2"])
+        print(report.table())
+        sys.exit(report.exit_code)
+    """
+    argv = list(argv)
+    if argv and os.path.basename(argv[0]).startswith("python"):
+        argv = argv[1:]  # `-- python train.py`: the ranks run this interpreter, where xccl and the plugins are
+    _checked(vendor, world, nodes, argv, timeout)
+    registry = default_registry()
+    plugin = registry.get(vendor)
+    model = plugin.cost_model() if cost_model == "plugin" else cost_model
+    workdir = os.path.abspath(cwd or os.getcwd())
+    with tempfile.TemporaryDirectory(prefix="xccl-preflight-") as trace_dir:
+        exits = launch(argv, vendor=vendor, world=world, nodes=nodes, timeout=timeout, trace_dir=trace_dir,
+                       cwd=workdir)
+        records = load_records(trace_dir, [e.rank for e in exits])
+        # Judged in rank 0's environment: the one the ranks ran in (the variables the user exported included).
+        env = rank_env(os.environ, rank=0, world=world, nodes=nodes, port=0, vendor=vendor, trace_dir=trace_dir)
+        return build(trace_dir, records, vendor=plugin.name, world=world, nodes=nodes, exits=exits, model=model,
+                     cwd=workdir, settings=settings(registry, plugin.name, env, groups_of(records)), notes=NOTES)

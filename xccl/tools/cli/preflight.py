@@ -1,0 +1,58 @@
+"""``xccl preflight``: run a training script, unmodified, as every rank of a world on a vendor's simulation, and
+report every collective it issued by call site: native, emulated (by what) or unsupported (the typed error the
+hardware run would raise), with its predicted time on the vendor's hardware.
+
+Example::
+
+    xccl preflight --vendor sophgo --world 4 -- python train.py --steps 2
+    xccl preflight --vendor ascend --world 8 --nodes 2 --json preflight.json -- python -m mypkg.train
+
+Exit status: 0 when every rank finished and no call would fail on the vendor; 1 otherwise (a CI gate: "still runs
+on Sophgo"); 2 when the command line cannot be run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def add_parser(sub: Any, name: str) -> None:
+    """Register the subcommand."""
+    p = sub.add_parser(
+        name,
+        help="will this script run on vendor V at world size N, and what will its communication cost?",
+        description="Run `python ARGS` (a script or -m module, unmodified) as every rank of a world of N on the "
+        "vendor's CPU simulation, and report each collective by the script's call site: op, group, dtype, bytes, "
+        "calls, native / emulated / unsupported, and its predicted time from the vendor's cost model.",
+    )
+    p.add_argument("--vendor", required=True, help="the plugin to check against (sophgo, ascend, cpu...)")
+    p.add_argument("--world", type=int, required=True, help="the number of ranks (run as processes: at most 8)")
+    p.add_argument("--nodes", type=int, default=1, help="nodes the world spans, ranks laid out node by node")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds the run may take (default 300)")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the report as JSON to FILE")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS, or -- python -m module ARGS")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the preflight and print its report; see the module's exit statuses."""
+    from xccl.errors import XcclError
+    from xccl.tools._preflight import preflight
+    from xccl.tools._preflight_report import render
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    try:
+        report = preflight(args.vendor, args.world, command, nodes=args.nodes, timeout=args.timeout)
+    except XcclError as exc:
+        print(f"xccl preflight: {exc}", file=sys.stderr)
+        return 2
+    print(render(report))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report.to_json(), f, indent=2, default=str)
+    return report.exit_code
