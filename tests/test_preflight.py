@@ -194,3 +194,22 @@ def test_a_script_whose_world_xccl_never_saw_is_not_passed(tmp_path: Path) -> No
     assert [e.returncode for e in report.exits] == [0]
     assert (report.seen, report.ok, report.exit_code) == (False, False, 1)
     assert "NOTHING SEEN" in report.table()
+
+
+def test_calibrate_prices_with_figures_fitted_to_a_measurement_file(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from xccl.plugin import Collective
+    from xccl.tools.cli.preflight import _calibrated
+
+    log = str(ROOT / "tests" / "data" / "cost" / "nccl_tests_all_reduce.txt")
+    model = _calibrated("ascend", [log], [])
+    fitted = model.intra[Collective.ALL_REDUCE]
+    assert fitted.source == f"fitted: {log}" and fitted.latency_us is not None and fitted.busbw_gbps is not None
+    assert model.generation.endswith(", calibrated")
+    # The other link kind keeps the plugin's own figures (Ascend publishes none: unknown, with what was searched).
+    assert model.inter[Collective.ALL_REDUCE].busbw_gbps is None
+    # A file it cannot read stops the command before any rank starts, naming the file.
+    bad = tmp_path / "bench.json"
+    bad.write_text("{not json")
+    code = main(["preflight", "--vendor", "ascend", "--world", "2", "--calibrate", str(bad), "--", "python", GATHER])
+    assert code == 2 and str(bad) in capsys.readouterr().err

@@ -33,6 +33,11 @@ def add_parser(sub: Any, name: str) -> None:
     p.add_argument("--nodes", type=int, default=1, help="nodes the world spans, ranks laid out node by node")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds the run may take (default 300)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the report as JSON to FILE")
+    p.add_argument("--calibrate", action="append", default=[], metavar="FILE",
+                   help="price calls with figures fitted to FILE, measured inside one node: `xccl bench --json` "
+                   "output, an nccl-tests log or an HCCL Test log (repeatable; overrides the plugin's figures op by op)")
+    p.add_argument("--calibrate-inter", action="append", default=[], metavar="FILE",
+                   help="as --calibrate, for measurements across nodes")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS, or -- python -m module ARGS")
     p.set_defaults(func=run)
 
@@ -47,7 +52,9 @@ def run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     try:
-        report = preflight(args.vendor, args.world, command, nodes=args.nodes, timeout=args.timeout)
+        model = _calibrated(args.vendor, args.calibrate, args.calibrate_inter)
+        report = preflight(args.vendor, args.world, command, nodes=args.nodes, timeout=args.timeout,
+                           cost_model=model)
     except XcclError as exc:
         print(f"xccl preflight: {exc}", file=sys.stderr)
         return 2
@@ -56,3 +63,19 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report.to_json(), f, indent=2, default=str)
     return report.exit_code
+
+
+def _calibrated(vendor: str, intra: list[str], inter: list[str]) -> Any:
+    """The plugin's cost model, with the figures fitted to the ``--calibrate`` files in place of its own."""
+    if not intra and not inter:
+        return "plugin"
+    from xccl.plugin._registry import default_registry
+    from xccl.tools._cost_fit import calibrate
+
+    model = default_registry().get(vendor).cost_model()
+    generation = f"{model.generation if model is not None else vendor}, calibrated"
+    for path in intra:
+        model = calibrate(path, generation=generation, intra_node=True, base=model)
+    for path in inter:
+        model = calibrate(path, generation=generation, intra_node=False, base=model)
+    return model
