@@ -22,6 +22,9 @@ below. What is here, by concern:
 * the vendor's run-time behaviour as data: :class:`VendorRuntime` (:class:`Completion`, :class:`Watchdog` and
   :class:`ErrorHandling`, :class:`LazyConnect`, :class:`CommMemory`, :class:`TorchPatch`, :class:`VendorFault`
   and :class:`Fault`), which xccl acts on and the simulation reproduces;
+* the communication cost model as data (``xccl preflight`` prices calls with it): :class:`CostModel` of
+  :class:`LinkCost` per op and link kind, nccl-tests' :func:`bus_factor` (:data:`BUS_FACTOR`), and
+  :func:`cost_rows` (the model as docs/fidelity.md's rows);
 * the job: :func:`job_env` returns a :class:`JobEnv` (rank, world size, local rank and size, node, rendezvous
   address, and which launcher said so); :class:`Job` is what xccl places a runtime for (:meth:`Runtime.place`);
 * running a plugin without packaging it: :class:`Registry` (``Registry.from_plugins(MyPlugin())``);
@@ -59,7 +62,7 @@ from ._capabilities import (
     table_from,
 )
 from ._contract import PLUGIN_API_VERSION, Plugin, ProbeResult, Runtime
-from ._cost import BUS_FACTOR, CostModel, LinkCost, bus_factor
+from ._cost import BUS_FACTOR, CostModel, LinkCost, bus_factor, cost_rows
 from ._entries import PORTABLE
 from ._graph_column import graph_entries
 from ._job import Job
@@ -147,6 +150,7 @@ __all__ = [
     "any_string",
     "as_object",
     "bus_factor",
+    "cost_rows",
     "c10d_kernel",
     "check_device_ids",
     "check_ranks",

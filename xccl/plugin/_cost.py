@@ -16,7 +16,7 @@ from typing import Final
 
 from ._vocab import Collective
 
-__all__ = ["BUS_FACTOR", "CostModel", "LinkCost", "bus_factor"]
+__all__ = ["BUS_FACTOR", "CostModel", "LinkCost", "bus_factor", "cost_rows"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,3 +73,22 @@ def bus_factor(op: Collective, n: int) -> float:
     if form == "(n-1)/n":
         return (n - 1) / n
     return 1.0
+
+
+def cost_rows(model: CostModel) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """The model as fidelity rows: per link kind, ``(subject, text, sources)`` with the ops grouped by figure.
+
+    A plugin's ``_fidelity.py`` turns each row into one of its claims, so that docs/fidelity.md lists every figure
+    (or says it is unknown) with its source, as it lists the vendor's other claims.
+    """
+    rows = []
+    for link, costs in (("intra-node", model.intra), ("inter-node", model.inter)):
+        groups: dict[tuple[float | None, float | None], list[str]] = {}
+        for op, cost in costs.items():
+            groups.setdefault((cost.latency_us, cost.busbw_gbps), []).append(op.value)
+        text = "; ".join(
+            f"{', '.join(ops)}: latency {'unknown' if lat is None else f'{lat:g} us'}, bus bandwidth "
+            f"{'unknown' if bw is None else f'{bw:g} GB/s'}" for (lat, bw), ops in groups.items())
+        sources = tuple(dict.fromkeys(cost.source for cost in costs.values()))
+        rows.append((f"cost model: {model.generation}, {link}", text, sources))
+    return tuple(rows)

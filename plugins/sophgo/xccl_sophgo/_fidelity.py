@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, final
 
-from xccl.plugin import Collective, Mode
+from xccl.plugin import Collective, Mode, cost_rows
 
 __all__ = ["CLAIMS", "ENTRY_SOURCES", "HARDWARE", "SUMMARY", "Claim"]
 
@@ -105,18 +105,8 @@ def _cost_claims() -> tuple[Claim, ...]:
     """A claim per generation and link kind of the published cost model (``_cost.MODELS``), ops grouped by figure."""
     from ._cost import MODELS
 
-    out = []
-    for model in MODELS:
-        for link, costs in (("intra-node", model.intra), ("inter-node", model.inter)):
-            groups: dict[tuple[float | None, float | None], list[str]] = {}
-            for op, cost in costs.items():
-                groups.setdefault((cost.latency_us, cost.busbw_gbps), []).append(op.value)
-            text = "; ".join(
-                f"{', '.join(ops)}: latency {'unknown' if lat is None else f'{lat:g} us'}, bus bandwidth "
-                f"{'unknown' if bw is None else f'{bw:g} GB/s'}" for (lat, bw), ops in groups.items())
-            sources = tuple(dict.fromkeys(cost.source for cost in costs.values()))
-            out.append(Claim(f"cost model: {model.generation}, {link}", text, sources, _COST_SIMULATION))
-    return tuple(out)
+    return tuple(Claim(subject, text, sources, _COST_SIMULATION) for model in MODELS
+                 for subject, text, sources in cost_rows(model))
 
 
 CLAIMS: Final[tuple[Claim, ...]] = (
