@@ -29,6 +29,7 @@ from typing import Any
 import torch.distributed as dist
 
 from ..errors import CollectiveTimeout
+from ..plugin._fake_world import fake_world
 from ._compose import Call
 
 __all__ = ["via_store"]
@@ -46,8 +47,8 @@ def via_store(st: Any, call: Call, timeout: _dt.timedelta | None, wait_all: bool
     collective = STATE.world.timeout if STATE.world is not None else _dt.timedelta(minutes=5)
     limit = timeout or collective
     st.barriers += 1
-    if st.size == 1:
-        return
+    if st.size == 1 or fake_world() is not None:
+        return  # a fake world's other ranks arrive by assumption (and its store is this process's own)
     store = dist.distributed_c10d._get_default_store()
     prefix = f"xccl/monitored_barrier/{st.name}/{st.barriers}/"
     store.set(f"{prefix}arrived/{st.rank}", "1")

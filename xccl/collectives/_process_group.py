@@ -50,6 +50,7 @@ from ..plugin._c10d import C10D_METHODS
 from ..plugin._capabilities import Collective
 from ..plugin._contract import Runtime
 from ..plugin._vendor_runtime import Completion
+from ..plugin._fake_world import fake_backend, fake_world
 from ..plugin._work import Work
 from . import _observe
 from . import _specs as S
@@ -163,8 +164,9 @@ class _Creator:
         t = STATE.lap("native group", t)
         side = None
         if needs_host_side(runtime):
-            side = ProcessGroupGloo(PrefixStore("xccl.side", options.store), options.group_rank, options.group_size,
-                                    options.timeout)
+            side = fake_backend(options.group_rank, options.group_size) if fake_world() is not None else \
+                ProcessGroupGloo(PrefixStore("xccl.side", options.store), options.group_rank, options.group_size,
+                                 options.timeout)
             STATE.lap("host-side gloo group", t)
         LOG.debug("xccl group %s (%s) of %d ranks over %s", options.group_id, self.name, options.group_size,
                   type(native).__name__)

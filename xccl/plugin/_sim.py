@@ -54,6 +54,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
 from ._c10d import C10D_METHODS
+from ._fake_world import fake_backend, fake_world
 from ._sim_completion import complete
 from ._sim_dtypes import carried, widened
 from ._sim_runtime import GroupRuntime
@@ -314,10 +315,14 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         # Gloo gets its own key prefix so that its rendezvous cannot collide with keys a simulated plugin
         # writes to the same group store (HCCL root info, SCCL unique ids). It times out when the vendor's own
         # execution timeout would.
-        gloo = ProcessGroupGloo(PrefixStore("xccl.sim.gloo", opts.store), opts.group_rank, opts.group_size,
-                                self.simulated_runtime.gloo_timeout(opts.timeout))
-        gloo.options.global_ranks_in_group = list(opts.global_ranks_in_group)
-        gloo.options.group_name = opts.group_id
+        gloo: Any
+        if fake_world() is not None:
+            gloo = fake_backend(opts.group_rank, opts.group_size)  # the same checks, no communication
+        else:
+            gloo = ProcessGroupGloo(PrefixStore("xccl.sim.gloo", opts.store), opts.group_rank, opts.group_size,
+                                    self.simulated_runtime.gloo_timeout(opts.timeout))
+            gloo.options.global_ranks_in_group = list(opts.global_ranks_in_group)
+            gloo.options.group_name = opts.group_id
         cpu, custom = torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM
         # The inner group translates every ProcessGroup method to the gloo backend in C++.
         self._inner: Final = dist.ProcessGroup(opts.store, opts.group_rank, opts.group_size)
