@@ -22,7 +22,7 @@ from ._preflight_launch import launch, rank_env
 from ._preflight_report import Report, build, groups_of, load_records
 from ._preflight_settings import settings
 
-__all__ = ["MAX_REAL", "NOTES", "preflight"]
+__all__ = ["FAKE_NOTES", "MAX_REAL", "NOTES", "preflight"]
 
 #: The largest world run as one process per rank by default (each rank imports torch: seconds and ~300 MB each).
 MAX_REAL = 8
@@ -32,6 +32,35 @@ NOTES = (
     "timing says nothing about it",
     "collectives a script issues outside xccl's process group (a group on another backend) are not seen",
 )
+#: What a fake world cannot show, printed with every report of mode ``fake``.
+FAKE_NOTES = (
+    "fake world: only the ranks listed as run were played, each alone (XCCL_FAKE_WORLD), issuing no communication; "
+    "control flow that differs on the other ranks was not seen",
+    "fake world: collectives return tensors of the right shapes with garbage values, so decisions that depend on "
+    "received values (loss checks, early stopping, data-dependent shapes or branches) may differ from a real run",
+    "fake world: a rank that would wait for a peer never does (no hang, no timeout, no peer failure can show)",
+)
+
+
+def _mode(world: int, mode: str, ranks: Sequence[int] | None) -> tuple[int, ...] | None:
+    """The ranks to play in a fake world (None: mode ``real``, every rank a process)."""
+    if mode not in ("real", "fake", "auto"):
+        raise InvalidArgument("preflight", f"mode={mode!r}: expected 'real', 'fake' or 'auto'")
+    if mode == "auto":
+        mode = "fake" if world > MAX_REAL or ranks is not None else "real"
+    if mode == "real":
+        if ranks is not None:
+            raise InvalidArgument("preflight", "ranks= chooses the ranks of a fake world; mode 'real' runs them all")
+        if world > MAX_REAL:
+            raise InvalidArgument("preflight", f"world={world} is more than {MAX_REAL} processes on this machine; "
+                                  "use mode 'fake' (or 'auto'): a few ranks, each playing its part of the world")
+        return None
+    chosen = tuple(dict.fromkeys(ranks if ranks is not None else (0, world - 1)))
+    if not chosen or any(not 0 <= r < world for r in chosen):
+        raise InvalidArgument("preflight", f"ranks={list(chosen)}: each must be a rank of the world, 0..{world - 1}")
+    if len(chosen) > MAX_REAL:
+        raise InvalidArgument("preflight", f"ranks={list(chosen)}: at most {MAX_REAL} ranks are played at once")
+    return chosen
 
 
 def _checked(vendor: str, world: int, nodes: int, argv: Sequence[str], timeout: float) -> None:
@@ -40,9 +69,6 @@ def _checked(vendor: str, world: int, nodes: int, argv: Sequence[str], timeout: 
     if nodes < 1 or world % nodes:
         raise InvalidArgument("preflight", f"nodes={nodes} does not divide world={world}: every node runs "
                               "world / nodes ranks, as torchrun's --nnodes x --nproc-per-node")
-    if world > MAX_REAL:
-        raise InvalidArgument("preflight", f"world={world} is more than {MAX_REAL} processes on this machine; "
-                              f"run at most {MAX_REAL} ranks (a fake world for larger N is not available yet)")
     if not argv:
         raise InvalidArgument("preflight", "no script: pass what follows `python`, e.g. ['train.py', '--steps', '2']")
     if timeout <= 0:
@@ -52,12 +78,17 @@ def _checked(vendor: str, world: int, nodes: int, argv: Sequence[str], timeout: 
 
 
 def preflight(vendor: str, world: int, argv: Sequence[str], *, nodes: int = 1, timeout: float = 300.0,
-              cwd: str | None = None, cost_model: CostModel | Literal["plugin"] | None = "plugin") -> Report:
+              cwd: str | None = None, cost_model: CostModel | Literal["plugin"] | None = "plugin",
+              mode: Literal["real", "fake", "auto"] = "auto", ranks: Sequence[int] | None = None) -> Report:
     """Run ``python ARGV`` as every rank of a world of ``world`` on ``vendor``'s simulation; what it did there.
+
+    A world larger than :data:`MAX_REAL` runs as a fake world: a process per representative rank (``ranks``,
+    default the first and the last), each playing its rank of ``world`` alone, issuing no communication, with the
+    vendor's table, constraints and fallback policy enforced as in a real simulated run (:mod:`xccl.plugin._fake_world`).
 
     Args:
         vendor: the plugin (``sophgo``, ``ascend``, ``cpu``...); its simulation runs the ranks.
-        world: the number of ranks (at most :data:`MAX_REAL`).
+        world: the number of ranks (at most :data:`MAX_REAL` in mode ``real``).
         argv: what follows ``python``: ``["train.py", ARGS...]`` or ``["-m", "module", ARGS...]``. Keep the
             script's steps few (an argument of its own): every call is recorded.
         nodes: the nodes the world spans (ranks are laid out node by node): which groups cross nodes.
@@ -65,13 +96,16 @@ def preflight(vendor: str, world: int, argv: Sequence[str], *, nodes: int = 1, t
         cwd: the ranks' working directory (default: this process's).
         cost_model: the model to price calls with (``"plugin"``: the plugin's
             :meth:`~xccl.plugin.Plugin.cost_model`; None: none, every time unknown).
+        mode: ``real`` (every rank a process), ``fake`` (the ``ranks`` only, in a fake world) or ``auto`` (real up
+            to :data:`MAX_REAL` ranks, fake above, or when ``ranks`` is given).
+        ranks: the ranks a fake world plays (default: the first and the last); the report's ``ranks_run``.
 
     Returns:
         The :class:`~xccl.tools._preflight_report.Report`; ``report.exit_code`` is 1 when a call would fail on the
         vendor or a rank failed.
 
     Raises:
-        InvalidArgument: a world, node count, timeout or command line that cannot be run.
+        InvalidArgument: a world, node count, timeout, mode, rank list or command line that cannot be run.
         BackendNotFound: no plugin of that name.
 
     Example::
@@ -84,15 +118,17 @@ def preflight(vendor: str, world: int, argv: Sequence[str], *, nodes: int = 1, t
     if argv and os.path.basename(argv[0]).startswith("python"):
         argv = argv[1:]  # `-- python train.py`: the ranks run this interpreter, where xccl and the plugins are
     _checked(vendor, world, nodes, argv, timeout)
+    fake = _mode(world, mode, ranks)
     registry = default_registry()
     plugin = registry.get(vendor)
     model = plugin.cost_model() if cost_model == "plugin" else cost_model
     workdir = os.path.abspath(cwd or os.getcwd())
     with tempfile.TemporaryDirectory(prefix="xccl-preflight-") as trace_dir:
         exits = launch(argv, vendor=vendor, world=world, nodes=nodes, timeout=timeout, trace_dir=trace_dir,
-                       cwd=workdir)
+                       cwd=workdir, fake=fake)
         records = load_records(trace_dir, [e.rank for e in exits])
         # Judged in rank 0's environment: the one the ranks ran in (the variables the user exported included).
         env = rank_env(os.environ, rank=0, world=world, nodes=nodes, port=0, vendor=vendor, trace_dir=trace_dir)
         return build(trace_dir, records, vendor=plugin.name, world=world, nodes=nodes, exits=exits, model=model,
-                     cwd=workdir, settings=settings(registry, plugin.name, env, groups_of(records)), notes=NOTES)
+                     cwd=workdir, settings=settings(registry, plugin.name, env, groups_of(records)),
+                     notes=NOTES if fake is None else NOTES + FAKE_NOTES, mode="real" if fake is None else "fake")

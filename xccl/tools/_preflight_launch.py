@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from ..collectives._flight_dump import AT_EXIT
+from ..plugin._fake_world import ENV as FAKE_ENV
 from ..testing._pool import free_port
 
 __all__ = ["RankExit", "launch", "rank_env"]
@@ -52,8 +53,9 @@ class RankExit:
 
 
 def rank_env(base: Mapping[str, str], *, rank: int, world: int, nodes: int, port: int, vendor: str,
-             trace_dir: str) -> dict[str, str]:
-    """The environment of rank ``rank``: torchrun's variables, the simulation and the recorder's switches."""
+             trace_dir: str, fake: bool = False) -> dict[str, str]:
+    """The environment of rank ``rank``: torchrun's variables, the simulation and the recorder's switches (and,
+    with ``fake``, ``XCCL_FAKE_WORLD``: the rank plays its part of a world that does not exist)."""
     per_node = world // nodes
     env = dict(base)
     env.update({
@@ -64,6 +66,10 @@ def rank_env(base: Mapping[str, str], *, rank: int, world: int, nodes: int, port
         "XCCL_TRACE": str(ENTRIES), AT_EXIT: "1", "TORCH_FR_DUMP_TEMP_FILE": os.path.join(trace_dir, "rank_"),
         "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS", "1"),
     })
+    if fake:
+        env[FAKE_ENV] = f"{rank}/{world}"
+    else:
+        env.pop(FAKE_ENV, None)
     env.pop("XCCL_VENDOR", None)  # XCCL_SIMULATE names the vendor; the two together are a conflict
     if vendor != "cpu":
         env["XCCL_SIMULATE"] = vendor
@@ -79,8 +85,12 @@ def _tail(path: str, limit: int = 20_000) -> str:
 
 
 def launch(argv: Sequence[str], *, vendor: str, world: int, nodes: int, timeout: float, trace_dir: str,
-           cwd: str | None = None, env: Mapping[str, str] | None = None) -> list[RankExit]:
+           cwd: str | None = None, env: Mapping[str, str] | None = None,
+           fake: Sequence[int] | None = None) -> list[RankExit]:
     """Run ``python ARGV`` as every rank of a world of ``world`` on ``nodes`` nodes; how each rank ended.
+
+    With ``fake``, only those ranks run, each alone in a fake world (``XCCL_FAKE_WORLD``: no communication, no
+    peer to wait for); they do not depend on each other, so one failing does not end the others.
 
     Args:
         argv: what follows ``python``: ``train.py ARGS`` or ``-m module ARGS``.
@@ -91,32 +101,36 @@ def launch(argv: Sequence[str], *, vendor: str, world: int, nodes: int, timeout:
         trace_dir: where the ranks dump their records and errors.
         cwd: the ranks' working directory (default: this process's).
         env: the base environment (default: this process's).
+        fake: the ranks to run in a fake world (None: every rank, a real world).
     """
     port = free_port()
     base = dict(os.environ if env is None else env)
     procs: list[subprocess.Popen[bytes]] = []
     logs: list[str] = []
-    for rank in range(world):
+    ranks = list(range(world)) if fake is None else list(fake)
+    for rank in ranks:
         log = os.path.join(trace_dir, f"output_{rank}.log")
         logs.append(log)
         with open(log, "wb") as out:
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "xccl.tools._preflight_child", trace_dir, "--", *argv],
                 env=rank_env(base, rank=rank, world=world, nodes=nodes, port=port, vendor=vendor,
-                             trace_dir=trace_dir),
+                             trace_dir=trace_dir, fake=fake is not None),
                 cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-    stopped = _wait(procs, timeout)
-    return [RankExit(rank, int(p.returncode), _tail(logs[rank]), rank in stopped) for rank, p in enumerate(procs)]
+    stopped = _wait(procs, timeout, first_failure_ends=fake is None)
+    return [RankExit(rank, int(p.returncode), _tail(logs[i]), i in stopped)
+            for i, (rank, p) in enumerate(zip(ranks, procs, strict=True))]
 
 
-def _wait(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> set[int]:
-    """Wait for every rank, ending the run as torchrun does at the first failure; the ranks that were stopped."""
+def _wait(procs: Sequence[subprocess.Popen[bytes]], timeout: float, *, first_failure_ends: bool = True) -> set[int]:
+    """Wait for every rank, ending the run as torchrun does at the first failure (unless not
+    ``first_failure_ends``); the indexes of the processes that were stopped."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         codes = [p.poll() for p in procs]
         if all(c is not None for c in codes):
             return set()
-        if any(c not in (None, 0) for c in codes):
+        if first_failure_ends and any(c not in (None, 0) for c in codes):
             deadline = min(deadline, time.monotonic() + GRACE)
             while time.monotonic() < deadline and any(p.poll() is None for p in procs):
                 time.sleep(0.05)

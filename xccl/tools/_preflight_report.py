@@ -100,8 +100,9 @@ class Report:
     """A preflight's answer.
 
     Attributes:
-        vendor, world, nodes: what was asked; mode: ``real`` (every rank a process).
-        ranks_run: the ranks that ran (all of them in mode ``real``).
+        vendor, world, nodes: what was asked; mode: ``real`` (every rank a process) or ``fake`` (a few
+            representative ranks, each a process playing its rank of a world that does not exist).
+        ranks_run: the ranks that ran (all of them in mode ``real``; the representatives in mode ``fake``).
         calls: per call site, largest predicted total first (unknown costs last, by bytes moved).
         failures: the errors ranks died of.
         exits: how every rank ended; cost_model: the model's hardware generation (None: the plugin has none).
@@ -289,10 +290,11 @@ def load_records(directory: str, ranks: Sequence[int]) -> dict[int, dict[str, An
 
 def build(directory: str, records: Mapping[int, dict[str, Any]], *, vendor: str, world: int, nodes: int,
           exits: Sequence[RankExit], model: CostModel | None, cwd: str, settings: Sequence[Setting] = (),
-          notes: Sequence[str] = ()) -> Report:
-    """The report of the ranks that left their ``records`` and errors in ``directory``."""
+          notes: Sequence[str] = (), mode: str = "real") -> Report:
+    """The report of the ranks that left their ``records`` and errors in ``directory`` (``mode``: ``real``, or
+    ``fake`` when the ranks that ran each played one rank of a world that did not exist)."""
     ranks = [e.rank for e in exits]
-    return Report(vendor=vendor, world=world, nodes=nodes, mode="real", ranks_run=tuple(ranks),
+    return Report(vendor=vendor, world=world, nodes=nodes, mode=mode, ranks_run=tuple(ranks),
                   calls=tuple(_calls(records, model, max(1, world // nodes), cwd)),
                   failures=tuple(_failures(directory, ranks, cwd)), exits=tuple(exits),
                   cost_model=None if model is None else model.generation, groups=groups_of(records),

@@ -6,6 +6,7 @@ Example::
 
     xccl preflight --vendor sophgo --world 4 -- python train.py --steps 2
     xccl preflight --vendor ascend --world 8 --nodes 2 --json preflight.json -- python -m mypkg.train
+    xccl preflight --vendor sophgo --world 64 --nodes 8 --ranks 0,63 -- python train.py --steps 1   # a fake world
 
 Exit status: 0 when every rank finished and no call would fail on the vendor; 1 otherwise (a CI gate: "still runs
 on Sophgo"); 2 when the command line cannot be run.
@@ -29,7 +30,13 @@ def add_parser(sub: Any, name: str) -> None:
         "calls, native / emulated / unsupported, and its predicted time from the vendor's cost model.",
     )
     p.add_argument("--vendor", required=True, help="the plugin to check against (sophgo, ascend, cpu...)")
-    p.add_argument("--world", type=int, required=True, help="the number of ranks (run as processes: at most 8)")
+    p.add_argument("--world", type=int, required=True,
+                   help="the number of ranks (mode real: every one a process, at most 8; mode fake: any)")
+    p.add_argument("--mode", choices=("real", "fake", "auto"), default="auto",
+                   help="real: every rank a process; fake: a few ranks, each playing its rank of the world alone "
+                   "without communicating; auto (default): real up to 8 ranks, fake above")
+    p.add_argument("--ranks", type=_ranks, default=None, metavar="R,R...",
+                   help="the ranks a fake world plays (default: the first and the last, e.g. 0,63)")
     p.add_argument("--nodes", type=int, default=1, help="nodes the world spans, ranks laid out node by node")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds the run may take (default 300)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the report as JSON to FILE")
@@ -54,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         model = _calibrated(args.vendor, args.calibrate, args.calibrate_inter)
         report = preflight(args.vendor, args.world, command, nodes=args.nodes, timeout=args.timeout,
-                           cost_model=model)
+                           cost_model=model, mode=args.mode, ranks=args.ranks)
     except XcclError as exc:
         print(f"xccl preflight: {exc}", file=sys.stderr)
         return 2
@@ -63,6 +70,14 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report.to_json(), f, indent=2, default=str)
     return report.exit_code
+
+
+def _ranks(text: str) -> list[int]:
+    """``--ranks 0,63``."""
+    try:
+        return [int(r) for r in text.split(",") if r.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected ranks separated by commas, e.g. 0,63") from None
 
 
 def _calibrated(vendor: str, intra: list[str], inter: list[str]) -> Any:
