@@ -49,8 +49,8 @@ from ..errors import InitError
 from ..plugin._c10d import C10D_METHODS
 from ..plugin._capabilities import Collective
 from ..plugin._contract import Runtime
-from ..plugin._vendor_runtime import Completion
 from ..plugin._fake_world import fake_backend, fake_world
+from ..plugin._vendor_runtime import Completion
 from ..plugin._work import Work
 from . import _observe
 from . import _specs as S

@@ -48,8 +48,8 @@ from ..collectives._liveness import (
 )
 from ..collectives._state import STATE
 from ..errors import InitError, RendezvousTimeout
-from ..plugin._jobenv import JobEnv, job_env
 from ..plugin._fake_world import fake_world
+from ..plugin._jobenv import JobEnv, job_env
 
 __all__ = ["Endpoint", "check_world", "facts_of", "open_store", "rendezvous"]
 
