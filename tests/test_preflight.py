@@ -3,7 +3,8 @@ site.
 
 Each preflight spawns its ranks (seconds each: every rank imports torch), so one run per scenario serves several
 assertions through module-scoped fixtures: FSDP2 on simulated Sophgo (2 ranks; the Python API, priced with a
-cost model given here), and a gather on simulated Ascend with emulation forbidden (the CLI, with ``--json``).
+cost model given here), and a gather on simulated Ascend with emulation forbidden (the CLI, with ``--json``); the
+same two at 64 and 16 ranks as fake worlds (two processes each: the first and the last rank).
 """
 
 from __future__ import annotations
@@ -45,6 +46,31 @@ def _line(path: str, text: str) -> int:
 @pytest.fixture(scope="module")
 def fsdp2() -> Report:
     return preflight("sophgo", 2, ["python", FSDP2, "--steps", "2"], cwd=str(ROOT), timeout=120, cost_model=MODEL)
+
+
+@pytest.fixture(scope="module")
+def fsdp2_fake() -> tuple[Report, list[str]]:
+    """FSDP2 on Sophgo at 64 ranks on 8 nodes (8 TPUs each), as a fake world: ranks 0 and 63 only. The launcher's
+    rendezvous port is one this test listens on: a rank that tried to reach its peers (TCPStore, gloo's pairs
+    through it) would connect there."""
+    import socket
+
+    with socket.socket() as listener, pytest.MonkeyPatch.context() as mp:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        listener.setblocking(False)
+        mp.setattr("xccl.tools._preflight_launch.free_port", lambda: listener.getsockname()[1])
+        report = preflight("sophgo", 64, ["python", FSDP2, "--steps", "1"], nodes=8, cwd=str(ROOT), timeout=120,
+                           cost_model=MODEL)
+        connections = []
+        while True:
+            try:
+                conn, peer = listener.accept()
+            except BlockingIOError:
+                break
+            conn.close()
+            connections.append(str(peer))
+    return report, connections
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +131,69 @@ def test_gather_on_ascend_without_emulation_is_unsupported_with_the_typed_error(
     assert (call["op"], call["status"], call["site"]) == ("all_reduce", "native", f"{GATHER}:17 <module>")
 
 
+def test_fsdp2_at_64_ranks_as_a_fake_world_plays_ranks_0_and_63_with_the_vendors_table(
+        fsdp2_fake: tuple[Report, list[str]]) -> None:
+    report, connections = fsdp2_fake
+    assert report.ok, report.table()
+    assert (report.mode, report.ranks_run, report.world, report.nodes) == ("fake", (0, 63), 64, 8)
+    forward = f"{FSDP2}:{_line(FSDP2, 'loss = model(x)')} main"
+    backward = f"{FSDP2}:{_line(FSDP2, 'loss.backward()')} main"
+    by_op: dict[str, set[tuple[str, str, tuple[str, ...]]]] = {}
+    for c in report.calls:
+        by_op.setdefault(c.op, set()).add((c.site, c.status, c.via))
+        # The world's group at its full size, spanning the 8 nodes; both played ranks made every call.
+        assert (c.group_size, c.intra_node, c.ranks) == (64, False, 2), c
+    assert by_op["all_gather_into_tensor"] == {(forward, "native", ()), (backward, "native", ())}
+    assert by_op["reduce_scatter_tensor"] == {(backward, "emulated", ("all_to_all_single",))}
+    table = report.table()
+    assert "mode fake (ranks run: 0, 63)" in table and "garbage values" in table
+    # Nothing reached the rendezvous address the ranks were given: no store, no peer connection.
+    assert connections == []
+
+
+@pytest.mark.slow
+def test_a_fake_world_reports_what_the_real_world_of_the_same_size_does() -> None:
+    """The fake world's faithfulness, where both can run: FSDP2 on Sophgo at 4 ranks on 2 nodes, every rank a
+    process, and ranks 0 and 3 played alone, report the same call sites, ops, groups, sizes, counts and
+    emulations."""
+    def rows(report: Report) -> list[tuple[Any, ...]]:
+        assert report.ok, report.table()
+        return sorted((c.site, c.op, c.group, c.group_size, c.intra_node, c.dtype, c.nbytes, c.calls, c.status,
+                       c.via, c.extra_bytes) for c in report.calls)
+
+    argv = [FSDP2, "--steps", "1"]
+    real = preflight("sophgo", 4, argv, nodes=2, cwd=str(ROOT), timeout=120, cost_model=None, mode="real")
+    fake = preflight("sophgo", 4, argv, nodes=2, cwd=str(ROOT), timeout=120, cost_model=None, ranks=[0, 3])
+    assert (real.mode, fake.mode, fake.ranks_run) == ("real", "fake", (0, 3))
+    assert rows(fake) == rows(real)
+
+
+@pytest.fixture(scope="module")
+def gather_fake_cli(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("preflight") / "report.json"
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        code = main(["preflight", "--vendor", "ascend", "--world", "16", "--nodes", "2", "--timeout", "120",
+                     "--json", str(out), "--", "python", GATHER])
+    finally:
+        os.chdir(cwd)
+    return code, json.loads(out.read_text())
+
+
+def test_gather_on_ascend_at_16_ranks_as_a_fake_world_is_unsupported_with_the_typed_error(
+        gather_fake_cli: tuple[int, dict[str, Any]]) -> None:
+    code, report = gather_fake_cli
+    assert code == 1 and report["exit_code"] == 1 and (report["mode"], report["ranks_run"]) == ("fake", [0, 15])
+    [failure] = report["failures"]
+    assert (failure["error"], failure["module"], failure["op"], failure["kind"]) == (
+        "UnsupportedCollective", "xccl.errors", "gather", "unsupported")
+    assert failure["ranks"] == [0, 15] and failure["site"] == f"{GATHER}:{_line(GATHER, 'xccl.gather(')} collect"
+    assert "fallback='warn' or 'emulate'" in failure["message"]
+    [call] = report["calls"]
+    assert (call["op"], call["status"], call["group_size"], call["ranks"]) == ("all_reduce", "native", 16, 2)
+
+
 def test_json_report_shape(gather_cli: tuple[int, dict[str, Any], str]) -> None:
     _, report, _ = gather_cli
     assert {"vendor", "world", "nodes", "mode", "ranks_run", "calls", "failures", "exits", "cost_model", "notes",
@@ -140,15 +229,19 @@ def test_a_rank_left_waiting_is_stopped_and_the_failure_reported() -> None:
     assert "another rank failed first" in report.table()
 
 
-@pytest.mark.parametrize(("world", "nodes", "argv", "needle"), [
-    (4, 3, [FSDP2], "does not divide"),
-    (64, 1, [FSDP2], "more than 8"),
-    (2, 1, ["python"], "no script"),
-    (0, 1, [FSDP2], "at least one rank"),
-], ids=["nodes", "too-large", "no-script", "empty-world"])
-def test_bad_requests_are_refused_before_anything_runs(world: int, nodes: int, argv: list[str], needle: str) -> None:
+@pytest.mark.parametrize(("world", "nodes", "argv", "options", "needle"), [
+    (4, 3, [FSDP2], {}, "does not divide"),
+    (64, 1, [FSDP2], {"mode": "real"}, "more than 8"),
+    (2, 1, ["python"], {}, "no script"),
+    (0, 1, [FSDP2], {}, "at least one rank"),
+    (64, 1, [FSDP2], {"ranks": [0, 64]}, "0..63"),
+    (4, 1, [FSDP2], {"mode": "real", "ranks": [0]}, "runs them all"),
+    (4, 1, [FSDP2], {"mode": "simulated"}, "expected 'real', 'fake' or 'auto'"),
+], ids=["nodes", "too-large-for-real", "no-script", "empty-world", "rank-outside", "ranks-in-real", "mode"])
+def test_bad_requests_are_refused_before_anything_runs(world: int, nodes: int, argv: list[str],
+                                                       options: dict[str, Any], needle: str) -> None:
     with pytest.raises(InvalidArgument, match=needle):
-        preflight("sophgo", world, argv, nodes=nodes)
+        preflight("sophgo", world, argv, nodes=nodes, **options)
 
 
 # ------------------------------------------------------------------------------- one rank's runner, in-process
