@@ -33,11 +33,12 @@ CASES: dict[str, tuple[str, str]] = {
     "graph.py": (r"compiled step", "torchrun"),
     "import_time.py": (r"import xccl \(after torch\)", "python"),
     "overhead.py": (r"ratio xccl/torch", "python"),
+    "preflight.py": (r"sophgo 16, fake", "python"),
     "soak.py": (r"== kill: 2 ranks", "python"),
     "stacks.py": (r"ddp", "python"),
     "startup.py": (r"\| cpu \| 2 \|", "python"),
 }
-SLOW = {"graph.py", "soak.py", "detector.py", "cost_model.py"}
+SLOW = {"graph.py", "soak.py", "detector.py", "cost_model.py", "preflight.py"}
 #: Scripts that need the ``frameworks`` extra: run by ``make test-frameworks`` (marker ``frameworks``).
 FRAMEWORKS = {"frameworks.py"}
 
