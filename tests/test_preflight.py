@@ -306,3 +306,14 @@ def test_calibrate_prices_with_figures_fitted_to_a_measurement_file(tmp_path: Pa
     bad.write_text("{not json")
     code = main(["preflight", "--vendor", "ascend", "--world", "2", "--calibrate", str(bad), "--", "python", GATHER])
     assert code == 2 and str(bad) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["64", "64/64", "-1/4", "a/b", "0/"])
+def test_a_malformed_fake_world_variable_is_a_typed_error(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from xccl.plugin._fake_world import ENV, FakeWorld, fake_world
+
+    monkeypatch.setenv(ENV, "63/64")
+    assert fake_world() == FakeWorld(63, 64)
+    monkeypatch.setenv(ENV, value)
+    with pytest.raises(InvalidArgument, match="RANK/N"):
+        fake_world()
