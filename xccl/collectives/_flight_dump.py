@@ -40,6 +40,7 @@ import signal
 import socket
 import threading
 import time
+import warnings
 from typing import Any, Final
 
 import torch
@@ -49,7 +50,8 @@ from torch._C._distributed_c10d import PrefixStore
 from ._flight import Entry, Flight
 from ._state import STATE, GroupState
 
-__all__ = ["AT_EXIT", "POLL", "VERSION", "dump", "dump_at_exit", "layout", "on_fault", "path", "start_watch", "stop_watch"]
+__all__ = ["AT_EXIT", "POLL", "VERSION", "dump", "dump_at_exit", "itemsize_of", "layout", "on_fault", "path",
+           "start_watch", "stop_watch"]
 
 LOG = logging.getLogger("xccl")
 #: torch 2.13's dump version (``FlightRecorder.hpp``: ``DEFINE_CONSTANT(version_val, "2.10")``).
@@ -77,6 +79,8 @@ _TORCH_NAMES: Final = {
     "all_to_all_v": "all_to_all_v_single",
 }
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
+#: The inverse, name -> element size, built at the first :func:`itemsize_of` (a dump reader's, not a recording's).
+_ITEMSIZES: dict[str, int] = {}
 
 
 def path(rank: int) -> str:
@@ -93,6 +97,17 @@ def _dtype_name(dtype: torch.dtype) -> str:
         name = _DTYPE_NAMES[dtype] = str(torch.empty(0, dtype=dtype).type()).removeprefix("torch.").removesuffix(
             "Tensor") if not dtype.is_complex else str(dtype).removeprefix("torch.").capitalize()
     return name
+
+
+def itemsize_of(name: str) -> int | None:
+    """The element size of a dtype named as :func:`_dtype_name` writes it in a dump (None: no torch dtype has it)."""
+    if not _ITEMSIZES:
+        with warnings.catch_warnings():  # naming a quantized dtype makes a tensor of it, which torch deprecates
+            warnings.simplefilter("ignore")
+            for dtype in {v for v in vars(torch).values() if isinstance(v, torch.dtype)}:
+                with contextlib.suppress(Exception):  # a dtype no tensor can be made of has no name in a dump
+                    _ITEMSIZES.setdefault(_dtype_name(dtype), dtype.itemsize)
+    return _ITEMSIZES.get(name)
 
 
 def _groups() -> list[GroupState]:

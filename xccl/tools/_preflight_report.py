@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final, final
 
+from ..collectives._flight_dump import itemsize_of
 from ..plugin._cost import CostModel
 from ..plugin._vocab import Collective
 from ._cost_model import Prediction, predict
@@ -27,9 +28,6 @@ from ._preflight_settings import Setting
 
 __all__ = ["CallSite", "Failure", "Report", "build", "groups_of", "load_records", "render"]
 
-#: The element sizes of the dtype names torch's recorder writes.
-_ITEMSIZE: Final = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
-                    "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16}
 
 
 @final
@@ -185,7 +183,8 @@ def _nbytes(sizes: Sequence[Sequence[int]], dtypes: Sequence[str]) -> int:
         count = 1
         for dim in shape:
             count *= int(dim)
-        total += count * _ITEMSIZE.get(dtype, 4)
+        size = itemsize_of(dtype)
+        total += count * (4 if size is None else size)
     return total
 
 
