@@ -138,8 +138,10 @@ def _rank_main(case: str, rank: int, world_size: int, port: int, results: Any) -
 
 
 def _run(case: str, world_size: int = 2) -> list[dict[str, Any]]:
-    """Run ``case`` in ``world_size`` fresh spawned processes; each rank's result (raises on any failure)."""
-    ctx = mp.get_context("spawn")
+    """Run ``case`` in ``world_size`` fresh processes (forked from a server that imported torch and xccl once);
+    each rank's result (raises on any failure)."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "xccl"])
     results = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_rank_main, args=(case, r, world_size, port, results), daemon=True)

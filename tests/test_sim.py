@@ -493,7 +493,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     """Spawn the two ranks once, run every check, and return each rank's results."""
     out = tmp_path_factory.mktemp("sim")
     procs = mp.start_processes(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=False,
-                               start_method="spawn")
+                               start_method="forkserver")
     deadline = time.monotonic() + SPAWN_DEADLINE_S
     try:
         while not procs.join(timeout=0.5):

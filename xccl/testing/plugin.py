@@ -80,7 +80,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 class RankPools:
-    """Pools keyed by configuration; at most ``keep`` pools stay alive (2 cores do not run many ranks)."""
+    """Pools keyed by configuration; at most ``keep`` pools stay alive (2 cores do not run many ranks).
+
+    Ranks fork from a server that imported torch and xccl once: spawning each rank re-imports torch (about 3 s
+    of CPU), which was half the CPU time of the test files that share pools. The server never touches a device,
+    so a rank still initialises its accelerator (or the vendor's SDK) itself, after the fork.
+    """
 
     def __init__(self, keep: int = 2) -> None:
         self.keep = keep
@@ -93,7 +98,7 @@ class RankPools:
         if pool is None:
             while len(self._pools) >= self.keep:
                 self._pools.pop(next(iter(self._pools))).close()
-            pool = RankPool(world_size, init_kwargs, env)
+            pool = RankPool(world_size, init_kwargs, env, start_method="forkserver")
         self._pools[key] = pool  # most recently used last
         if not pool.alive:
             pool.start()

@@ -398,7 +398,8 @@ def test_init_fails_on_every_rank_with_a_malformed_table(tmp_path: Path) -> None
     doc = generate_sophgo([[0, 1]])
     doc["node_list"][0]["device_list"][1]["rank"] = "0"  # type: ignore[index]
     path = write(tmp_path, doc)
-    pool = RankPool(2, {"vendor": "sophgo", "simulate": True}, {"RANK_TABLE_FILE": str(path)})
+    pool = RankPool(2, {"vendor": "sophgo", "simulate": True}, {"RANK_TABLE_FILE": str(path)},
+                    start_method="forkserver")
     with pytest.raises(RuntimeError) as info:
         pool.start()
     text = str(info.value)
