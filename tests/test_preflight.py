@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FSDP2 = "examples/fsdp2_train.py"
 GATHER = "tests/data/preflight/gather_to_root.py"
 RECV_ANY = "tests/data/preflight/recv_any_source.py"
+NPU_GATHER = "tests/data/preflight/npu_gather.py"
 #: A model with figures for what FSDP2 on Sophgo issues (all_gather natively, reduce_scatter as all_to_all_single):
 #: made up for the test, which checks the arithmetic, not the figures.
 MODEL = CostModel("test part", intra={
@@ -130,6 +131,17 @@ def test_gather_on_ascend_without_emulation_is_unsupported_with_the_typed_error(
     # What ran before it is still reported.
     [call] = report["calls"]
     assert (call["op"], call["status"], call["site"]) == ("all_reduce", "native", f"{GATHER}:17 <module>")
+
+
+def test_a_call_through_torch_npus_replacement_is_reported_at_the_users_line() -> None:
+    """``dist.gather`` on Ascend is torch_npu's ``_gather`` (simulated: ``xccl_ascend._torch_npu_sim``), which
+    broadcasts the root's sizes through xccl's group: its call site is the script's ``dist.gather`` line, not the
+    adaptor's (``AscendPlugin.adaptor_modules``)."""
+    report = preflight("ascend", 2, [NPU_GATHER], cwd=str(ROOT), timeout=120, cost_model=None)
+    assert report.ok, report.table()
+    sites = {(c.op, c.site) for c in report.calls}
+    assert ("broadcast", f"{NPU_GATHER}:{_line(NPU_GATHER, 'dist.gather(')} <module>") in sites, sites
+    assert not any("xccl_ascend" in site or "torch_npu" in site for _, site in sites), sites
 
 
 def test_fsdp2_at_64_ranks_as_a_fake_world_plays_ranks_0_and_63_with_the_vendors_table(
