@@ -4,7 +4,9 @@ For each world size (2 and 4 ranks, the cpu plugin over gloo on loopback):
 
 1. **fit**: ``xccl bench --json`` of all_reduce from 1 KiB to 4 MiB (the sizes the steps below move), fitted by
    :func:`xccl.tools._cost_fit.calibrate` into latency + bus bandwidth (the fit's own JSON is kept next to the
-   results);
+   results), three ways: ``b2b``, the calls back to back (``xccl bench``'s default); ``idle``, each call after a
+   barrier and ``--gap-us`` of sleep (``xccl bench --gap-us``), as a training step issues its calls; ``busy``, the
+   same gap spent computing (``--gap-busy``), as a step's forward pass keeps the core;
 2. **predict**: the flight recorder lists every collective one step issues (op, bytes); the prediction is the sum
    of :func:`xccl.tools._cost_model.predict` over them;
 3. **measure**: the step's communication time, two ways, in the same processes:
@@ -234,18 +236,25 @@ def _steps(n: int, args: argparse.Namespace) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ fit + report
 
 
-def _fit(n: int, args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
+def _fit(n: int, args: argparse.Namespace, out_dir: Path) -> dict[tuple[str, str], Any]:
+    """The models fitted to ``xccl bench`` at ``n`` ranks, by (timing, statistic): ``b2b``, calls back to back as
+    ``xccl bench`` times them by default; ``idle``, each call after a barrier and ``--gap-us`` of sleep
+    (``xccl bench --gap-us``), as a step issues it; ``busy``, the same gap spent computing (``--gap-busy``)."""
     from xccl.tools._bench import launch
     from xccl.tools._bench_config import BenchConfig
     from xccl.tools._cost_fit import calibrate
 
-    cfg = BenchConfig(ops=("all_reduce",), plugin="cpu", nproc=n, min_bytes=1 << 10, max_bytes=args.max_bytes,
-                      factor=4.0, iters=args.iters, warmup=3, table=False, threads=1)
-    doc = launch(cfg)
-    path = out_dir / f"cost_model_bench_{n}.json"
-    path.write_text(json.dumps(doc))
-    return {stat: calibrate(path, generation=f"this host, {n} ranks", intra_node=True, stat=stat)
-            for stat in ("median", "q1")}
+    models = {}
+    for timing, gap, busy in (("b2b", 0.0, False), ("idle", args.gap_us, False), ("busy", args.gap_us, True)):
+        cfg = BenchConfig(ops=("all_reduce",), plugin="cpu", nproc=n, min_bytes=1 << 10, max_bytes=args.max_bytes,
+                          factor=4.0, iters=args.iters, warmup=3, table=False, threads=1, gap_us=gap, gap_busy=busy)
+        doc = launch(cfg)
+        path = out_dir / f"cost_model_bench_{n}_{timing}.json"
+        path.write_text(json.dumps(doc))
+        for stat in ("median", "q1"):
+            models[timing, stat] = calibrate(path, generation=f"this host, {n} ranks, {timing}", intra_node=True,
+                                             stat=stat)
+    return models
 
 
 def _predict(model: Any, calls: list[tuple[str, int]], n: int) -> tuple[float | None, list[str]]:
@@ -271,6 +280,9 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=30, help="xccl bench rounds per size (default 30)")
     parser.add_argument("--max-bytes", type=int, default=4 << 20, help="largest bench size (default 4 MiB)")
     parser.add_argument("--hidden", type=int, default=256, help="the demo's hidden width (default 256)")
+    parser.add_argument("--gap-us", type=float, default=1000.0,
+                        help="the gap before each call of the 'idle' and 'busy' fits (xccl bench --gap-us; "
+                        "default 1000)")
     parser.add_argument("--json", type=Path, default=RESULTS, help=f"output (default {RESULTS})")
     parser.add_argument("--quick", action="store_true", help="2 ranks, few steps and sizes: a smoke run (tests)")
     args = parser.parse_args()
@@ -283,7 +295,7 @@ def main() -> int:
     print(f"# cost model: fitted from xccl bench (cpu plugin, all_reduce 1 KiB..{args.max_bytes >> 10} KiB, "
           f"{args.iters} rounds), against {args.steps} step pairs; load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} CPUs")
-    head = (f"{'ranks':>5}  {'workload':<8} {'calls':>5} {'bytes/step':>10}  {'stat':<6} {'predicted ms':>12}  "
+    head = (f"{'ranks':>5}  {'workload':<8} {'calls':>5} {'bytes/step':>10}  {'fit':<11} {'predicted ms':>12}  "
             f"{'step diff ms':>12}  {'ratio':>5}  {'recorder ms':>11}  {'ratio':>5}  {'alone ms':>8}  {'ratio':>5}")
     rows: list[str] = []
 
@@ -295,9 +307,9 @@ def main() -> int:
 
     for n in args.ranks:
         models = _fit(n, args, args.json.parent)
-        for stat, model in models.items():
+        for (timing, stat), model in models.items():
             cost = model.intra[next(iter(model.intra))]
-            print(f"  {n} ranks: all_reduce fitted ({stat}): latency {cost.latency_us:.1f} us, busbw "
+            print(f"  {n} ranks: all_reduce fitted ({timing} {stat}): latency {cost.latency_us:.1f} us, busbw "
                   f"{cost.busbw_gbps:.3f} GB/s", flush=True)
         steps = _steps(n, args)
         for name in WORKLOADS:
@@ -315,15 +327,16 @@ def main() -> int:
             run: dict[str, Any] = {"ranks": n, "workload": name, "calls": calls,
                                    "step_s": statistics.median(res["step_s"]),
                                    "bare_step_s": statistics.median(res["bare_s"])}
-            for stat, model in models.items():
+            for (timing, stat), model in models.items():
                 predicted, why = _predict(model, calls, n)
                 diff, rec, alone = measured[stat]
                 cost = model.intra[next(iter(model.intra))]
-                rows.append(f"{n:>5}  {name:<8} {len(calls):>5} {sum(b for _, b in calls):>10}  {stat:<6} "
+                rows.append(f"{n:>5}  {name:<8} {len(calls):>5} {sum(b for _, b in calls):>10}  "
+                            f"{timing + ' ' + stat:<11} "
                             f"{'unknown' if predicted is None else f'{predicted * 1e3:.3f}':>12}  "
                             f"{diff * 1e3:>12.3f}  {fmt(ratio(predicted, diff)):>5}  {rec * 1e3:>11.3f}  "
                             f"{fmt(ratio(predicted, rec)):>5}  {alone * 1e3:>8.3f}  {fmt(ratio(predicted, alone)):>5}")
-                run[stat] = {"predicted_s": predicted, "why": why, "step_diff_s": diff, "recorder_s": rec,
+                run[f"{timing} {stat}"] = {"predicted_s": predicted, "why": why, "step_diff_s": diff, "recorder_s": rec,
                              "alone_s": alone, "ratio_alone": ratio(predicted, alone),
                              "ratio_step_diff": ratio(predicted, diff), "ratio_recorder": ratio(predicted, rec),
                              "fit": {"latency_us": cost.latency_us, "busbw_gbps": cost.busbw_gbps,
@@ -331,9 +344,12 @@ def main() -> int:
             doc["runs"].append(run)
     print(head)
     print("\n".join(rows))
-    print("ratio = predicted / measured; the bar is 0.75-1.25. median: fit to the bench's medians, measured as the "
-          "median paired step difference and the recorder's median; q1: fit to the lower quartiles, measured as "
-          "q1(step) - q1(step without communication) and the recorder's q1")
+    print("ratio = predicted / measured; the bar is 0.75-1.25. b2b: fitted to calls back to back (xccl bench's "
+          f"default); idle: to calls each after a barrier and {args.gap_us:.0f} us of sleep (xccl bench --gap-us), "
+          "as a step issues them; busy: the same gap spent computing (--gap-busy). median: fit to the bench's "
+          "medians, measured as the median paired step difference and "
+          "the recorder's median; q1: fit to the lower quartiles, measured as q1(step) - q1(step without "
+          "communication) and the recorder's q1")
     args.json.write_text(json.dumps(doc, indent=1))
     print(f"wrote {args.json}")
     return 0

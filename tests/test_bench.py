@@ -87,6 +87,9 @@ def test_every_collective_is_benchmarked() -> None:
         (["--plugin", "no-such-plugin"], "no xccl plugin named 'no-such-plugin'"),
         (["--plugin", "cpu", "--simulate"], "has no CPU simulation"),
         (["--simulate"], "--simulate needs a plugin"),
+        (["--gap-us", "-1"], "--gap-us -1.0: must be 0 (back to back)"),
+        (["--gap-us", "500", "--batch", "4"], "--gap-us times calls one at a time"),
+        (["--gap-busy"], "--gap-busy is what the gap does: pass --gap-us too"),
     ],
 )
 def test_bad_configuration_exits_2(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:

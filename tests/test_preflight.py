@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FSDP2 = "examples/fsdp2_train.py"
 GATHER = "tests/data/preflight/gather_to_root.py"
 RECV_ANY = "tests/data/preflight/recv_any_source.py"
+NPU_GATHER = "tests/data/preflight/npu_gather.py"
 #: A model with figures for what FSDP2 on Sophgo issues (all_gather natively, reduce_scatter as all_to_all_single):
 #: made up for the test, which checks the arithmetic, not the figures.
 MODEL = CostModel("test part", intra={
@@ -80,7 +82,7 @@ def gather_cli(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str,
     os.chdir(ROOT)  # call sites are reported relative to the working directory
     try:
         code = main(["preflight", "--vendor", "ascend", "--world", "2", "--timeout", "120", "--json", str(out),
-                     "--", "python", GATHER])
+                     "--html", str(out.with_suffix(".html")), "--", "python", GATHER])
     finally:
         os.chdir(cwd)
     return code, json.loads(out.read_text()), str(out)
@@ -129,6 +131,17 @@ def test_gather_on_ascend_without_emulation_is_unsupported_with_the_typed_error(
     # What ran before it is still reported.
     [call] = report["calls"]
     assert (call["op"], call["status"], call["site"]) == ("all_reduce", "native", f"{GATHER}:17 <module>")
+
+
+def test_a_call_through_torch_npus_replacement_is_reported_at_the_users_line() -> None:
+    """``dist.gather`` on Ascend is torch_npu's ``_gather`` (simulated: ``xccl_ascend._torch_npu_sim``), which
+    broadcasts the root's sizes through xccl's group: its call site is the script's ``dist.gather`` line, not the
+    adaptor's (``AscendPlugin.adaptor_modules``)."""
+    report = preflight("ascend", 2, [NPU_GATHER], cwd=str(ROOT), timeout=120, cost_model=None)
+    assert report.ok, report.table()
+    sites = {(c.op, c.site) for c in report.calls}
+    assert ("broadcast", f"{NPU_GATHER}:{_line(NPU_GATHER, 'dist.gather(')} <module>") in sites, sites
+    assert not any("xccl_ascend" in site or "torch_npu" in site for _, site in sites), sites
 
 
 def test_fsdp2_at_64_ranks_as_a_fake_world_plays_ranks_0_and_63_with_the_vendors_table(
@@ -317,3 +330,106 @@ def test_a_malformed_fake_world_variable_is_a_typed_error(value: str, monkeypatc
     monkeypatch.setenv(ENV, value)
     with pytest.raises(InvalidArgument, match="RANK/N"):
         fake_world()
+
+
+# ------------------------------------------------------------------------------- the HTML page and the PNG
+
+
+class _Page(HTMLParser):
+    """What a browser would show of the page: the text of its cells and of its SVG labels, and what it would load."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self.svg_text: list[str] = []
+        self.loads: list[str] = []
+        self.scripts = 0
+        self.text = ""
+        self._stack: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._stack.append(tag)
+        if tag == "tr":
+            self.rows.append([])
+        elif tag == "td":
+            self.rows[-1].append("")
+        self.scripts += tag == "script"
+        self.loads += [v for k, v in attrs if k in ("src", "href") and v]
+
+    def handle_endtag(self, tag: str) -> None:
+        while self._stack and self._stack.pop() != tag:
+            pass
+
+    def handle_data(self, data: str) -> None:
+        self.text += data
+        if self._stack[-1:] == ["td"]:
+            self.rows[-1][-1] += data
+        elif self._stack[-1:] == ["text"]:
+            self.svg_text.append(data)
+
+
+def test_html_page_parses_and_holds_every_call_site_and_the_totals_the_json_has(fsdp2: Report) -> None:
+    from xccl.tools._preflight_format import seconds as _seconds
+
+    page = _Page()
+    text = fsdp2.html()
+    page.feed(text)
+    page.close()
+    assert text.startswith("<!DOCTYPE html>") and page.scripts == 0 and page.loads == []  # self-contained
+    data = fsdp2.to_json()
+    sites = [r for r in page.rows if r]
+    assert len(sites) >= len(data["calls"])
+    for call in data["calls"]:  # every call site, with its op, count and predicted total
+        assert [call["site"], call["op"], str(call["calls"]), _seconds(call["total"])] in (
+            [r[0], r[1], r[7], r[11]] for r in sites), call
+    # The charts: one bar per op and per group, labelled with the JSON's per-group time and bytes.
+    assert data["total_seconds"] is None and "predicted communication per rank: unknown" in page.text
+    for name, group in data["by_group"].items():
+        assert f"{name}[{group['group_size']}]" in page.svg_text and _seconds(group["seconds"]) in page.svg_text
+    for op in {c["op"] for c in data["calls"]}:
+        assert op in page.svg_text
+    assert "verdict: runs on sophgo" in page.text and "<svg" in text
+
+
+def test_html_page_lists_the_unsupported_call_and_the_settings(tmp_path: Path,
+                                                               gather_cli: tuple[int, dict[str, Any], str]) -> None:
+    _, report, path = gather_cli
+    page = _Page()
+    text = Path(path).with_suffix(".html").read_text()
+    page.feed(text)
+    [failure] = report["failures"]
+    assert ["unsupported", failure["site"], "UnsupportedCollective", "gather"] in (r[:4] for r in page.rows)
+    assert {s["name"] for s in report["settings"]} <= {r[0] for r in page.rows if r}
+    assert "verdict: WOULD FAIL on ascend" in page.text
+
+
+def test_png_is_a_png_of_a_sane_size(fsdp2: Report, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "report.png"
+    fsdp2.png(str(out))
+    head = out.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
+    width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    assert (width, 150 <= height <= 1200) == (1200, True), (width, height)
+    assert 10_000 < out.stat().st_size < 1_000_000
+
+
+def test_png_without_matplotlib_is_a_typed_error_before_the_script_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fsdp2: Report) -> None:
+    """An environment without the ``plot`` extra: importing matplotlib fails (``sys.modules[name] = None`` is how
+    Python spells a module that cannot be imported), so ``--png`` stops before any rank starts."""
+    import xccl
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    marker = tmp_path / "ran"
+    script = tmp_path / "touch.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    code = main(["preflight", "--vendor", "sophgo", "--world", "1", "--png", str(tmp_path / "r.png"), "--",
+                 "python", str(script)])
+    err = capsys.readouterr().err
+    assert code == 2 and "pip install 'xccl[plot]'" in err and "--png needs matplotlib" in err
+    assert not marker.exists() and not (tmp_path / "r.png").exists()
+    with pytest.raises(xccl.MissingExtra) as raised:
+        fsdp2.png(str(tmp_path / "r.png"))
+    assert (raised.value.package, raised.value.extra, raised.value.fix) == ("matplotlib", "plot",
+                                                                           "pip install 'xccl[plot]'")

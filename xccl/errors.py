@@ -26,6 +26,7 @@ __all__ = [
     "InitError",
     "InvalidArgument",
     "InvalidArgumentType",
+    "MissingExtra",
     "PeerFailure",
     "PluginContractError",
     "RankTableError",
@@ -70,6 +71,21 @@ class BackendUnavailable(XcclError):
         self.fix: Final = fix
         msg = f"xccl plugin {backend!r} is unavailable: {reason}"
         super().__init__(f"{msg}. Fix: {fix}" if fix else msg)
+
+
+class MissingExtra(XcclError, ImportError):
+    """A feature needs an optional dependency that is not installed (``xccl preflight --png`` needs matplotlib).
+
+    Attributes: ``package`` (what cannot be imported), ``extra`` (xccl's extra that installs it), ``feature`` (what
+    asked for it) and ``fix`` (the install command).
+    """
+
+    def __init__(self, package: str, extra: str, feature: str) -> None:
+        self.package: Final = package
+        self.extra: Final = extra
+        self.feature: Final = feature
+        self.fix: Final = f"pip install 'xccl[{extra}]'"
+        super().__init__(f"{feature} needs {package}, which is not installed (xccl's {extra!r} extra). Fix: {self.fix}")
 
 
 class PluginContractError(XcclError, TypeError):

@@ -10,7 +10,8 @@ the same place in dispatch where the mismatch detector records it (``_dispatch._
 * the op as the user called it and, for an emulation, the names of its parts (``_dispatch.run(inner=True)``
   appends them to the entry being issued);
 * dtypes and shapes (never the tensors: the ring must not keep memory alive);
-* the user's call site: the first frame outside xccl and torch (the frame walk of ``plugin/_warn.py``);
+* the user's call site: the first frame outside xccl, torch and the vendor's or framework's adaptor (the rule of
+  ``plugin/_warn.py``);
 * timestamps (``time.time_ns()``, the clock torch's recorder uses): ``created`` when dispatch saw the call,
   ``started`` when xccl handed it to the backend (xccl cannot see when a device starts a kernel: best effort),
   ``completed`` when a synchronous call returned; for an asynchronous call, when xccl's handle found it done
@@ -47,8 +48,10 @@ __all__ = ["DEFAULT_ENTRIES", "Entry", "Flight", "capacity", "message_bytes"]
 DEFAULT_ENTRIES: Final = 2000
 _time_ns: Final = time.time_ns
 _getframe: Final = sys._getframe
-#: Frames in these files are not the user's (xccl, torch, the deprecation wrappers): ``plugin/_warn.py``'s list.
-_INTERNAL: Final = _warn._INTERNAL
+#: Whether a frame is not the user's (xccl, torch, the deprecation wrappers, the adaptors): ``plugin/_warn.py``'s
+#: rule, and its cache of the answer per code object.
+_internal: Final = _warn.internal
+_INTERNAL_CODE: Final = _warn.INTERNAL_CODE
 _TENSOR: Final = torch.Tensor
 
 
@@ -138,23 +141,17 @@ class Entry:
         return f"<xccl flight entry #{self.record_id} {self.op} seq {self.seq} on group {self.group.name!r}>"
 
 
-#: Code object -> whether it lies in xccl or torch (a dict lookup per frame instead of a prefix test).
-_INTERNAL_CODE: Final[dict[types.CodeType, bool]] = {}
-
-
 def user_site() -> tuple[types.CodeType, int] | None:
-    """The first frame outside xccl and torch: the user's call (None when the call came from C++ alone)."""
+    """The first frame outside xccl, torch and the adaptors: the user's call (None when the call came from C++
+    alone). The rule is ``plugin/_warn.py``'s :func:`~xccl.plugin._warn.internal`; its cache is read here first."""
     frame: types.FrameType | None = _getframe(2)
     known = _INTERNAL_CODE
     while frame is not None:
-        code = frame.f_code
-        internal = known.get(code)
+        internal = known.get(frame.f_code)
         if internal is None:
-            if len(known) > 4096:  # code objects made at run time (exec, lambdas in loops): start over
-                known.clear()
-            internal = known[code] = code.co_filename.startswith(_INTERNAL)
+            internal = _internal(frame)
         if not internal:
-            return code, frame.f_lineno
+            return frame.f_code, frame.f_lineno
         frame = frame.f_back
     return None
 

@@ -7,8 +7,8 @@ no vendor SDK: identity, a cheap :meth:`Plugin.probe`, and the capability table.
 
 The split, by concern:
 
-* :class:`Plugin` - identity, probe, capability table, the vendor's run-time behaviour, simulation profile (all
-  cheap, all data).
+* :class:`Plugin` - identity, probe, capability table, the vendor's run-time behaviour, simulation profile, cost
+  model, the vendor's adaptor modules (all cheap, all data).
 * :class:`Runtime` - device setup, process-group options, communicator names, native kernels beyond
   ``torch.distributed``, graph converters. The base class is plain ``torch.distributed`` with working defaults,
   so a vendor overrides only what differs.
@@ -133,6 +133,15 @@ class Plugin:
         :meth:`cost_model` returns first; by default just that one, or none."""
         model = self.cost_model()
         return () if model is None else (model,)
+
+    def adaptor_modules(self) -> tuple[str, ...]:
+        """Module-name prefixes whose frames are the vendor's, not the user's: the vendor's adaptor, which replaces
+        torch.distributed functions so that a user's ``dist.gather`` runs the vendor's code first (torch_npu's
+        ``_gather``), and the plugin's own stand-ins for it in simulation. ``torch_npu`` covers
+        ``torch_npu.distributed.distributed_c10d``. The flight recorder's call sites, warnings and ``xccl
+        preflight`` skip them to name the user's line. Data, cheap like :meth:`capabilities`; nothing is imported.
+        Default: none."""
+        return ()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"

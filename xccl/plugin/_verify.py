@@ -42,7 +42,9 @@ _ATTRIBUTES: Final[Mapping[str, tuple[Callable[[object], bool], str]]] = {
 }
 
 #: The hooks xccl calls, by class: their signatures are the base class's.
-_PLUGIN_HOOKS: Final = ("probe", "capabilities", "simulation", "vendor_runtime", "runtime", "rank_table_formats")
+_PLUGIN_HOOKS: Final = (
+    "probe", "capabilities", "simulation", "vendor_runtime", "runtime", "rank_table_formats", "adaptor_modules",
+)
 _RUNTIME_HOOKS: Final = (
     "setup_device", "adopt_device", "create_native_group", "process_group_options", "comm_name", "kernels",
     "graph_converters", "compile_backend", "graph_ops", "sdk_versions", "shutdown",

@@ -1,9 +1,15 @@
-"""Warnings that name the user's line: the first frame outside xccl, torch and the wrappers between them.
+"""Which frame is the user's, and warnings that name it: the first frame outside xccl, torch, the vendor's adaptor
+and the wrappers between them.
 
 A call reaches xccl through layers that are not the user's code: torch.distributed's wrappers (and, since torch
 2.13, the ``typing_extensions.deprecated`` wrapper of the names it deprecates, a frame in ``typing_extensions.py``),
-the custom-op and autograd machinery of a graph op, xccl's own emulations. A fixed ``stacklevel`` names one of
-those; :func:`warn_at_user` walks the stack instead, once per warning, so it costs nothing on the hot path.
+the custom-op and autograd machinery of a graph op, xccl's own emulations, and, on a vendor's machine, the vendor's
+adaptor: torch_npu's and torch_tpu's replacements of torch.distributed functions, which the user's
+``dist.gather`` reaches first (:meth:`xccl.plugin.Plugin.adaptor_modules`), or a framework's communication layer
+(:data:`FRAMEWORK_COMM_LAYERS`). :func:`internal` is the one rule, used by :func:`warn_at_user`, by the flight
+recorder's call sites (``xccl.collectives._flight.user_site``) and by the preflight's error sites
+(``xccl.tools._preflight_child``). A fixed ``stacklevel`` names one of those layers; :func:`warn_at_user` walks the
+stack instead, once per warning, so it costs nothing on the hot path.
 """
 
 from __future__ import annotations
@@ -12,12 +18,14 @@ import os
 import sys
 import types
 import warnings
+from collections.abc import Sequence
 from typing import Final
 
 import torch
 import typing_extensions
 
-__all__ = ["user_stacklevel", "warn_at_user"]
+__all__ = ["FRAMEWORK_COMM_LAYERS", "adaptor_modules", "internal", "set_adaptor_modules", "user_stacklevel",
+           "warn_at_user"]
 
 
 def _directory(path: str) -> str:
@@ -34,6 +42,51 @@ _INTERNAL: Final = (
 )
 
 
+#: Frameworks' communication layers, whose frames sit between the user's code and torch.distributed as a vendor's
+#: adaptor does (module-name prefixes). Frameworks, not vendors, so xccl keeps the list: DeepSpeed's ``deepspeed.comm``
+#: (``deepspeed/comm/comm.py``'s ``all_reduce`` etc. call ``cdb``, a ``TorchBackend`` in ``deepspeed/comm/torch.py``
+#: that calls torch.distributed; deepspeedai/DeepSpeed, as installed by the ``deepspeed`` extra, 0.19.8).
+FRAMEWORK_COMM_LAYERS: Final = ("deepspeed.comm",)
+
+#: The module-name prefixes whose frames are not the user's: the frameworks' and the selected plugin's adaptors.
+_adaptors: tuple[str, ...] = FRAMEWORK_COMM_LAYERS
+#: Code object -> whether its frames are not the user's (a dict lookup per frame instead of prefix tests; the
+#: flight recorder reads it directly on its hot path). Cleared when the adaptor list changes.
+INTERNAL_CODE: Final[dict[types.CodeType, bool]] = {}
+
+
+def set_adaptor_modules(modules: Sequence[str]) -> None:
+    """Count frames of ``modules`` (module-name prefixes: ``torch_npu`` covers ``torch_npu.distributed``), besides
+    :data:`FRAMEWORK_COMM_LAYERS`, as not the user's: the selected plugin's
+    :meth:`~xccl.plugin.Plugin.adaptor_modules`, set when ``xccl.init`` makes its runtime current."""
+    global _adaptors
+    _adaptors = tuple(dict.fromkeys((*FRAMEWORK_COMM_LAYERS, *modules)))
+    INTERNAL_CODE.clear()
+
+
+def adaptor_modules() -> tuple[str, ...]:
+    """The module-name prefixes whose frames are not the user's now (see :func:`set_adaptor_modules`)."""
+    return _adaptors
+
+
+def _in(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def internal(frame: types.FrameType, skip: tuple[str, ...] = ()) -> bool:
+    """Whether ``frame`` is not the user's: it lies in xccl, torch, the deprecation wrappers or ``skip`` (file or
+    directory prefixes), or in a module of an adaptor (:func:`adaptor_modules`)."""
+    code = frame.f_code
+    if not skip and (known := INTERNAL_CODE.get(code)) is not None:
+        return known
+    found = code.co_filename.startswith(_INTERNAL + skip) or _in(str(frame.f_globals.get("__name__", "")), _adaptors)
+    if not skip:
+        if len(INTERNAL_CODE) > 4096:  # code objects made at run time (exec, lambdas in loops): start over
+            INTERNAL_CODE.clear()
+        INTERNAL_CODE[code] = found
+    return found
+
+
 def user_stacklevel(skip: tuple[str, ...] = ()) -> int:
     """The ``stacklevel`` that makes a ``warnings.warn`` in the caller name the user's line.
 
@@ -41,13 +94,11 @@ def user_stacklevel(skip: tuple[str, ...] = ()) -> int:
         skip: more file or directory prefixes that are not the user's (a plugin passes its package directory).
 
     Returns:
-        1 + the number of frames, from the caller outwards, that lie in xccl, torch, the deprecation wrappers or
-        ``skip``.
+        1 + the number of frames, from the caller outwards, that are not the user's (:func:`internal`).
     """
-    internal = _INTERNAL + skip
     frame: types.FrameType | None = sys._getframe(1)  # the caller: the frame that stacklevel=1 names
     level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(internal):
+    while frame is not None and internal(frame, skip):
         frame, level = frame.f_back, level + 1
     return level
 

@@ -36,6 +36,7 @@ from ..plugin._jobenv import job_env
 from ..plugin._registry import Registry, default_registry
 from ..plugin._sim import register_simulated_backend, simulated_backend_of
 from ..plugin._verify import verify
+from ..plugin._warn import set_adaptor_modules
 from ._backend_check import all_arrived, wrong_backend
 from ._env import env_init_method, job_of, rendezvous_error, resolve_ranks, timeout_of
 from ._rendezvous import rendezvous
@@ -101,6 +102,8 @@ def _prepare(runtime: Runtime, fallback: Fallback, check: bool) -> str:
         profile = runtime.plugin.simulation()
         if profile is not None:
             register_simulated_backend(profile, runtime=vendor)
+    # The vendor's adaptor is not the user's code: call sites and warnings name the line that called it.
+    set_adaptor_modules(runtime.plugin.adaptor_modules())
     STATE.runtime, STATE.fallback, STATE.check = runtime, fallback, check
     STATE.job = STATE.device = STATE.job_at = None
     STATE.watchdog = watchdog_settings(runtime, choose=True)

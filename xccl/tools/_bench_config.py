@@ -157,6 +157,16 @@ class BenchConfig:
     time_per_size: float = 0.0
     #: With ``time_per_size``: the fewest rounds per size, however long its calls.
     min_iters: int = MIN_ROUNDS
+    #: Microseconds of idle before each timed call (0: calls back to back). Above 0 every call is timed as a
+    #: training step issues it: the ranks meet at a barrier, idle this long (the step's computation, while the
+    #: communicator's threads sleep), then make one call. Back-to-back calls overlap one call's tail with the next
+    #: call's start and find the peers' threads awake, so they fit a lower latency than a step pays (measured on
+    #: 2 ranks: docs/performance.md, "Cost model").
+    gap_us: float = 0.0
+    #: With ``gap_us``: spend the gap computing (a busy loop on this rank's core, as a step's forward pass does)
+    #: instead of sleeping; on a machine with fewer free cores than threads the communicator's threads then wait
+    #: for a core, as they do inside a step.
+    gap_busy: bool = False
     #: Show a one-line progress counter on stderr (rank 0).
     progress: bool = False
     #: Print the table on stdout (rank 0).
@@ -183,6 +193,12 @@ class BenchConfig:
             raise BenchError(f"--time-per-size must be >= 0 seconds, got {self.time_per_size}")
         if self.min_iters < 1:
             raise BenchError(f"--min-iters must be >= 1, got {self.min_iters}")
+        if self.gap_us < 0:
+            raise BenchError(f"--gap-us {self.gap_us}: must be 0 (back to back) or a positive number of microseconds")
+        if self.gap_busy and self.gap_us <= 0:
+            raise BenchError("--gap-busy is what the gap does: pass --gap-us too")
+        if self.gap_us > 0 and self.batch != 1:
+            raise BenchError("--gap-us times calls one at a time: drop --batch")
         if self.control and not self.compare_raw:
             raise BenchError("--aa-control is a control for --compare-raw: pass both")
         if self.simulate and self.plugin == "auto":

@@ -13,6 +13,9 @@
   any other ratio of the run has to be read against.
 * **Passes.** With ``passes`` > 1 the sweep visits every size several times, each visit running its share of the
   rounds, so that a minute of heavy load lands on a part of each size's rounds rather than on all rounds of one.
+* **Calls as a step issues them.** With ``gap_us`` each timed call follows a barrier and a gap (idle, or with
+  ``gap_busy`` a busy loop standing for the step's computation), instead of the previous call: what one call costs
+  inside a training step, where back-to-back calls cost less.
 * **Rounds by time.** With ``time_per_size`` each size runs the rounds that fit in that time (at least
   ``min_iters``, at most ``iters``): thousands for microsecond calls, where the noise is
   relatively largest, a few dozen for the 100 ms ones. The count comes from the lower quartile of the warm-up
@@ -84,6 +87,17 @@ def _time(fn: Callable[[], Any], batch: int, device: torch.device) -> float:
         fn()
     _sync(device)
     return (time.perf_counter() - start) / batch
+
+
+def _pause(seconds: float, *, busy: bool) -> None:
+    """Idle for ``seconds`` (the process sleeps), or with ``busy`` keep this core computing as a step's forward
+    pass would (the communicator's threads then compete with it for the cores)."""
+    if not busy:
+        time.sleep(seconds)
+        return
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 def agree(ok: bool, device: torch.device) -> bool:
@@ -184,8 +198,12 @@ class _Sampler:
 
     def advance(self, rounds: int, device: torch.device, tick: Callable[[int, int], None]) -> None:
         """Run up to ``rounds`` more rounds (fewer when this size has no more to run)."""
+        gap = self.cfg.gap_us * 1e-6
         for _ in range(min(rounds, self.rounds - self.done)):
             for v in self.orders[self.done % len(self.orders)]:
+                if gap > 0:  # as a step issues it: every rank together, after a gap (BenchConfig.gap_us)
+                    xccl.barrier()
+                    _pause(gap, busy=self.cfg.gap_busy)
                 self.samples[v].append(_time(self.variants[v], self.cfg.batch, device))
             self.done += 1
             tick(self.done, self.rounds)

@@ -3,7 +3,7 @@
 ``ARGV`` is what follows ``python`` on the command line the user gave: ``train.py ARGS`` or ``-m module ARGS``. The
 script runs as ``__main__`` with that ``sys.argv``, exactly as ``python`` would run it. If it raises, this rank
 writes what it raised to ``DIR/error_<RANK>.json`` (the error's type, message, ``fix`` where the error has one,
-and the user's frame that raised it: the innermost frame outside xccl, torch and this runner), prints the
+and the user's frame that raised it: the innermost frame outside xccl, torch, the adaptors and this runner), prints the
 traceback as Python would, and exits 1. The flight recorder dumps its record at exit on its own
 (``XCCL_TRACE_DUMP_AT_EXIT``, set by the launcher).
 """
@@ -21,8 +21,9 @@ from typing import Any
 
 __all__ = ["error_path", "main"]
 
-#: Path prefixes of frames that are not the user's: xccl, torch, the standard library's runpy.
-_NOT_USERS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(runpy.__file__))
+#: Path prefixes of frames that are not the user's, besides xccl's rule (xccl, this runner included, torch, the
+#: adaptors): the standard library's, runpy's among them.
+_NOT_USERS = (os.path.dirname(runpy.__file__),)
 
 
 def error_path(directory: str, rank: int) -> str:
@@ -30,19 +31,16 @@ def error_path(directory: str, rank: int) -> str:
     return os.path.join(directory, f"error_{rank}.json")
 
 
-def _internal(filename: str) -> bool:
-    if filename.startswith(_NOT_USERS):
-        return True
-    torch = sys.modules.get("torch")
-    return torch is not None and filename.startswith(os.path.dirname(str(torch.__file__)))
-
-
 def _user_frame(tb: TracebackType | None) -> dict[str, Any] | None:
-    """The innermost frame of ``tb`` outside xccl, torch and runpy: where the user's code called what failed."""
+    """The innermost frame of ``tb`` that is the user's: outside the standard library (runpy), and not xccl's,
+    torch's or an adaptor's (the flight recorder's rule, :func:`xccl.plugin._warn.internal`): where the user's code called
+    what failed."""
+    from xccl.plugin._warn import internal  # imports torch: only once a rank has failed
+
     site: dict[str, Any] | None = None
     for frame, line in traceback.walk_tb(tb):
         code = frame.f_code
-        if not _internal(code.co_filename):
+        if not internal(frame, _NOT_USERS):
             site = {"filename": code.co_filename, "line": line, "name": code.co_name}
     return site
 

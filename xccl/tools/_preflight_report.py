@@ -23,6 +23,10 @@ from ..plugin._cost import CostModel
 from ..plugin._vocab import Collective
 from ._cost_model import Prediction, predict
 from ._preflight_child import error_path
+from ._preflight_format import nbytes as _bytes
+from ._preflight_format import ranges as _ranges
+from ._preflight_format import seconds as _seconds
+from ._preflight_format import what as _what
 from ._preflight_launch import RankExit
 from ._preflight_settings import Setting
 
@@ -160,6 +164,19 @@ class Report:
     def table(self) -> str:
         """The terminal report (what ``xccl preflight`` prints)."""
         return render(self)
+
+    def html(self) -> str:
+        """The report as one self-contained HTML page, with its charts (``--html``; :mod:`._preflight_html`)."""
+        from ._preflight_html import html  # the renderers load on use: a terminal report needs neither
+
+        return html(self)
+
+    def png(self, path: str) -> None:
+        """Write the per-rank breakdown by op and by group to ``path`` as a PNG (``--png``; needs matplotlib, the
+        ``plot`` extra, else :class:`~xccl.MissingExtra`)."""
+        from ._preflight_png import png
+
+        png(self, path)
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain data (``--json``)."""
@@ -305,26 +322,6 @@ def groups_of(records: Mapping[int, dict[str, Any]]) -> int:
     return max((len(rec.get("pg_config", {})) for rec in records.values()), default=0)
 
 
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "unknown"
-    return f"{value * 1e3:.3f} ms" if value >= 1e-3 else f"{value * 1e6:.1f} us"
-
-
-def _bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
-
-
-def _what(c: CallSite) -> str:
-    if c.status == "native":
-        return "native"
-    extra = "" if c.extra_bytes is None else f", {c.extra_bytes:+d} B"
-    return f"emulated: {' + '.join(c.via)}{extra}"
-
-
 def render(report: Report) -> str:
     """The terminal table, largest predicted cost first, then the failures and what the report cannot show."""
     head = ("call site", "op", "group", "dtype", "bytes", "calls", "on " + report.vendor, "per call", "total")
@@ -361,11 +358,3 @@ def render(report: Report) -> str:
     lines += [f"note: {n}" for n in report.notes]
     lines.append("verdict: " + ("runs on " + report.vendor if report.ok else "WOULD FAIL on " + report.vendor))
     return "\n".join(lines)
-
-
-def _ranges(ranks: Sequence[int]) -> str:
-    if not ranks:
-        return "none"
-    ordered = sorted(ranks)
-    return f"{ordered[0]}-{ordered[-1]}" if ordered == list(range(ordered[0], ordered[-1] + 1)) and len(
-        ordered) > 1 else ", ".join(map(str, ordered))

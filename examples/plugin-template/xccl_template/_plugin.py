@@ -65,6 +65,12 @@ class TemplatePlugin(Plugin):
             patches=(),                      # VENDOR: torch.distributed functions the SDK replaces on import
         )
 
+    def adaptor_modules(self) -> tuple[str, ...]:
+        """Modules whose frames are torch_template's, not the user's: where the SDK replaces torch.distributed functions
+        (the ``patches`` above), call sites name the user's line above them (docs/plugin-guide.md, section 9a).
+        VENDOR: the SDK's package, e.g. ("torch_template",), with its source; () when it patches nothing."""
+        return ()
+
     def rank_table_formats(self) -> Sequence[RankTableFormat]:
         """The rank-table format of Example Devices clusters, for ``xccl rank-table`` and ``xccl doctor``."""
         return (TemplateRankTable(),)

@@ -261,6 +261,15 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "18.22317); nccl-tests' and xccl bench's GB/s are 10**9", (f"{HCCL_TEST} (Result Description, example)",),
           "checked: tests/test_cost_model.py reads the docs' example; calibrate() fits avg_time and data_size, not the "
           "bandwidth column"),
+    Claim("adaptor frames", "a user's dist.gather, batch_isend_irecv (torch_npu's replacements, in "
+          "torch_npu.distributed) and, after TorchAir's patch_for_hcom, dist.all_reduce, all_gather, "
+          "all_gather_into_tensor, broadcast, all_to_all(_single) run the vendor's Python frames before the "
+          "collective reaches the process group: they are not the user's call site",
+          (_PT + "torch_npu/_init/patches/distributed_patches.py:26-62 (_PUBLIC_API_ALIASES)",
+           "Ascend/torchair@fced8842 python/torchair/__init__.py:53-70 (patch_for_hcom)"),
+          "simulated: the simulated torch_npu's replacements (xccl_ascend._torch_npu_sim) sit where torch_npu's do; "
+          "Plugin.adaptor_modules names torch_npu, torchair and xccl_ascend, and the flight recorder, warnings and "
+          "xccl preflight name the user's line above them (tests/test_preflight.py, tests/test_flight.py)"),
 )
 
 _RANKS2: Final = "torchrun --standalone --nproc-per-node 2"

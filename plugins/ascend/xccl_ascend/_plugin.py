@@ -27,7 +27,14 @@ from ._probe import probe_host
 from ._ranktable import HcclFormat
 from ._vendor import ascend_runtime
 
-__all__ = ["AscendPlugin", "plugin"]
+__all__ = ["ADAPTOR_MODULES", "AscendPlugin", "plugin"]
+
+#: Modules between the user's ``torch.distributed`` call and xccl: torch_npu's patches
+#: (``torch_npu/_init/patches/distributed_patches.py:26-62`` at Ascend/pytorch@462f4e1 replace ``dist.gather``,
+#: ``batch_isend_irecv`` and others with functions of ``torch_npu.distributed``), TorchAir's ``patch_for_hcom``
+#: (``python/torchair/__init__.py:53-70`` at Ascend/torchair@fced8842 replaces ``dist.all_reduce``, ``all_gather``,
+#: ``broadcast``, ``all_to_all(_single)``), and this plugin's stand-ins for them in simulation.
+ADAPTOR_MODULES: Final = ("torch_npu", "torchair", "xccl_ascend")
 
 
 class AscendPlugin(Plugin):
@@ -82,6 +89,12 @@ class AscendPlugin(Plugin):
         from ._simprofile import hccl_profile
 
         return hccl_profile()
+
+    def adaptor_modules(self) -> tuple[str, ...]:
+        """torch_npu (its replacements of ``dist.gather``, ``batch_isend_irecv``..., in
+        ``torch_npu.distributed``), TorchAir (``patch_for_hcom`` replaces ``dist.all_reduce``...) and this plugin,
+        whose ``_torch_npu_sim`` stands in for torch_npu's in simulation (sources: ``_fidelity``, "adaptor frames")."""
+        return ADAPTOR_MODULES
 
     def rank_table_formats(self) -> Sequence[RankTableFormat]:
         """HCCL's rank table (CANN's ``RANK_TABLE_FILE``, versions 1.0 and 1.2)."""

@@ -185,6 +185,13 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "destroys it right after enqueueing the op; whether the destroy waits for the op is not in the source",
           (f"{PG}:131-154 (collective)", f"{PG}:235-246 (getSCCLcomm)", "manifest B3"),
           "not simulated [inferred: the hardware decides; first-hour checklist]"),
+    Claim("adaptor frames", "with torch_tpu's torch adaptor (on by default once torch_tpu.accelerator is imported), "
+          "dist.broadcast, reduce, all_reduce, all_gather_into_tensor, isend and irecv are wrappers of "
+          "torch_tpu.accelerator.adaptor.torch_adaptor.distributed: their frames are not the user's call site",
+          ("sophgo/torch-tpu@fe9b478 torch_tpu/accelerator/adaptor/torch_adaptor/distributed.py:122-131",),
+          "checked: Plugin.adaptor_modules names torch_tpu and xccl_sophgo (whose _adaptor_sim stands in for the "
+          "adaptor), and the flight recorder, warnings and xccl preflight name the user's line above them; the "
+          "adaptor's collective wrappers themselves are not simulated (only its init_process_group rewrite)"),
     *_cost_claims(),
 )
 

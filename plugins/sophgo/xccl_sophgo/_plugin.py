@@ -25,7 +25,13 @@ from ._ranktable import SophgoFormat
 from ._table import sophgo_table
 from ._vendor import SCCL_RUNTIME
 
-__all__ = ["SophgoPlugin", "plugin"]
+__all__ = ["ADAPTOR_MODULES", "SophgoPlugin", "plugin"]
+
+#: Modules between the user's ``torch.distributed`` call and xccl: torch_tpu's torch adaptor
+#: (``torch_tpu/accelerator/adaptor/torch_adaptor/distributed.py:122-131`` at sophgo/torch-tpu@fe9b478 wraps
+#: ``dist.broadcast``, ``reduce``, ``all_reduce``, ``all_gather_into_tensor``, ``isend``, ``irecv``), its DeepSpeed
+#: and Megatron adaptors under ``torch_tpu.accelerator.adaptor``, and this plugin's stand-in in simulation.
+ADAPTOR_MODULES: Final = ("torch_tpu", "xccl_sophgo")
 
 
 class SophgoPlugin(Plugin):
@@ -68,6 +74,11 @@ class SophgoPlugin(Plugin):
         from ._simulation import sccl_profile
 
         return sccl_profile()
+
+    def adaptor_modules(self) -> tuple[str, ...]:
+        """torch_tpu (its torch adaptor replaces ``dist.all_reduce``, ``broadcast``, ``isend``...) and this plugin,
+        whose ``_adaptor_sim`` stands in for it in simulation (sources: ``_fidelity``, "adaptor frames")."""
+        return ADAPTOR_MODULES
 
     def rank_table_formats(self) -> Sequence[RankTableFormat]:
         """Sophgo's rank table (``tpu_gen_sccl_rank_table``'s format)."""

@@ -98,6 +98,18 @@ def add_parser(sub: Any, name: str) -> None:
         default=30,
         help="with --time-per-size: the fewest rounds per size, however long its calls (default 30)",
     )
+    p.add_argument(
+        "--gap-us",
+        type=float,
+        default=0.0,
+        help="time each call as a training step issues it: after a barrier and this many microseconds of idle "
+        "(default 0: back to back, which fits a lower latency than a step pays)",
+    )
+    p.add_argument(
+        "--gap-busy",
+        action="store_true",
+        help="with --gap-us: compute during the gap (a busy loop, as a step's forward pass) instead of sleeping",
+    )
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="plot bus bandwidth against size (needs matplotlib)")
     p.add_argument(
@@ -157,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
             passes=args.passes,
             time_per_size=args.time_per_size,
             min_iters=args.min_iters,
+            gap_us=args.gap_us,
+            gap_busy=args.gap_busy,
             progress=sys.stderr.isatty() if args.progress is None else args.progress,
             timeout=args.timeout,
         )

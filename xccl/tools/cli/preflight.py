@@ -7,9 +7,11 @@ Example::
     xccl preflight --vendor sophgo --world 4 -- python train.py --steps 2
     xccl preflight --vendor ascend --world 8 --nodes 2 --json preflight.json -- python -m mypkg.train
     xccl preflight --vendor sophgo --world 64 --nodes 8 --ranks 0,63 -- python train.py --steps 1   # a fake world
+    xccl preflight --vendor sophgo --world 8 --html report.html --png report.png -- python train.py --steps 1
 
 Exit status: 0 when every rank finished and no call would fail on the vendor; 1 otherwise (a CI gate: "still runs
-on Sophgo"); 2 when the command line cannot be run.
+on Sophgo"); 2 when the command line cannot be run (``--png`` without matplotlib included, said before the script
+runs).
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ def add_parser(sub: Any, name: str) -> None:
     p.add_argument("--nodes", type=int, default=1, help="nodes the world spans, ranks laid out node by node")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds the run may take (default 300)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the report as JSON to FILE")
+    p.add_argument("--html", default=None, metavar="FILE",
+                   help="also write the report as one self-contained HTML page with its charts to FILE")
+    p.add_argument("--png", default=None, metavar="FILE",
+                   help="also plot the per-rank breakdown by op and by group to FILE (needs matplotlib: "
+                   "pip install 'xccl[plot]')")
     p.add_argument("--calibrate", action="append", default=[], metavar="FILE",
                    help="price calls with figures fitted to FILE, measured inside one node: `xccl bench --json` "
                    "output, an nccl-tests log or an HCCL Test log (repeatable; overrides the plugin's figures op by op)")
@@ -59,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     try:
+        if args.png:
+            from xccl.tools._preflight_png import require_matplotlib
+
+            require_matplotlib("--png")  # before the script runs: a missing extra costs seconds, not a preflight
         model = _calibrated(args.vendor, args.calibrate, args.calibrate_inter)
         report = preflight(args.vendor, args.world, command, nodes=args.nodes, timeout=args.timeout,
                            cost_model=model, mode=args.mode, ranks=args.ranks)
@@ -69,6 +80,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report.to_json(), f, indent=2, default=str)
+    if args.html:
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(report.html())
+    if args.png:
+        report.png(args.png)
     return report.exit_code
 
 

@@ -1,0 +1,132 @@
+"""A preflight's report as one self-contained HTML page (``xccl preflight --html FILE``, ``report.html()``).
+
+The page needs nothing but a browser: no script, no stylesheet or font to fetch, the charts inline SVG. It shows
+what the terminal table shows, in the same order: the verdict, the predicted communication per rank, bar charts of
+that time and of the bytes moved by op and by group (a DeviceMesh's groups by dimension,
+:mod:`._preflight_charts`), every call site, the calls the vendor refuses, the vendor settings and the notes. Every
+figure comes from the :class:`~xccl.tools._preflight_report.Report`, as its JSON does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from html import escape
+from typing import TYPE_CHECKING, Final
+
+from ._preflight_charts import Bar, by_group, by_op
+from ._preflight_format import nbytes as _bytes
+from ._preflight_format import ranges as _ranges
+from ._preflight_format import seconds as _seconds
+from ._preflight_format import what as _what
+
+if TYPE_CHECKING:
+    from ._preflight_report import Report
+
+__all__ = ["html"]
+
+_STYLE: Final = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
+table { border-collapse: collapse; } th, td { padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.ok { color: #17663a; } .fail { color: #b3261e; } .warn { color: #8a5a00; }
+.charts { display: flex; flex-wrap: wrap; gap: 2em; } figure { margin: 0; }
+svg text { font: 12px system-ui, sans-serif; }
+"""
+#: Chart geometry, in pixels: label column, bar column, value column, row height.
+_LABEL, _BAR, _VALUE, _ROW = 230, 260, 90, 22
+
+
+def _chart(title: str, bars: Sequence[Bar], value: Callable[[Bar], float | None],
+           text: Callable[[Bar], str]) -> str:
+    """A horizontal bar chart; a bar whose value is unknown is drawn as an empty outline labelled ``unknown``."""
+    top = max((v for b in bars if (v := value(b)) is not None), default=0.0)
+    height = _ROW * len(bars) + 8
+    parts = [f'<figure><figcaption>{escape(title)}</figcaption>'
+             f'<svg xmlns="http://www.w3.org/2000/svg" width="{_LABEL + _BAR + _VALUE}" height="{height}" '
+             f'role="img" aria-label="{escape(title)}">']
+    for i, b in enumerate(bars):
+        y = 4 + i * _ROW
+        v = value(b)
+        parts.append(f'<text x="{_LABEL - 6}" y="{y + 14}" text-anchor="end">{escape(b.label)}</text>')
+        if v is None:
+            parts.append(f'<rect x="{_LABEL}" y="{y + 3}" width="{_BAR}" height="{_ROW - 6}" fill="none" '
+                         'stroke="#999" stroke-dasharray="4 3"/>')
+        else:
+            width = 0.0 if top <= 0 else max(1.0, _BAR * v / top)
+            parts.append(f'<rect x="{_LABEL}" y="{y + 3}" width="{width:.1f}" height="{_ROW - 6}" fill="#3b6ea5">'
+                         f'<title>{escape(b.label)}: {escape(text(b))}</title></rect>')
+        parts.append(f'<text x="{_LABEL + _BAR + 6}" y="{y + 14}">{escape(text(b))}</text>')
+    parts.append("</svg></figure>")
+    return "".join(parts)
+
+
+def _charts(report: Report) -> str:
+    out = []
+    for name, bars in (("op", by_op(report)), ("group", by_group(report))):
+        if not bars:
+            continue
+        out.append(_chart(f"predicted communication per rank, by {name}", bars, lambda b: b.seconds,
+                          lambda b: _seconds(b.seconds)))
+        out.append(_chart(f"bytes per rank, by {name}", bars, lambda b: float(b.nbytes), lambda b: _bytes(b.nbytes)))
+    return f'<div class="charts">{"".join(out)}</div>' if out else "<p>No collective was recorded.</p>"
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], numeric: frozenset[int] = frozenset()) -> str:
+    cells = "".join(f"<th>{escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f'<td{" class=num" if i in numeric else ""}>{escape(c)}</td>'
+                                    for i, c in enumerate(row)) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{cells}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _calls(report: Report) -> str:
+    head = ("call site", "op", "group", "mesh dim", "node span", "dtype", "bytes", "calls", "ranks",
+            f"on {report.vendor}", "per call", "total", "why")
+    rows = [(c.site, c.op, f"{c.group}[{c.group_size}]", c.mesh_dim or "", "intra-node" if c.intra_node else
+             "inter-node", c.dtype, _bytes(c.nbytes), str(c.calls), str(c.ranks), _what(c), _seconds(c.seconds),
+             _seconds(c.total), c.why) for c in report.calls]
+    return _table(head, rows, frozenset({6, 7, 8, 10, 11})) if rows else "<p>No collective was recorded.</p>"
+
+
+def _failures(report: Report) -> str:
+    if not report.failures:
+        return "<p>None: no call would be refused.</p>"
+    rows = [(f.kind, f.site, f.error, f.op, f.message, f.fix, _ranges(f.ranks))
+            for f in sorted(report.failures, key=lambda f: f.kind == "peer")]
+    return _table(("kind", "call site", "error", "op", "message", "fix", "ranks"), rows)
+
+
+def _settings(report: Report) -> str:
+    if not report.settings:
+        return "<p>None judged.</p>"
+    return _table(("setting", "status", "summary", "fix"), [(s.name, s.status, s.summary, s.fix)
+                                                             for s in report.settings])
+
+
+def html(report: Report) -> str:
+    """The report as a self-contained HTML page (see the module's docstring)."""
+    verdict = f"runs on {report.vendor}" if report.ok else f"WOULD FAIL on {report.vendor}"
+    title = f"xccl preflight: {report.vendor}, world {report.world}"
+    died = [e for e in report.exits if e.returncode != 0 and not report.failures]
+    sections = [
+        f"<h1>{escape(title)}</h1>",
+        f'<p class="{"ok" if report.ok else "fail"}"><strong>verdict: {escape(verdict)}</strong></p>',
+        f"<p>world {report.world} on {report.nodes} node(s), mode {escape(report.mode)} (ranks run: "
+        f"{escape(_ranges(report.ranks_run))}); cost model: {escape(report.cost_model or 'none (unknown)')}</p>",
+        f"<p>predicted communication per rank: <strong>{escape(_seconds(report.total_seconds))}</strong> "
+        f"({sum(c.calls for c in report.calls)} calls, {escape(_bytes(sum(c.nbytes * c.calls for c in report.calls)))}"
+        " for the steps the script ran)</p>",
+        "<h2>Breakdown</h2>", _charts(report),
+        "<h2>Call sites</h2>", _calls(report),
+        f"<h2>Unsupported on {escape(report.vendor)} and other failures</h2>", _failures(report),
+    ]
+    if died:
+        sections.append(f"<p class=fail>rank {died[0].rank} exited with status {died[0].returncode}:</p>"
+                        f"<pre>{escape(died[0].output.strip()[-2000:])}</pre>")
+    if not report.seen:
+        sections.append('<p class="fail">NOTHING SEEN: no rank created its world through xccl, so its collectives '
+                        "were not recorded and the script cannot be judged.</p>")
+    sections += ["<h2>Vendor settings</h2>", _settings(report), "<h2>What this report cannot show</h2>",
+                 "<ul>" + "".join(f"<li>{escape(n)}</li>" for n in report.notes) + "</ul>"]
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+            f"<style>{_STYLE}</style></head><body>\n" + "\n".join(sections) + "\n</body></html>\n")
