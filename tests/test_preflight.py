@@ -317,3 +317,81 @@ def test_a_malformed_fake_world_variable_is_a_typed_error(value: str, monkeypatc
     monkeypatch.setenv(ENV, value)
     with pytest.raises(InvalidArgument, match="RANK/N"):
         fake_world()
+
+
+# ---------------------------------------------------------------------------------------------- compiled regions
+
+COMPILED = "tests/data/preflight/compiled_regions.py"
+TP_FSDP2 = "examples/tp_fsdp2_train.py"
+
+
+@pytest.fixture(scope="module")
+def compiled() -> Report:
+    """Three compiled regions on simulated Ascend, 2 ranks: a dist.broadcast that breaks its graph, a region
+    TorchAir converts, and one it does not (the script dies of it there, as on the hardware)."""
+    return preflight("ascend", 2, ["python", COMPILED], cwd=str(ROOT), timeout=180, cost_model=None)
+
+
+def _region(report: Report, name: str) -> Any:
+    [region] = [r for r in report.compiled if r.region.endswith(f" {name}")]
+    return region
+
+
+def test_a_collective_that_breaks_the_graph_is_reported_at_the_users_line(compiled: Report) -> None:
+    step = _region(compiled, "step")
+    assert step.region == f"{COMPILED}:{_line(COMPILED, '@torch.compile')} step"
+    # Dynamo cannot trace dist.broadcast (torch 2.13): the step is two graphs, split at the broadcast's line. Before
+    # XcclProcessGroup's methods ran outside Dynamo, the script died there of an InternalTorchDynamoError.
+    assert step.graphs == 2
+    [brk] = step.breaks
+    assert brk.site == f"{COMPILED}:{_line(COMPILED, 'dist.broadcast(')} step"
+    assert (brk.collective, brk.ranks) == ("torch.distributed.broadcast", 2)
+    assert brk.reason.startswith("Attempted to call function marked as skipped")
+    assert step.converts is None and step.compiler is None  # torch.compile(backend="aot_eager"): not TorchAir's
+    # The broadcast itself ran (eagerly, between the two graphs) and is reported at the same line.
+    assert any(c.op == "broadcast" and c.site == brk.site and c.calls == 2 for c in compiled.calls)
+    assert {f.error for f in compiled.failures} == {"BackendCompilerFailed"}  # does_not_convert's, below
+    table = compiled.table()
+    assert f"torch.distributed.broadcast breaks the graph at {brk.site}" in table
+
+
+def test_torchair_verdict_per_compiled_region_on_ascend(compiled: Report) -> None:
+    ok, bad = _region(compiled, "converts"), _region(compiled, "does_not_convert")
+    assert (ok.compiler, ok.converts, ok.graphs, ok.problems) == ("TorchAir (simulated)", True, 1, ())
+    assert ok.collectives == ("_c10d_functional.all_reduce.default",)
+    assert (bad.compiler, bad.converts, bad.graphs) == ("TorchAir (simulated)", False, 1)
+    # Every node TorchAir cannot convert is listed (here one), with TorchAir's own error and its source line.
+    [problem] = bad.problems
+    assert "logcumsumexp" in problem and "ge_converter is not implemented" in problem and "torchair@" in problem
+    # The compilation failed at the first call, on every rank, as it would on the hardware.
+    # (One failure per rank: torch's message names the backend object by its address.)
+    assert sorted(r for f in compiled.failures for r in f.ranks) == [0, 1] and compiled.exit_code == 1
+    assert all(f.kind == "script" and "logcumsumexp" in f.message for f in compiled.failures)
+    table = compiled.table()
+    assert "TorchAir (simulated): converts every node" in table and "DOES NOT CONVERT 1 node(s)" in table
+    regions = compiled.to_json()["compiled"]
+    assert [r["region"].split()[-1] for r in regions] == ["step", "converts", "does_not_convert"]
+    assert {"region", "graphs", "breaks", "compiler", "converts", "collectives", "problems"} == set(regions[0])
+
+
+@pytest.mark.slow
+def test_tp_fsdp2_on_ascend_at_16_ranks_per_mesh_dimension_and_torchair_verdict() -> None:
+    """The issue's done-when: DTensor TP + FSDP2 on simulated Ascend, 16 ranks on 2 nodes (a fake world: ranks 0
+    and 15): tp (8, inside a node) and dp (2, across the nodes) each get their row, and the compiled loss average
+    TorchAir's verdict."""
+    report = preflight("ascend", 16, [TP_FSDP2, "--steps", "1"], nodes=2, cwd=str(ROOT), timeout=180,
+                       cost_model=None)
+    assert report.ok, report.table()
+    assert (report.mode, report.ranks_run) == ("fake", (0, 15))
+    groups = report.by_group
+    assert set(groups) == {"dim tp", "dim dp"}
+    assert (groups["dim tp"]["group_size"], groups["dim dp"]["group_size"]) == (8, 2)
+    ops = {(c.mesh_dim, c.op, c.intra_node) for c in report.calls}
+    # TP's all_reduce (RowwiseParallel) inside a node; FSDP2's all_gather and reduce_scatter across the nodes;
+    # the compiled loss average's all_reduce on dp.
+    assert {("tp", "all_reduce", True), ("dp", "all_gather_into_tensor", False),
+            ("dp", "reduce_scatter_tensor", False), ("dp", "all_reduce", False)} <= ops
+    [region] = report.compiled
+    assert region.region == f"{TP_FSDP2}:{_line(TP_FSDP2, '@xccl.compile')} mean_loss"
+    assert (region.compiler, region.converts, region.breaks) == ("TorchAir (simulated)", True, ())
+    assert "per group: dim tp[8]" in report.table()
