@@ -1,6 +1,6 @@
 """Three compiled regions, as ``xccl preflight`` reports them:
 
-* ``step`` (``torch.compile``) calls ``torch.distributed.broadcast``, which Dynamo cannot trace on torch 2.13 (it
+* ``step`` (``torch.compile``, the eager backend) calls ``torch.distributed.broadcast``, which Dynamo cannot trace on torch 2.13 (it
   builds the op's ``BroadcastOptions``, a pybind object): a graph break at the broadcast's line, two graphs;
 * ``converts`` (``xccl.compile``): a matmul and an all_reduce, every node of which TorchAir converts on Ascend;
 * ``does_not_convert`` (``xccl.compile``): ``logcumsumexp``, whose TorchAir converter only raises
@@ -16,7 +16,7 @@ xccl.init()
 w = torch.ones(8, 8)
 
 
-@torch.compile(backend="aot_eager")
+@torch.compile(backend="eager")
 def step(x: torch.Tensor) -> torch.Tensor:
     y = x * 2
     dist.broadcast(y, src=0)
