@@ -397,3 +397,37 @@ def test_tp_fsdp2_on_ascend_at_16_ranks_per_mesh_dimension_and_torchair_verdict(
     assert region.region == f"{TP_FSDP2}:{_line(TP_FSDP2, '@xccl.compile')} mean_loss"
     assert (region.compiler, region.converts, region.breaks) == ("TorchAir (simulated)", True, ())
     assert "per group: dim tp[8]" in report.table()
+
+
+def test_compiled_regions_from_a_ranks_record_in_process(tmp_path: Path) -> None:
+    """The report's reading of Dynamo's logs, without a run: a break below two user frames belongs to the compiled
+    function (not its caller), a repeat Dynamo logs without its traceback counts to the same site, a resume
+    function's graphs to the region it resumes, and frames Dynamo compiled inside torch are not regions."""
+    import torch
+
+    from xccl.tools._preflight_compiled import regions
+
+    c10d = os.path.join(os.path.dirname(str(torch.__file__)), "distributed", "distributed_c10d.py")
+    wrapper = os.path.join(os.path.dirname(str(torch.__file__)), "distributed", "c10d_logger.py")
+    script = str(tmp_path / "train.py")
+    full = (f"Graph break in user code at {c10d}:3133\nGraph Break Reason: Encountered graph break when attempting "
+            "to trace CALL: a function call, e.g. f(x, y):\n\nAttempted to call function marked as skipped\n  "
+            "Explanation: Dynamo does not know how to trace it. More words.\n  Hint: ignore me\n\nUser code "
+            f'traceback:\n  File "{script}", line 30, in main\n    step(x)\n  File "{script}", line 12, in step\n'
+            f'    dist.broadcast(y, src=0)\n  File "{wrapper}", line 83, in wrapper\n    return func()\n'
+            f'  File "{c10d}", line 3133, in broadcast\n    opts = BroadcastOptions()\n')
+    repeat = (f"Graph break (user stack suppressed due to duplicate graph break) in user code at {c10d}:3133\n"
+              "Graph Break Reason: Attempted to call function marked as skipped")
+    record = {"breaks": [{"text": full}, {"text": repeat}], "checks": [], "frames": [
+        {"compile_id": "0/0", "co_name": "step", "co_filename": script, "co_firstlineno": 9, "graph_op_count": 1},
+        {"compile_id": "1/0", "co_name": "broadcast", "co_filename": c10d, "co_firstlineno": 3100,
+         "graph_op_count": 0},
+        {"compile_id": "2/0", "co_name": "torch_dynamo_resume_in_step_at_12", "co_filename": script,
+         "co_firstlineno": 12, "graph_op_count": 2},
+    ]}
+    [region] = regions({0: record}, str(tmp_path))
+    assert (region.region, region.graphs, region.converts) == ("train.py:9 step", 2, None)
+    [brk] = region.breaks
+    assert (brk.site, brk.collective, brk.count, brk.ranks) == ("train.py:12 step", "torch.distributed.broadcast",
+                                                                 2, 1)
+    assert brk.reason == "Attempted to call function marked as skipped: Dynamo does not know how to trace it"
