@@ -433,3 +433,119 @@ def test_png_without_matplotlib_is_a_typed_error_before_the_script_runs(
         fsdp2.png(str(tmp_path / "r.png"))
     assert (raised.value.package, raised.value.extra, raised.value.fix) == ("matplotlib", "plot",
                                                                            "pip install 'xccl[plot]'")
+
+
+# ---------------------------------------------------------------------------------------------- compiled regions
+
+COMPILED = "tests/data/preflight/compiled_regions.py"
+TP_FSDP2 = "examples/tp_fsdp2_train.py"
+
+
+@pytest.fixture(scope="module")
+def compiled() -> Report:
+    """Three compiled regions on simulated Ascend: a dist.broadcast that breaks its graph, a region TorchAir
+    converts, and one it does not (the script dies of it there, as on the hardware). Rank 0 of a fake world of 2,
+    one process (compiling is the cost: a real world of 2 takes about four times as long on 2 shared cores)."""
+    return preflight("ascend", 2, ["python", COMPILED], cwd=str(ROOT), timeout=180, cost_model=None, ranks=[0])
+
+
+def _region(report: Report, name: str) -> Any:
+    [region] = [r for r in report.compiled if r.region.endswith(f" {name}")]
+    return region
+
+
+def test_a_collective_that_breaks_the_graph_is_reported_at_the_users_line(compiled: Report) -> None:
+    step = _region(compiled, "step")
+    assert compiled.mode == "fake"
+    assert step.region == f"{COMPILED}:{_line(COMPILED, '@torch.compile')} step"
+    # Dynamo cannot trace dist.broadcast (torch 2.13): the step is two graphs, split at the broadcast's line. Before
+    # XcclProcessGroup's methods ran outside Dynamo, the script died there of an InternalTorchDynamoError.
+    assert step.graphs == 2
+    [brk] = step.breaks
+    assert brk.site == f"{COMPILED}:{_line(COMPILED, 'dist.broadcast(')} step"
+    assert (brk.collective, brk.ranks, brk.count) == ("torch.distributed.broadcast", 1, 1)
+    assert brk.reason.startswith("Attempted to call function marked as skipped")
+    assert step.converts is None and step.compiler is None  # torch.compile(backend="aot_eager"): not TorchAir's
+    # The broadcast itself ran (eagerly, between the two graphs) and is reported at the same line.
+    assert any(c.op == "broadcast" and c.site == brk.site and c.calls == 2 for c in compiled.calls)
+    assert {f.error for f in compiled.failures} == {"BackendCompilerFailed"}  # does_not_convert's, below
+    table = compiled.table()
+    assert f"torch.distributed.broadcast breaks the graph at {brk.site}" in table
+
+
+def test_torchair_verdict_per_compiled_region_on_ascend(compiled: Report) -> None:
+    ok, bad = _region(compiled, "converts"), _region(compiled, "does_not_convert")
+    assert (ok.compiler, ok.converts, ok.graphs, ok.problems) == ("TorchAir (simulated)", True, 1, ())
+    assert ok.collectives == ("_c10d_functional.all_reduce.default",)
+    assert (bad.compiler, bad.converts, bad.graphs) == ("TorchAir (simulated)", False, 1)
+    # Every node TorchAir cannot convert is listed (here one), with TorchAir's own error and its source line.
+    [problem] = bad.problems
+    assert "logcumsumexp" in problem and "ge_converter is not implemented" in problem and "torchair@" in problem
+    # The compilation failed at the first call, as it would on the hardware.
+    [failure] = compiled.failures
+    assert (failure.ranks, failure.kind, failure.error, compiled.exit_code) == ((0,), "script", "BackendCompilerFailed", 1)
+    assert "logcumsumexp" in failure.message
+    table = compiled.table()
+    assert "TorchAir (simulated): converts every node" in table and "DOES NOT CONVERT 1 node(s)" in table
+    regions = compiled.to_json()["compiled"]
+    assert [r["region"].split()[-1] for r in regions] == ["step", "converts", "does_not_convert"]
+    # The compiled all_reduce is the user's: its site is in the script, not the graph's generated code.
+    assert {c.site.split(":")[0] for c in compiled.calls if c.op == "all_reduce"} == {COMPILED}, compiled.calls
+    assert {"region", "graphs", "breaks", "compiler", "converts", "collectives", "problems"} == set(regions[0])
+
+
+@pytest.mark.slow
+def test_tp_fsdp2_on_ascend_at_16_ranks_per_mesh_dimension_and_torchair_verdict() -> None:
+    """The issue's done-when: DTensor TP + FSDP2 on simulated Ascend, 16 ranks on 2 nodes (a fake world: ranks 0
+    and 15): tp (8, inside a node) and dp (2, across the nodes) each get their row, and the compiled loss average
+    TorchAir's verdict."""
+    report = preflight("ascend", 16, [TP_FSDP2, "--steps", "1"], nodes=2, cwd=str(ROOT), timeout=180,
+                       cost_model=None)
+    assert report.ok, report.table()
+    assert (report.mode, report.ranks_run) == ("fake", (0, 15))
+    groups = report.by_group
+    assert set(groups) == {"dim tp", "dim dp"}
+    assert (groups["dim tp"]["group_size"], groups["dim dp"]["group_size"]) == (8, 2)
+    ops = {(c.mesh_dim, c.op, c.intra_node) for c in report.calls}
+    # TP's all_reduce (RowwiseParallel) inside a node; FSDP2's all_gather and reduce_scatter across the nodes;
+    # the compiled loss average's all_reduce on dp.
+    assert {("tp", "all_reduce", True), ("dp", "all_gather_into_tensor", False),
+            ("dp", "reduce_scatter_tensor", False), ("dp", "all_reduce", False)} <= ops
+    [region] = report.compiled
+    assert region.region == f"{TP_FSDP2}:{_line(TP_FSDP2, '@xccl.compile')} mean_loss"
+    assert (region.compiler, region.converts, region.breaks) == ("TorchAir (simulated)", True, ())
+    assert "per group: dim tp[8]" in report.table()
+
+
+def test_compiled_regions_from_a_ranks_record_in_process(tmp_path: Path) -> None:
+    """The report's reading of Dynamo's logs, without a run: a break below two user frames belongs to the compiled
+    function (not its caller), a repeat Dynamo logs without its traceback counts to the same site, a resume
+    function's graphs to the region it resumes, and frames Dynamo compiled inside torch are not regions."""
+    import torch
+
+    from xccl.tools._preflight_compiled import regions
+
+    c10d = os.path.join(os.path.dirname(str(torch.__file__)), "distributed", "distributed_c10d.py")
+    wrapper = os.path.join(os.path.dirname(str(torch.__file__)), "distributed", "c10d_logger.py")
+    script = str(tmp_path / "train.py")
+    full = (f"Graph break in user code at {c10d}:3133\nGraph Break Reason: Encountered graph break when attempting "
+            "to trace CALL: a function call, e.g. f(x, y):\n\nAttempted to call function marked as skipped\n  "
+            "Explanation: Dynamo does not know how to trace it. More words.\n  Hint: ignore me\n\nUser code "
+            f'traceback:\n  File "{script}", line 30, in main\n    step(x)\n  File "{script}", line 12, in step\n'
+            f'    dist.broadcast(y, src=0)\n  File "{wrapper}", line 83, in wrapper\n    return func()\n'
+            f'  File "{c10d}", line 3133, in broadcast\n    opts = BroadcastOptions()\n')
+    repeat = (f"Graph break (user stack suppressed due to duplicate graph break) in user code at {c10d}:3133\n"
+              "Graph Break Reason: Attempted to call function marked as skipped")
+    record = {"breaks": [{"text": full}, {"text": repeat}], "checks": [], "frames": [
+        {"compile_id": "0/0", "co_name": "step", "co_filename": script, "co_firstlineno": 9, "graph_op_count": 1},
+        {"compile_id": "1/0", "co_name": "broadcast", "co_filename": c10d, "co_firstlineno": 3100,
+         "graph_op_count": 0},
+        {"compile_id": "2/0", "co_name": "torch_dynamo_resume_in_step_at_12", "co_filename": script,
+         "co_firstlineno": 12, "graph_op_count": 2},
+    ]}
+    [region] = regions({0: record}, str(tmp_path))
+    assert (region.region, region.graphs, region.converts) == ("train.py:9 step", 2, None)
+    [brk] = region.breaks
+    assert (brk.site, brk.collective, brk.count, brk.ranks) == ("train.py:12 step", "torch.distributed.broadcast",
+                                                                 2, 1)
+    assert brk.reason == "Attempted to call function marked as skipped: Dynamo does not know how to trace it"

@@ -352,10 +352,15 @@ class XcclProcessGroup(dist.ProcessGroup):
 
 
 # The other names torch and the trampoline call c10d's methods by (``all_gather_single`` for ``_allgather_base``,
-# ...), from the one list of them the simulated vendor group implements too.
+# ...), from the one list of them the simulated vendor group implements too. Each runs outside Dynamo: when a
+# compiled function calls a torch.distributed function Dynamo cannot trace (dist.broadcast builds a pybind
+# options struct), Dynamo breaks the graph and, on torch 2.13, then traces on into this group's Python method,
+# where reading any attribute of the group (an opaque object to it) is a hard InternalTorchDynamoError instead of
+# a graph break. Disabled, the method is a graph break of its own and runs eagerly, as a C++ group's would.
 for _method, _aliases in C10D_METHODS.items():
-    for _alias in _aliases:
-        setattr(XcclProcessGroup, _alias, getattr(XcclProcessGroup, _method))
+    _eager = torch.compiler.disable(getattr(XcclProcessGroup, _method))  # type: ignore[no-untyped-call]
+    for _name in (_method, *_aliases):
+        setattr(XcclProcessGroup, _name, _eager)
 
 
 def _coalesced(group: XcclProcessGroup, name: str, kargs: tuple[Any, ...], issue: Any) -> Any:

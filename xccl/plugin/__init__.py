@@ -33,6 +33,8 @@ below. What is here, by concern:
   :func:`read_json`, :func:`as_object`, :func:`require`, :func:`nonempty_list`, :func:`json_type`,
   :func:`describe`, :func:`non_negative`, :func:`any_string`, :func:`optional_ipv4`, :func:`is_ipv4`,
   :func:`check_ranks`, :func:`check_device_ids`, :func:`dump`, :data:`INTEGER`, :data:`StrPath`);
+* graph compilers: :func:`report_graph_check` (what a vendor's compiler found in a graph: :class:`GraphCheck`,
+  :class:`NodeProblem`), which ``xccl preflight`` reports per compiled region;
 * the errors a plugin raises, and :func:`warn_at_user` for warnings that name the user's line.
 
 Everything else of the package is xccl's own: the discovery listing (``xccl.plugins()``, ``xccl.PluginInfo``), the
@@ -64,6 +66,7 @@ from ._capabilities import (
 from ._contract import PLUGIN_API_VERSION, Plugin, ProbeResult, Runtime
 from ._cost import BUS_FACTOR, CostModel, LinkCost, bus_factor, cost_rows
 from ._entries import PORTABLE
+from ._graph_checks import GraphCheck, NodeProblem, report_graph_check
 from ._graph_column import graph_entries
 from ._job import Job
 from ._jobenv import JobEnv, job_env
@@ -122,6 +125,7 @@ __all__ = [
     "CostModel",
     "ErrorHandling",
     "Fault",
+    "GraphCheck",
     "InitError",
     "InvalidArgument",
     "Job",
@@ -131,6 +135,7 @@ __all__ = [
     "LinkCost",
     "Level",
     "Mode",
+    "NodeProblem",
     "Plugin",
     "Prefer",
     "ProbeResult",
@@ -171,6 +176,7 @@ __all__ = [
     "reduce_op_name",
     "reduce_op_of",
     "remove_patches",
+    "report_graph_check",
     "require",
     "simulated_backend_of",
     "simulated_group_of",

@@ -42,6 +42,10 @@ _INTERNAL: Final = (
 )
 
 
+#: File names of code generated at run time that is not the user's: torch.fx's GraphModule code.
+_GENERATED: Final = ("<eval_with_key>",)
+
+
 #: Frameworks' communication layers, whose frames sit between the user's code and torch.distributed as a vendor's
 #: adaptor does (module-name prefixes). Frameworks, not vendors, so xccl keeps the list: DeepSpeed's ``deepspeed.comm``
 #: (``deepspeed/comm/comm.py``'s ``all_reduce`` etc. call ``cdb``, a ``TorchBackend`` in ``deepspeed/comm/torch.py``
@@ -79,7 +83,10 @@ def internal(frame: types.FrameType, skip: tuple[str, ...] = ()) -> bool:
     code = frame.f_code
     if not skip and (known := INTERNAL_CODE.get(code)) is not None:
         return known
-    found = code.co_filename.startswith(_INTERNAL + skip) or _in(str(frame.f_globals.get("__name__", "")), _adaptors)
+    # "<eval_with_key>.N": the code torch.fx generates for a GraphModule (a compiled region's graph, run by the
+    # backend); the user's frame is the compiled function's, further out.
+    found = (code.co_filename.startswith(_INTERNAL + skip + _GENERATED)
+             or _in(str(frame.f_globals.get("__name__", "")), _adaptors))
     if not skip:
         if len(INTERNAL_CODE) > 4096:  # code objects made at run time (exec, lambdas in loops): start over
             INTERNAL_CODE.clear()

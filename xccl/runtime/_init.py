@@ -38,6 +38,7 @@ from ..plugin._sim import register_simulated_backend, simulated_backend_of
 from ..plugin._verify import verify
 from ..plugin._warn import set_adaptor_modules
 from ._backend_check import all_arrived, wrong_backend
+from ._compiled import start_compiled_record
 from ._env import env_init_method, job_of, rendezvous_error, resolve_ranks, timeout_of
 from ._rendezvous import rendezvous
 from ._shutdown import at_exit as _at_exit
@@ -236,6 +237,7 @@ def init(
     t = time.perf_counter()
     STATE.default = state_of(dist.group.WORLD)
     start_watch()  # the flight recorder's dump watcher and SIGUSR1 handler, when it is on
+    start_compiled_record()  # graph breaks, for xccl preflight (XCCL_COMPILED_DUMP_AT_EXIT)
     STATE.lap("group state", t)
     if not world.adopted:
         connect_world()

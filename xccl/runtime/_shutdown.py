@@ -12,6 +12,7 @@ from ..collectives._flight_dump import dump_at_exit, stop_watch
 from ..collectives._liveness import close_quietly
 from ..collectives._process_group import backend_name
 from ..collectives._state import STATE
+from ._compiled import dump_compiled_at_exit
 
 __all__ = ["at_exit", "shutdown"]
 
@@ -44,6 +45,7 @@ def _shutdown_at_exit() -> None:
             ours = str(dist.get_backend()) == backend_name(runtime)
     if not ours:
         dump_at_exit()  # an adopted world's record is asked for too (ours is dumped by _teardown)
+        dump_compiled_at_exit()
         return
     # At exit, a failing teardown must not mask the program's own status.
     with contextlib.suppress(Exception):
@@ -63,6 +65,7 @@ def _teardown(*, destroy: bool) -> None:
     """Forget xccl's state; with ``destroy``, destroy the world and shut the vendor's runtime down."""
     runtime, world = STATE.runtime, STATE.world
     dump_at_exit()
+    dump_compiled_at_exit()
     close_quietly(STATE.liveness)
     stop_watch(STATE.flight_watch)
     # Drop our references to the process groups first, so that destroy_process_group releases the last ones

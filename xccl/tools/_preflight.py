@@ -18,6 +18,7 @@ from typing import Literal
 from ..errors import InvalidArgument
 from ..plugin._cost import CostModel
 from ..plugin._registry import default_registry
+from ._preflight_compiled import load_compiled, regions
 from ._preflight_launch import launch, rank_env
 from ._preflight_report import Report, build, groups_of, load_records
 from ._preflight_settings import settings
@@ -127,8 +128,10 @@ def preflight(vendor: str, world: int, argv: Sequence[str], *, nodes: int = 1, t
         exits = launch(argv, vendor=vendor, world=world, nodes=nodes, timeout=timeout, trace_dir=trace_dir,
                        cwd=workdir, fake=fake)
         records = load_records(trace_dir, [e.rank for e in exits])
+        compiled = regions(load_compiled(trace_dir, [e.rank for e in exits]), workdir)
         # Judged in rank 0's environment: the one the ranks ran in (the variables the user exported included).
         env = rank_env(os.environ, rank=0, world=world, nodes=nodes, port=0, vendor=vendor, trace_dir=trace_dir)
         return build(trace_dir, records, vendor=plugin.name, world=world, nodes=nodes, exits=exits, model=model,
                      cwd=workdir, settings=settings(registry, plugin.name, env, groups_of(records)),
-                     notes=NOTES if fake is None else NOTES + FAKE_NOTES, mode="real" if fake is None else "fake")
+                     notes=NOTES if fake is None else NOTES + FAKE_NOTES, mode="real" if fake is None else "fake",
+                     compiled=compiled)

@@ -3,7 +3,7 @@
 Each rank gets torchrun's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
 ``GROUP_RANK``/``NODE_RANK``, ``MASTER_ADDR``/``MASTER_PORT``; ranks are laid out node by node, ``N / M`` per node),
 the vendor's simulation (``XCCL_SIMULATE``) and the flight recorder, on and dumping its record at exit into a
-directory of the preflight's own. As torchrun does, the first rank that fails ends the run: the others are given
+directory of the preflight's own, with its compiled regions next to it (``XCCL_COMPILED_DUMP_AT_EXIT``). As torchrun does, the first rank that fails ends the run: the others are given
 a moment to fail alike (a refusal before communicating is raised on every rank), then asked to dump their record
 (``SIGUSR1``, the recorder's own signal) and stopped. Every wait is bounded by the preflight's timeout.
 """
@@ -21,6 +21,7 @@ from typing import Final, final
 
 from ..collectives._flight_dump import AT_EXIT
 from ..plugin._fake_world import ENV as FAKE_ENV
+from ..plugin._graph_checks import COMPILED_AT_EXIT
 from ..testing._pool import free_port
 
 __all__ = ["RankExit", "launch", "rank_env"]
@@ -64,6 +65,7 @@ def rank_env(base: Mapping[str, str], *, rank: int, world: int, nodes: int, port
         "GROUP_WORLD_SIZE": str(nodes), "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(world),
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": "xccl-preflight",
         "XCCL_TRACE": str(ENTRIES), AT_EXIT: "1", "TORCH_FR_DUMP_TEMP_FILE": os.path.join(trace_dir, "rank_"),
+        COMPILED_AT_EXIT: "1",
         "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS", "1"),
     })
     if fake:

@@ -23,6 +23,7 @@ from ..plugin._cost import CostModel
 from ..plugin._vocab import Collective
 from ._cost_model import Prediction, predict
 from ._preflight_child import error_path
+from ._preflight_compiled import CompiledRegion, render_compiled
 from ._preflight_format import nbytes as _bytes
 from ._preflight_format import ranges as _ranges
 from ._preflight_format import seconds as _seconds
@@ -111,6 +112,8 @@ class Report:
         groups: the process groups one rank used (the most any rank did).
         settings: the vendor's settings that would bite (``xccl doctor``'s vendor-runtime checks).
         notes: what the report cannot show.
+        compiled: the ``torch.compile`` regions the script ran: graphs, graph breaks and the vendor compiler's
+            verdict (:mod:`._preflight_compiled`).
     """
 
     vendor: str
@@ -125,6 +128,7 @@ class Report:
     groups: int = 0
     settings: tuple[Setting, ...] = field(default=())
     notes: tuple[str, ...] = field(default=())
+    compiled: tuple[CompiledRegion, ...] = field(default=())
 
     @property
     def seen(self) -> bool:
@@ -306,7 +310,7 @@ def load_records(directory: str, ranks: Sequence[int]) -> dict[int, dict[str, An
 
 def build(directory: str, records: Mapping[int, dict[str, Any]], *, vendor: str, world: int, nodes: int,
           exits: Sequence[RankExit], model: CostModel | None, cwd: str, settings: Sequence[Setting] = (),
-          notes: Sequence[str] = (), mode: str = "real") -> Report:
+          notes: Sequence[str] = (), mode: str = "real", compiled: Sequence[CompiledRegion] = ()) -> Report:
     """The report of the ranks that left their ``records`` and errors in ``directory`` (``mode``: ``real``, or
     ``fake`` when the ranks that ran each played one rank of a world that did not exist)."""
     ranks = [e.rank for e in exits]
@@ -314,7 +318,7 @@ def build(directory: str, records: Mapping[int, dict[str, Any]], *, vendor: str,
                   calls=tuple(_calls(records, model, max(1, world // nodes), cwd)),
                   failures=tuple(_failures(directory, ranks, cwd)), exits=tuple(exits),
                   cost_model=None if model is None else model.generation, groups=groups_of(records),
-                  settings=tuple(settings), notes=tuple(notes))
+                  settings=tuple(settings), notes=tuple(notes), compiled=tuple(compiled))
 
 
 def groups_of(records: Mapping[int, dict[str, Any]]) -> int:
@@ -337,6 +341,7 @@ def render(report: Report) -> str:
         lines.append("per group: " + "; ".join(f"{name}[{g['group_size']}] {g['calls']} calls, {_bytes(g['bytes'])}, "
                                                f"{_seconds(g['seconds'])}" for name, g in groups.items()))
     lines.append(f"predicted communication per rank: {_seconds(report.total_seconds)}")
+    lines += render_compiled(report.compiled, report.vendor)
     for f in sorted(report.failures, key=lambda f: f.kind == "peer"):
         if f.kind == "peer":  # the first failure's consequence: one line, not its whole story
             lines.append(f"then on ranks {_ranges(f.ranks)}: {f.error} at {f.site} (another rank failed first)")

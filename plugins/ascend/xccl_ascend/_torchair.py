@@ -51,8 +51,8 @@ import torch.distributed as dist
 
 from xccl.plugin import UnsupportedCollective, version_below
 
-__all__ = ["GRAPH_P2P_CANN", "IR_DTYPE", "Vocabulary", "check_graph", "normalize_reduce_op", "target_name",
-           "vocabulary"]
+__all__ = ["GRAPH_P2P_CANN", "IR_DTYPE", "Vocabulary", "check_graph", "communication", "graph_problems",
+           "normalize_reduce_op", "target_name", "vocabulary"]
 
 BACKEND: Final = "ascend"
 _RESOURCE: Final = "torchair_vocabulary.json"
@@ -321,24 +321,15 @@ def _ge_problem(node: torch.fx.Node, name: str, cann: str | None) -> tuple[str, 
             "compiles it", v.cite_ir(op))
 
 
-def check_graph(gm: torch.fx.GraphModule, *, phase: str, aliases: Mapping[str, str] | None = None,
-                cann: str | None = None, registered: Mapping[str, Callable[..., Any]] | None = None) -> None:
-    """Fail, as TorchAir's conversion (and GE's compilation) would, on the first node of ``gm`` it cannot convert.
-
-    Args:
-        gm: a graph after AOTAutograd (what TorchAir's compiler receives).
-        phase: ``"forward"``, ``"backward"`` or ``"inference"``, for the message.
-        aliases: target names that stand for TorchAir's (the simulation's stand-ins for ``npu_define`` and
-            ``npu`` ops, by their real names).
-        cann: the CANN version installed (None: unknown, not checked).
-        registered: converters registered at run time, by target name: called with the node's arguments, as
-            TorchAir calls a converter (one that raises fails the compilation with its error).
-
-    Raises:
-        UnsupportedCollective: naming the node, the error text and where it comes from.
-    """
+def graph_problems(gm: torch.fx.GraphModule, *, phase: str, aliases: Mapping[str, str] | None = None,
+                   cann: str | None = None, registered: Mapping[str, Callable[..., Any]] | None = None
+                   ) -> list[tuple[torch.fx.Node, str, BaseException]]:
+    """Every node of ``gm`` TorchAir's conversion (or GE's compilation) would fail on, in graph order: the node,
+    its target's name and the error :func:`check_graph` raises for it (a registered converter's own error
+    included). Arguments as :func:`check_graph`'s."""
     aliases = aliases or {}
     registered = registered or {}
+    found: list[tuple[torch.fx.Node, str, BaseException]] = []
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "output", "get_attr"):
             continue
@@ -354,14 +345,56 @@ def check_graph(gm: torch.fx.GraphModule, *, phase: str, aliases: Mapping[str, s
             if _all_empty(node) and name not in vocabulary().dont_empty_tensor_opt_ops:
                 continue
             if name in registered:
-                registered[name](*node.args, **node.kwargs)
+                try:
+                    registered[name](*node.args, **node.kwargs)
+                except Exception as exc:  # TorchAir fails the compilation with it, as is
+                    found.append((node, name, exc))
                 continue
             problem = (conversion_problem(node.target, name) or _semantic_problem(node, name)
                        or _ge_problem(node, name, cann))
         if problem is not None:
             text, where = problem
-            raise UnsupportedCollective(
+            found.append((node, name, UnsupportedCollective(
                 name, BACKEND,
                 f"TorchAir cannot convert node {node.name!r} of the {phase} graph ({node.format_node()}): {text} "
                 f"[simulated TorchAir conversion check; {where}]",
-            )
+            )))
+    return found
+
+
+def check_graph(gm: torch.fx.GraphModule, *, phase: str, aliases: Mapping[str, str] | None = None,
+                cann: str | None = None, registered: Mapping[str, Callable[..., Any]] | None = None) -> None:
+    """Fail, as TorchAir's conversion (and GE's compilation) would, on the first node of ``gm`` it cannot convert.
+
+    Args:
+        gm: a graph after AOTAutograd (what TorchAir's compiler receives).
+        phase: ``"forward"``, ``"backward"`` or ``"inference"``, for the message.
+        aliases: target names that stand for TorchAir's (the simulation's stand-ins for ``npu_define`` and
+            ``npu`` ops, by their real names).
+        cann: the CANN version installed (None: unknown, not checked).
+        registered: converters registered at run time, by target name: called with the node's arguments, as
+            TorchAir calls a converter (one that raises fails the compilation with its error).
+
+    Raises:
+        UnsupportedCollective: naming the node, the error text and where it comes from (or a registered
+            converter's own error).
+    """
+    problems = graph_problems(gm, phase=phase, aliases=aliases, cann=cann, registered=registered)
+    if problems:
+        raise problems[0][2]
+
+
+def communication(gm: torch.fx.GraphModule, aliases: Mapping[str, str] | None = None) -> list[str]:
+    """The communication ops of ``gm`` in graph order, by TorchAir's names (the HCCL and MC2 operators, the
+    functional collectives and xccl's own ops; ``wait_tensor`` is a wait, not communication)."""
+    aliases = aliases or {}
+    out = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = target_name(node.target)
+        name = aliases.get(name, name)
+        if (name in _IR_NODES or name in _MC2 or name.startswith(("xccl.", "_c10d_functional.", "c10d_functional."))
+                ) and ".wait_tensor." not in name:
+            out.append(name)
+    return out

@@ -37,9 +37,9 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 import xccl
-from xccl.plugin import reduce_op_of
+from xccl.plugin import NodeProblem, reduce_op_of, report_graph_check
 
-from ._torchair import check_graph, target_name
+from ._torchair import communication, graph_problems, target_name
 from ._torchair_lower import GraphOps
 
 if TYPE_CHECKING:
@@ -81,6 +81,8 @@ _OPS: Final[Mapping[str, tuple[str, str]]] = {
         "npu_mm_all_reduce_base(Tensor x1, Tensor x2, str hcom, *, str reduce_op='sum', Tensor? bias=None, "
         "int comm_turn=0) -> Tensor"),
 }
+#: The compiler's name in what it reports of each graph (``xccl preflight``'s TorchAir verdict).
+COMPILER: Final = "TorchAir (simulated)"
 #: CANN release to simulate (default: the one torch_npu 2.13 installs with, Ascend/pytorch@462f4e1 README.md:71).
 SIM_CANN_ENV: Final = "XCCL_SIM_CANN_VERSION"
 _LOCK: Final = threading.Lock()
@@ -283,7 +285,13 @@ def simulated_torchair(
     def compiler(phase: str) -> Callable[..., Any]:
         def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
             if check:
-                check_graph(gm, phase=phase, aliases=aliases, cann=cann, registered=dict(_REGISTERED))
+                problems = graph_problems(gm, phase=phase, aliases=aliases, cann=cann, registered=dict(_REGISTERED))
+                # Every node it cannot convert, for `xccl preflight`'s verdict; then the first fails the
+                # compilation, as on the hardware.
+                report_graph_check(COMPILER, phase, len(gm.graph.nodes), communication(gm, aliases),
+                                   [NodeProblem(str(node.format_node()), name, str(exc)) for node, name, exc in problems])
+                if problems:
+                    raise problems[0][2]
             if observe is not None:
                 observe(phase, gm)
             return make_boxed_func(gm.forward)  # CPU runs what GE would
