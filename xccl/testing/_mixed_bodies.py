@@ -1,0 +1,115 @@
+"""Rank bodies for a mixed-vendor world (tests/test_mixed.py, benchmarks/mixed.py): every collective on the world
+against the value every rank can compute for itself, the links' bytes, the island's emulation parts.
+
+Every rank's input is a function of its rank, so each rank knows what every collective must give.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import xccl
+
+from ..collectives._state import STATE, state_of
+
+__all__ = ["collectives", "links_of_reduce_scatter", "world_map"]
+
+
+def _x(rank: int, n: int) -> torch.Tensor:
+    return torch.arange(n, dtype=torch.float32) * (rank + 1) + rank
+
+
+def world_map() -> tuple[str, list[tuple[str, list[int]]], list[str]]:
+    """This rank's plugin, the islands (plugin, ranks) and every rank's plugin, as the world's map says."""
+    w = xccl.get_world()
+    m = w.map
+    if m is None:
+        raise RuntimeError("no world map")
+    return w.plugin, [(i.plugin, list(i.ranks)) for i in m.islands], list(m.plugins)
+
+
+def collectives() -> list[str]:
+    """Every collective on the world, through ``torch.distributed`` (xccl's c10d group) and ``xccl.*``; the
+    names of those whose result differs from the reference (empty: all equal)."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    bad: list[str] = []
+
+    def check(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
+        if got.shape != want.shape or not torch.allclose(got, want):
+            bad.append(name)
+
+    for size in (8, 7, 1):  # divisible by the island size (hierarchical), not (through the leaders), tiny
+        t = _x(r, size)
+        dist.all_reduce(t)
+        check(f"all_reduce sum {size}", t, sum(_x(q, size) for q in range(n)))
+        t = _x(r, size)
+        xccl.all_reduce(t, op=dist.ReduceOp.MAX)
+        check(f"xccl.all_reduce max {size}", t, _x(n - 1, size))
+        t = _x(r, size)
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        check(f"all_reduce avg {size}", t, sum(_x(q, size) for q in range(n)) / n)
+    full = [_x(q, 4 * n) for q in range(n)]
+    out = torch.empty(4)
+    dist.reduce_scatter_tensor(out, full[r])
+    check("reduce_scatter_tensor", out, sum(full)[4 * r:4 * r + 4])
+    out = torch.empty(4)
+    dist.reduce_scatter(out, list(full[r].view(n, 4).unbind(0)))
+    check("reduce_scatter", out, sum(full)[4 * r:4 * r + 4])
+    got = torch.empty(3 * n)
+    dist.all_gather_into_tensor(got, _x(r, 3))
+    check("all_gather_into_tensor", got, torch.cat([_x(q, 3) for q in range(n)]))
+    lst = [torch.empty(3) for _ in range(n)]
+    dist.all_gather(lst, _x(r, 3))
+    check("all_gather", torch.stack(lst), torch.stack([_x(q, 3) for q in range(n)]))
+    for root in range(n):
+        t = _x(r, 5)
+        dist.broadcast(t, src=root)
+        check(f"broadcast from {root}", t, _x(root, 5))
+    t = _x(r, 5)
+    dist.reduce(t, dst=n - 1)
+    check("reduce", t, sum(_x(q, 5) for q in range(n)) if r == n - 1 else _x(r, 5))
+    inp = _x(r, 2 * n)
+    out = torch.empty(2 * n)
+    dist.all_to_all_single(out, inp)
+    check("all_to_all_single", out, torch.cat([_x(q, 2 * n)[2 * r:2 * r + 2] for q in range(n)]))
+    outs = [torch.empty(2) for _ in range(n)]
+    dist.all_to_all(outs, list(inp.view(n, 2).unbind(0)))
+    check("all_to_all", torch.cat(outs), torch.cat([_x(q, 2 * n)[2 * r:2 * r + 2] for q in range(n)]))
+    gl = [torch.empty(3) for _ in range(n)] if r == 0 else None
+    # xccl.gather, not dist.gather: torch_npu replaces dist.gather on the Ascend ranks (its patch, reproduced by
+    # the simulation), so the islands would call different collectives.
+    xccl.gather(_x(r, 3), gl, dst=0)
+    if gl is not None:
+        check("gather", torch.stack(gl), torch.stack([_x(q, 3) for q in range(n)]))
+    t = torch.empty(3)
+    dist.scatter(t, [_x(q, 3) for q in range(n)] if r == 1 else None, src=1)
+    check("scatter", t, _x(r, 3))
+    t = torch.empty(4)
+    if r % 2 == 0:
+        dist.send(_x(r, 4), dst=r + 1)
+    else:
+        dist.recv(t, src=r - 1)
+        check("send/recv", t, _x(r - 1, 4))
+    dist.barrier()
+    return bad
+
+
+def links_of_reduce_scatter(numel: int) -> dict[str, Any]:
+    """One reduce_scatter_tensor of ``numel`` floats per rank on the world: the bytes this rank put on each link,
+    and the flight recorder's island entries (op and emulation parts) of the call."""
+    n = dist.get_world_size()
+    parts = getattr(dist.group.WORLD, "mixed", None)
+    if parts is None:
+        raise RuntimeError("the world is not a mixed group")
+    island, cross = parts.links.island, parts.links.cross
+    out = torch.empty(numel // n)
+    dist.reduce_scatter_tensor(out, torch.ones(numel))
+    flight = STATE.flight
+    name = state_of(parts.island).name
+    entries = [(e.op, list(e.parts or [])) for e in (flight.entries() if flight is not None else [])
+               if getattr(e.group, "name", None) == name and e.op == "reduce_scatter_tensor"]
+    return {"island": parts.links.island - island, "cross": parts.links.cross - cross, "entries": entries[-1:],
+            "ok": bool(torch.all(out == n))}
