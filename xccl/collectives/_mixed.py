@@ -39,6 +39,7 @@ from ..errors import UnsupportedCollective
 from ..plugin._capabilities import CapabilityTable, Collective, reduce_op_name
 from ..plugin._contract import Runtime
 from ..plugin._registry import default_registry
+from ..plugin._work import Work
 from . import _specs as S
 from ._dispatch import dispatch
 from ._islands import WorldMap
@@ -193,7 +194,15 @@ class MixedProcessGroup:
         fn = getattr(self, f"_{op.value}", None)
         if fn is None:
             raise UnsupportedCollective(op.value, "a mixed group", "no composition across islands yet")
-        return fn  # type: ignore[no-any-return]
+
+        def kernel(*kargs: Any) -> Work:
+            fn(*kargs)
+            # Complete at once, holding the output (a DDP communication hook reads ``fut.value()[0]``).
+            first = kargs[0] if kargs else None
+            out = [first] if isinstance(first, torch.Tensor) else list(first) if isinstance(first, list) else []
+            return Work(result=[t for t in out if isinstance(t, torch.Tensor)])
+
+        return kernel
 
     # ----------------------------------------------------------------------------------------- hierarchical
     def _cross(self, group: Any, t: torch.Tensor) -> None:

@@ -6,6 +6,9 @@ Every rank's input is a function of its rank, so each rank knows what every coll
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from typing import Any
 
 import torch
@@ -15,7 +18,7 @@ import xccl
 
 from ..collectives._state import STATE, state_of
 
-__all__ = ["collectives", "links_of_reduce_scatter", "world_map"]
+__all__ = ["collectives", "fault", "links_of_reduce_scatter", "world_map"]
 
 
 def _x(rank: int, n: int) -> torch.Tensor:
@@ -113,3 +116,21 @@ def links_of_reduce_scatter(numel: int) -> dict[str, Any]:
                if getattr(e.group, "name", None) == name and e.op == "reduce_scatter_tensor"]
     return {"island": parts.links.island - island, "cross": parts.links.cross - cross, "entries": entries[-1:],
             "ok": bool(torch.all(out == n))}
+
+
+def fault(victim: int) -> dict[str, Any]:
+    """``victim`` dies (SIGKILL); every other rank runs all_reduce on the world until it fails, and reports the
+    error's class names and its op and group."""
+    rank = dist.get_rank()
+    if rank == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.5)  # the victim is gone before the survivors call
+    t = torch.ones(1 << 12)
+    started = time.monotonic()
+    try:
+        for _ in range(100_000):
+            dist.all_reduce(t)
+    except Exception as exc:
+        return {"types": [c.__name__ for c in type(exc).__mro__], "op": getattr(exc, "op", None),
+                "group": getattr(exc, "group", None), "after": time.monotonic() - started}
+    return {"types": ["no error"]}
