@@ -111,3 +111,22 @@ def test_a_rank_killed_on_either_island_is_a_typed_error_on_every_survivor(victi
         assert o.ok, str(o)
         assert "XcclError" in o.value["types"] and {"PeerFailure", "CollectiveTimeout"} & set(o.value["types"]), o
         assert o.value["op"] in ("all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor"), o.value
+
+
+def test_islands_of_unequal_size_give_the_reference():
+    # 1 Ascend + 3 cpu ranks: every composition takes the leaders' path or the host group.
+    renv = {0: {"XCCL_SIMULATE": "ascend"}}
+    with RankPool(4, env={"XCCL_HETEROGENEOUS": "1"}, rank_env=renv, start_method="forkserver",
+                  start_timeout=60) as pool:
+        assert [g[1] for g in pool.run_ok(B.world_map)] == [[("ascend", [0]), ("cpu", [1, 2, 3])]] * 4
+        assert pool.run_ok(B.collectives, timeout=120) == [[], [], [], []]
+
+
+def test_caps_group_shows_the_derived_table(capsys):
+    from xccl.tools.cli import main
+
+    assert main(["caps", "--group", "ascend:2,sophgo:2"]) == 0
+    rows = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines()[1:])
+    assert rows["reduce_scatter_tensor"] == "hierarchical (sophgo emulates reduce_scatter_tensor)"
+    assert rows["all_gather_into_tensor"] == "hierarchical" and rows["all_to_all_single"] == "host-staged"
+    assert main(["caps", "--group", "ascend:x"]) == 2

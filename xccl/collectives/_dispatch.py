@@ -96,8 +96,9 @@ def plan(st: GroupState, op: Collective, dtype: torch.dtype | None, reduce_op: A
     if mixed is not None:
         # A group spanning islands of a mixed-vendor world: its own composition (``_mixed``), checked against every
         # island's table on every rank.
-        kernel = st.plans[key] = mixed.compose(op, dtype, reduce_op)
-        return kernel
+        composed: Kernel = mixed.compose(op, dtype, reduce_op)
+        st.plans[key] = composed
+        return composed
     p = plan_call(st.table, op, st.fallback, dtype=dtype, reduce_op=redop, world_size=st.size,
                   sdk_versions=st.runtime.sdk_versions())
     native = native_kernel(st, op)

@@ -36,7 +36,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, _DistributedBackendOptions
 
 from ..errors import UnsupportedCollective
-from ..plugin._capabilities import CapabilityTable, Collective, reduce_op_name
+from ..plugin._capabilities import CapabilityTable, Collective, Level, reduce_op_name
 from ..plugin._contract import Runtime
 from ..plugin._registry import default_registry
 from ..plugin._work import Work
@@ -77,8 +77,10 @@ class LinkBytes:
 
 
 def mixed_table(tables: dict[str, CapabilityTable], sizes: dict[str, int]) -> dict[Collective, str]:
-    """The derived table of a group spanning islands: op -> ``"hierarchical"``, ``"host-staged"`` or
-    ``"unsupported: <why>"``.
+    """The derived table of a group spanning islands: op -> how it runs there, for ``xccl caps --group``.
+
+    ``"hierarchical"`` (island parts + the host between islands), ``"host-staged"`` (the host group alone) or
+    ``"unsupported: <why>"``; a hierarchical op names the island parts a vendor only emulates.
 
     Args:
         tables: each island's plugin -> its capability table.
@@ -86,9 +88,20 @@ def mixed_table(tables: dict[str, CapabilityTable], sizes: dict[str, int]) -> di
     """
     out: dict[Collective, str] = {}
     for op, parts in HIERARCHICAL.items():
-        lacking = [f"{p} lacks {part.value}" for p, t in tables.items() for part in parts[:2]
-                   if sizes[p] > 1 and not t.supports(part, world_size=sizes[p])]
-        out[op] = "unsupported: " + "; ".join(lacking) if lacking and op is not C.ALL_REDUCE else "hierarchical"
+        lacking, emulated = [], []
+        for plugin, table in tables.items():
+            # all_reduce: reduce_scatter + all_gather; where a vendor lacks them, reduce + broadcast (the leaders).
+            options = [parts[:2], parts[2:]] if op is C.ALL_REDUCE else [parts]
+            for option in options:
+                levels = {part: table.level(part, world_size=sizes[plugin]) for part in option}
+                if sizes[plugin] < 2 or all(lv is not Level.UNSUPPORTED for lv in levels.values()):
+                    emulated += [f"{plugin} emulates {part.value}" for part, lv in levels.items()
+                                 if lv is Level.EMULATED and sizes[plugin] > 1]
+                    break
+            else:
+                lacking.append(f"{plugin} cannot run {' + '.join(p.value for p in options[0])}")
+        out[op] = ("unsupported: " + "; ".join(lacking) if lacking else
+                   "hierarchical" + (f" ({'; '.join(emulated)})" if emulated else ""))
     for op in HOST_STAGED:
         out[op] = "host-staged"
     return out

@@ -25,6 +25,10 @@ def _x(rank: int, n: int) -> torch.Tensor:
     return torch.arange(n, dtype=torch.float32) * (rank + 1) + rank
 
 
+def _sum(ts: list[torch.Tensor]) -> torch.Tensor:
+    return torch.stack(ts).sum(0)
+
+
 def world_map() -> tuple[str, list[tuple[str, list[int]]], list[str]]:
     """This rank's plugin, the islands (plugin, ranks) and every rank's plugin, as the world's map says."""
     w = xccl.get_world()
@@ -47,20 +51,20 @@ def collectives() -> list[str]:
     for size in (8, 7, 1):  # divisible by the island size (hierarchical), not (through the leaders), tiny
         t = _x(r, size)
         dist.all_reduce(t)
-        check(f"all_reduce sum {size}", t, sum(_x(q, size) for q in range(n)))
+        check(f"all_reduce sum {size}", t, _sum([_x(q, size) for q in range(n)]))
         t = _x(r, size)
         xccl.all_reduce(t, op=dist.ReduceOp.MAX)
         check(f"xccl.all_reduce max {size}", t, _x(n - 1, size))
         t = _x(r, size)
         dist.all_reduce(t, op=dist.ReduceOp.AVG)
-        check(f"all_reduce avg {size}", t, sum(_x(q, size) for q in range(n)) / n)
+        check(f"all_reduce avg {size}", t, _sum([_x(q, size) for q in range(n)]) / n)
     full = [_x(q, 4 * n) for q in range(n)]
     out = torch.empty(4)
     dist.reduce_scatter_tensor(out, full[r])
-    check("reduce_scatter_tensor", out, sum(full)[4 * r:4 * r + 4])
+    check("reduce_scatter_tensor", out, _sum(full)[4 * r:4 * r + 4])
     out = torch.empty(4)
     dist.reduce_scatter(out, list(full[r].view(n, 4).unbind(0)))
-    check("reduce_scatter", out, sum(full)[4 * r:4 * r + 4])
+    check("reduce_scatter", out, _sum(full)[4 * r:4 * r + 4])
     got = torch.empty(3 * n)
     dist.all_gather_into_tensor(got, _x(r, 3))
     check("all_gather_into_tensor", got, torch.cat([_x(q, 3) for q in range(n)]))
@@ -73,7 +77,7 @@ def collectives() -> list[str]:
         check(f"broadcast from {root}", t, _x(root, 5))
     t = _x(r, 5)
     dist.reduce(t, dst=n - 1)
-    check("reduce", t, sum(_x(q, 5) for q in range(n)) if r == n - 1 else _x(r, 5))
+    check("reduce", t, _sum([_x(q, 5) for q in range(n)]) if r == n - 1 else _x(r, 5))
     inp = _x(r, 2 * n)
     out = torch.empty(2 * n)
     dist.all_to_all_single(out, inp)
