@@ -138,3 +138,35 @@ def fault(victim: int) -> dict[str, Any]:
         return {"types": [c.__name__ for c in type(exc).__mro__], "op": getattr(exc, "op", None),
                 "group": getattr(exc, "group", None), "after": time.monotonic() - started}
     return {"types": ["no error"]}
+
+
+def time_all_reduce(sizes: list[int], warmup: int, iters: int) -> dict[str, Any]:
+    """benchmarks/mixed.py: for each size (bytes), the hierarchical all_reduce on the world against one flat gloo
+    all_reduce over every rank, interleaved round by round; per variant this rank's times (seconds) and the bytes
+    it put into cross-island collectives per call."""
+    parts = getattr(dist.group.WORLD, "mixed", None)
+    if parts is None:
+        raise RuntimeError("the world is not a mixed group")
+    flat = dist.new_group(backend="gloo")
+    out: dict[str, Any] = {}
+    for nbytes in sizes:
+        t = torch.ones(nbytes // 4)
+        times: dict[str, list[float]] = {"hierarchical": [], "flat gloo": []}
+        cross: dict[str, int] = {}
+        for i in range(warmup + iters):
+            for name in (("hierarchical", "flat gloo") if i % 2 == 0 else ("flat gloo", "hierarchical")):
+                dist.barrier(group=flat)
+                before = parts.links.cross
+                start = time.perf_counter()
+                if name == "hierarchical":
+                    dist.all_reduce(t)
+                else:
+                    dist.all_reduce(t, group=flat)
+                took = time.perf_counter() - start
+                # A flat all_reduce puts the whole tensor into the host (cross-island) collective.
+                cross[name] = parts.links.cross - before if name == "hierarchical" else t.numel() * 4
+                t.fill_(1.0)
+                if i >= warmup:
+                    times[name].append(took)
+        out[str(nbytes)] = {"times": times, "cross": cross}
+    return out
