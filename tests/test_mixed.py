@@ -47,6 +47,14 @@ def test_reduce_scatter_is_emulated_only_in_sophgos_island_and_crosses_with_1_ov
     assert all(g["island"] == numel * 4 and g["cross"] == numel * 4 // 2 for g in got)
 
 
+def test_a_group_inside_one_island_is_the_vendors_and_one_across_is_composed(mixed):
+    got = mixed.run_ok(B.sub_groups)
+    assert got[0] == {"inside": {"composed": False, "value": 3.0}}
+    assert got[1] == {"inside": {"composed": False, "value": 3.0}, "across": {"composed": True, "value": 5.0}}
+    assert got[2] == {"across": {"composed": True, "value": 5.0}}
+    assert got[3] == {}
+
+
 def test_islands_of_groups_ranks_by_plugin():
     m = islands_of([(2, "sophgo", "sccl", "b"), (0, "cpu", "gloo", "a"), (1, "sophgo", "sccl", "b")])
     assert [(i.plugin, i.ranks) for i in m.islands] == [("cpu", (0,)), ("sophgo", (1, 2))]

@@ -18,7 +18,7 @@ import xccl
 
 from ..collectives._state import STATE, state_of
 
-__all__ = ["collectives", "fault", "links_of_reduce_scatter", "world_map"]
+__all__ = ["collectives", "fault", "links_of_reduce_scatter", "sub_groups", "time_all_reduce", "world_map"]
 
 
 def _x(rank: int, n: int) -> torch.Tensor:
@@ -169,4 +169,18 @@ def time_all_reduce(sizes: list[int], warmup: int, iters: int) -> dict[str, Any]
                 if i >= warmup:
                     times[name].append(took)
         out[str(nbytes)] = {"times": times, "cross": cross}
+    return out
+
+
+def sub_groups() -> dict[str, Any]:
+    """A group inside one island ([0, 1]) and one across islands ([1, 2]), made by every rank: which is composed,
+    and their all_reduce results on their members."""
+    r = dist.get_rank()
+    inside, across = xccl.new_group([0, 1]), xccl.new_group([1, 2])
+    out: dict[str, Any] = {}
+    for name, g, members in (("inside", inside, (0, 1)), ("across", across, (1, 2))):
+        if r in members:
+            t = torch.full((6,), float(r + 1))
+            dist.all_reduce(t, group=g)
+            out[name] = {"composed": getattr(g, "mixed", None) is not None, "value": t[0].item()}
     return out
