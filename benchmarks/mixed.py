@@ -20,7 +20,7 @@ host link's bandwidth, and the cross-island bytes are what bounds the step.
 Usage::
 
     python benchmarks/mixed.py                 # 4 KiB .. 64 MiB, 10 rounds
-    python benchmarks/mixed.py --quick         # 4 KiB and 1 MiB, 2 rounds (tests/test_benchmarks.py)
+    python benchmarks/mixed.py --quick         # 4 KiB and 64 KiB, 2 rounds (tests/test_benchmarks.py)
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--json", type=Path, default=RESULTS)
     args = ap.parse_args()
-    sizes = [4 << 10, 1 << 20] if args.quick else SIZES
+    sizes = [4 << 10, 64 << 10] if args.quick else SIZES
     iters, warmup = (2, 1) if args.quick else (args.iters, args.warmup)
     with RankPool(N, {"fallback": "emulate"}, env={"XCCL_HETEROGENEOUS": "1"}, rank_env=RANK_ENV) as pool:
         per_rank = pool.run_ok(B.time_all_reduce, sizes, warmup, iters, timeout=1800)

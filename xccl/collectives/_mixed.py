@@ -127,7 +127,8 @@ def _back(dst: torch.Tensor, h: torch.Tensor) -> None:
 
 
 class MixedProcessGroup:
-    """The parts of a group spanning islands; the c10d face is :func:`make_group` (an ``XcclProcessGroup``).
+    """The parts of a group spanning islands; its c10d face is an ``XcclProcessGroup`` whose ``mixed`` is this
+    (``_process_group._mixed_group``).
 
     Args:
         options: torch's ``_DistributedBackendOptions`` for the group.
