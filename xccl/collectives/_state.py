@@ -142,7 +142,10 @@ class GroupState:
     def communicator_name(self) -> str:
         """The plugin's communicator name for the group, asked for once (on HCCL, asking creates it)."""
         if self.comm_name is None:
-            self.comm_name = self.runtime.comm_name(self.group)
+            # A group spanning islands has no vendor communicator of its own (each island has its own): its name is
+            # xccl's, the same on every member, and asks no vendor (HCCL's would broadcast over the whole group).
+            mixed = getattr(self.group, "mixed", None) is not None
+            self.comm_name = f"xccl-mixed:{self.name}" if mixed else self.runtime.comm_name(self.group)
         return self.comm_name
 
     def side_group(self) -> Any:
