@@ -135,10 +135,12 @@ class MixedProcessGroup:
         runtime: this rank's runtime.
         world_map: the world's map.
         island_group: builds this rank's island group from its options (``_process_group``'s creator does).
+        host_timeout: the host groups' timeout (default the group's): the timeout given, where the vendor's
+            watchdog policy raised the island group's (Ascend: above HCCL_EXEC_TIMEOUT), as no watchdog watches gloo.
     """
 
     def __init__(self, options: Any, runtime: Runtime, world_map: WorldMap,
-                 island_group: Callable[[Any, Any], Any]) -> None:
+                 island_group: Callable[[Any, Any], Any], host_timeout: _dt.timedelta | None = None) -> None:
         members = members_of(options)
         me = members[options.group_rank]
         #: Each island's members (global ranks, group order), islands in the order of their first member.
@@ -153,11 +155,11 @@ class MixedProcessGroup:
         self.k: Final = len(island)
         self.runtime: Final = runtime
         self.plugins: Final = tuple(world_map.plugins[p[0]] for p in self.parts)
-        timeout = options.timeout
         store = options.store
         io = _DistributedBackendOptions()
         io.store = PrefixStore(f"xccl.mixed.island.{self.mine}", store)
-        io.group_rank, io.group_size, io.timeout = self.local, len(island), timeout
+        io.group_rank, io.group_size, io.timeout = self.local, len(island), options.timeout
+        timeout = options.timeout if host_timeout is None else host_timeout
         io.group_id = f"{options.group_id}.island{self.mine}"
         io.global_ranks_in_group = list(island)
         #: This rank's vendor group over its island (xccl's dispatch runs on it).

@@ -153,6 +153,7 @@ class _Creator:
             # A group created by third-party code (DeviceMesh, FSDP, Megatron-style builders): the vendor's options.
             world = None if not dist.is_initialized() else list(options.global_ranks_in_group)
             pg_options = runtime.process_group_options(world)
+        given = options.timeout  # a mixed group's host (gloo) groups keep it: no vendor watchdog watches them
         watchdog = runtime.plugin.vendor_runtime().watchdog
         if watchdog is not None:
             # Every group, whoever creates it: the vendor's watchdog never gets a timeout at or below its floor.
@@ -162,7 +163,7 @@ class _Creator:
             options.timeout = decided.timeout
         world_map = STATE.world_map
         if world_map is not None and len(world_map.split(members_of(options))) > 1:
-            return _mixed_group(runtime, world_map, options, pg_options, self.name)
+            return _mixed_group(runtime, world_map, options, pg_options, self.name, given)
         t = time.perf_counter()
         native = runtime.create_native_group(options, pg_options)
         t = STATE.lap("native group", t)
@@ -190,10 +191,12 @@ def _island_group(runtime: Runtime, name: str) -> Any:
     return build
 
 
-def _mixed_group(runtime: Runtime, world_map: Any, options: Any, pg_options: Any, name: str) -> XcclProcessGroup:
+def _mixed_group(runtime: Runtime, world_map: Any, options: Any, pg_options: Any, name: str,
+                 host_timeout: _dt.timedelta) -> XcclProcessGroup:
     """xccl's group over members of several islands: its kernels are the compositions of ``_mixed``, over this
-    rank's island group and gloo groups over the host; the host group serves what torch routes past Python."""
-    parts = MixedProcessGroup(options, runtime, world_map, _island_group(runtime, name))
+    rank's island group (the vendor's timeout policy applied) and gloo groups over the host (``host_timeout``, the
+    one given: no vendor watchdog watches them); the host group serves what torch routes past Python."""
+    parts = MixedProcessGroup(options, runtime, world_map, _island_group(runtime, name), host_timeout)
     group = XcclProcessGroup(options, parts.host, None, name, runtime.device_type, pg_options)
     #: Read by dispatch's planner (``_dispatch.plan``) and by ``xccl.mixed_table``.
     group.mixed = parts  # type: ignore[attr-defined]
