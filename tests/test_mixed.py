@@ -133,6 +133,18 @@ def test_islands_of_unequal_size_give_the_reference():
         assert pool.run_ok(B.collectives, timeout=120) == [[], [], [], []]
 
 
+def test_an_island_part_refused_by_the_policy_fails_on_every_rank_before_communicating():
+    # fallback="error": Sophgo's island could only emulate reduce_scatter, so the mixed group refuses it on every
+    # rank (Ascend's too, whose own part is native); all_reduce takes the leaders' path (reduce + broadcast).
+    with RankPool(4, {"fallback": "error"}, env={"XCCL_HETEROGENEOUS": "1"}, rank_env=_ASCEND_SOPHGO,
+                  start_method="forkserver", start_timeout=60) as pool:
+        got = pool.run_ok(B.refusals, timeout=60)
+    for g in got:
+        kind, message = g["reduce_scatter_tensor"]
+        assert kind == "UnsupportedCollective" and "sophgo's island cannot do its part" in message, g
+        assert g["all_reduce ok"], g
+
+
 def test_caps_group_shows_the_derived_table(capsys):
     from xccl.tools.cli import main
 

@@ -43,7 +43,7 @@ from ..plugin._work import Work
 from . import _specs as S
 from ._dispatch import dispatch
 from ._islands import WorldMap
-from ._state import register
+from ._state import STATE, register
 
 __all__ = ["HIERARCHICAL", "HOST_STAGED", "LinkBytes", "MixedProcessGroup", "members_of", "mixed_table"]
 
@@ -178,30 +178,46 @@ class MixedProcessGroup:
         #: Each island's plugin -> its table; each island's size in this group.
         self.tables: Final = tables
         self.sizes: Final = {world_map.plugins[p[0]]: len(p) for p in self.parts}
+        #: all_reduce call shapes (dtype, reduce op) some island can only run through the leaders' path.
+        self.leaders_only: Final[set[tuple[torch.dtype | None, str | None]]] = set()
 
     # ------------------------------------------------------------------------------------------------- planning
     def table(self) -> dict[Collective, str]:
         """The group's derived capability table (:func:`mixed_table`)."""
         return mixed_table(self.tables, self.sizes)
 
+    def _refusal(self, parts: Sequence[Collective], dtype: torch.dtype | None, redop: str | None) -> str | None:
+        """Why some island cannot run one of ``parts`` for this call shape (None: every island can), under the
+        fallback policy (an island part emulated under ``"error"`` is refused here, on every rank alike, rather
+        than in that island's dispatch while the other islands go on)."""
+        allow = STATE.fallback != "error"
+        red = None if redop is None else "sum" if redop == "avg" else redop
+        for part in parts:
+            for plugin, size in self.sizes.items():
+                if size < 2:
+                    continue  # an island of one runs no island part
+                t = self.tables[plugin]
+                refused = t.refusal(part, t.resolve(part, dtype=dtype, reduce_op=red, world_size=size),
+                                    allow_emulated=allow)
+                if refused is not None:
+                    return f"{plugin}'s island cannot do its part: {refused.detail}"
+        return None
+
     def _require(self, op: Collective, dtype: torch.dtype | None, redop: str | None) -> None:
         """Every island can do its part of ``op`` for this call shape, else UnsupportedCollective (every rank
-        decides alike: every rank checks every island's table)."""
+        decides alike: every rank checks every island's table). all_reduce takes the leaders' path where an
+        island cannot reduce_scatter or all_gather but can reduce and broadcast."""
         where = f"a mixed group of {' + '.join(f'{len(p)} {n}' for p, n in zip(self.parts, self.plugins, strict=True))}"
         if redop is not None and redop not in _REDUCE:
             raise UnsupportedCollective(op.value, where, f"reduce op {redop} cannot be composed across islands "
                                         "(sum, avg, max, min and product can)")
-        for part in HIERARCHICAL.get(op, ())[:2]:
-            for plugin, size in self.sizes.items():
-                if size < 2 and part is not C.BROADCAST:
-                    continue
-                t = self.tables[plugin]
-                res = t.resolve(part, dtype=dtype, reduce_op=None if redop is None else "sum" if redop == "avg"
-                                else redop, world_size=size)
-                refused = t.refusal(part, res)
-                if refused is not None:
-                    raise UnsupportedCollective(op.value, where, f"{plugin}'s island cannot do its part: "
-                                                f"{refused.detail}")
+        parts = HIERARCHICAL.get(op, ())
+        why = self._refusal(parts[:2], dtype, redop)
+        if why is not None and op is C.ALL_REDUCE and self._refusal(parts[2:], dtype, redop) is None:
+            self.leaders_only.add((dtype, redop))
+            return
+        if why is not None:
+            raise UnsupportedCollective(op.value, where, why)
 
     def compose(self, op: Collective, dtype: torch.dtype | None, reduce_op: Any) -> Callable[..., Any]:
         """The kernel for ``op`` on this group: called as ``kernel(*kernel_args, async_op)`` by dispatch."""
@@ -230,7 +246,7 @@ class MixedProcessGroup:
         flat = t if t.is_contiguous() else t.contiguous()
         flat = flat.view(-1)
         n, k = flat.numel(), self.k
-        if self.equal and k > 1 and n % k == 0:
+        if self.equal and k > 1 and n % k == 0 and (t.dtype, name) not in self.leaders_only:
             shard = torch.empty(n // k, dtype=t.dtype, device=t.device)
             self.links.island += flat.numel() * flat.element_size()
             dispatch(S.REDUCE_SCATTER_TENSOR, self.island, False, shard, flat, red)

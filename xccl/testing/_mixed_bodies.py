@@ -18,7 +18,7 @@ import xccl
 
 from ..collectives._state import STATE, state_of
 
-__all__ = ["collectives", "fault", "links_of_reduce_scatter", "sub_groups", "time_all_reduce", "world_map"]
+__all__ = ["collectives", "fault", "links_of_reduce_scatter", "refusals", "sub_groups", "time_all_reduce", "world_map"]
 
 
 def _x(rank: int, n: int) -> torch.Tensor:
@@ -183,4 +183,20 @@ def sub_groups() -> dict[str, Any]:
             t = torch.full((6,), float(r + 1))
             dist.all_reduce(t, group=g)
             out[name] = {"composed": getattr(g, "mixed", None) is not None, "value": t[0].item()}
+    return out
+
+
+def refusals() -> dict[str, Any]:
+    """Under ``fallback="error"``: what reduce_scatter_tensor raises on the world (Sophgo's island could only
+    emulate its part), and whether all_reduce (which then takes the leaders' path) is still right."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    out: dict[str, Any] = {}
+    try:
+        dist.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * n))
+        out["reduce_scatter_tensor"] = "ran"
+    except Exception as exc:
+        out["reduce_scatter_tensor"] = [type(exc).__name__, str(exc)]
+    t = _x(r, 8)
+    dist.all_reduce(t)
+    out["all_reduce ok"] = bool(torch.allclose(t, _sum([_x(q, 8) for q in range(n)])))
     return out
