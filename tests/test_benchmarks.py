@@ -32,6 +32,7 @@ CASES: dict[str, tuple[str, str]] = {
     "fused.py": (r"mm_reduce_scatter\s+64x32x64", "python"),
     "graph.py": (r"compiled step", "torchrun"),
     "import_time.py": (r"import xccl \(after torch\)", "python"),
+    "mixed.py": (r"64 KiB hierarchical", "python"),
     "overhead.py": (r"ratio xccl/torch", "python"),
     "preflight.py": (r"sophgo 16, fake", "python"),
     "soak.py": (r"== kill: 2 ranks", "python"),

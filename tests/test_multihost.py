@@ -123,6 +123,21 @@ def conformance():
            layout={k: [list(g) for g in v] for k, v in pg.layout.items()})
 
 
+def mixed():
+    from xccl.testing._mixed_bodies import collectives
+
+    failures = collectives()
+    pg = xccl.parallel_groups(tp=int(os.environ["LOCAL_WORLD_SIZE"]))
+    groups = {}
+    for g in pg:
+        x = torch.tensor([float(RANK + 1)] * 4)
+        torch.distributed.all_reduce(x, group=g.group)
+        groups[g.kind] = {"ranks": list(g.ranks), "composed": getattr(g.group, "mixed", None) is not None,
+                          "sum": x[0].item(), "want": float(sum(r + 1 for r in g.ranks))}
+    record(ok=not failures, failures=failures, plugin=world.plugin, groups=groups,
+           islands=[[i.plugin, list(i.ranks)] for i in world.map.islands], hosts=list(world.map.hosts))
+
+
 def loop():
     t = torch.ones(1 << 14)
     n = 0
@@ -193,7 +208,7 @@ def first_collective():
     record(ok=True, init_at=INIT_AT, init_s=INIT_S, at=time.time(), sum=x.item())
 
 
-{"conformance": conformance, "loop": loop, "slow": slow, "init": first_collective}[MODE]()
+{"conformance": conformance, "loop": loop, "slow": slow, "init": first_collective, "mixed": mixed}[MODE]()
 '''
 
 
@@ -613,9 +628,30 @@ def _disagreement_named(res: dict[int, dict[str, Any]], hosts: Hosts, words: tup
     return problems
 
 
+@pytest.mark.multihost
+@pytest.mark.slow
+def test_one_vendor_per_host_is_a_mixed_world_with_tp_inside_and_dp_across(make_hosts, program):
+    # docs/mixed.md: host 0 simulates Ascend, host 1 Sophgo; every collective on the world across the islands, and
+    # parallel_groups puts TP inside a host (one island: the vendor's group) and DP across (a mixed group).
+    hosts = make_hosts(2)
+    job = hosts.run_torchrun(program, nproc=NPROC, args=["mixed"], env={**ENV, "XCCL_HETEROGENEOUS": "1"},
+                             host_env={0: {"XCCL_SIMULATE": "ascend"}, 1: {"XCCL_SIMULATE": "sophgo"}})
+    codes = job.wait(timeout=240)
+    res = job.results()
+    assert sorted(res) == [0, 1, 2, 3], job.log()
+    for r, d in res.items():
+        assert d.get("ok"), (r, d, job.log())
+        assert d["plugin"] == ("ascend" if r < NPROC else "sophgo")
+        assert d["islands"] == [["ascend", [0, 1]], ["sophgo", [2, 3]]]
+        assert d["hosts"] == [hosts[0].hostname] * 2 + [hosts[1].hostname] * 2
+        assert d["groups"]["tp"]["composed"] is False and d["groups"]["dp"]["composed"] is True
+        assert all(g["sum"] == g["want"] for g in d["groups"].values()), d["groups"]
+    assert codes == [0, 0], job.log()
+
+
 def test_program_modes_are_known() -> None:
     # Guards PROGRAM's dispatch table against a renamed mode (every test above passes one).
     table = re.search(r"\{(\"conformance\".*?)\}\[MODE\]", PROGRAM)
     assert table is not None
-    assert set(re.findall(r'"(\w+)":', table.group(1))) == {"conformance", "loop", "slow", "init"}
+    assert set(re.findall(r'"(\w+)":', table.group(1))) == {"conformance", "loop", "slow", "init", "mixed"}
     json.dumps(ENV)

@@ -63,6 +63,7 @@ _LAZY: Final = {
     **dict.fromkeys(("ParallelGroup", "ParallelGroups", "parallel_groups", "parallel_layout"),
                     "xccl.runtime._parallel"),
     **dict.fromkeys(("BackendName", "TimeoutWarning", "XcclProcessGroup"), "xccl.collectives._process_group"),
+    **dict.fromkeys(("Island", "WorldMap"), "xccl.collectives._islands"),
     # the capability model and plugins
     **dict.fromkeys(
         ("PLUGIN_API_VERSION", "CapabilityTable", "Collective", "KernelContext", "Level", "Mode", "Plugin",
@@ -93,6 +94,7 @@ __all__ = [
     "InitError",
     "InvalidArgument",
     "InvalidArgumentType",
+    "Island",
     "KernelContext",
     "Level",
     "MissingExtra",
@@ -118,6 +120,7 @@ __all__ = [
     "TimeoutWarning",
     "UnsupportedCollective",
     "World",
+    "WorldMap",
     "XcclError",
     "XcclProcessGroup",
     "__version__",
@@ -212,6 +215,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         send,
     )
     from .api._patch import patch_collectives
+    from .collectives._islands import Island, WorldMap
     from .collectives._process_group import BackendName, TimeoutWarning, XcclProcessGroup
     from .fused._api import all_gather_mm, mm_all_reduce, mm_reduce_scatter
     from .graph import compile, functional, graph_ops

@@ -92,6 +92,13 @@ def plan(st: GroupState, op: Collective, dtype: torch.dtype | None, reduce_op: A
         raise InvalidArgument(op.value, BARE_PREMUL)
     if dtype is not None and dtype.is_complex and redop is not None and redop not in COMPLEX_REDUCE_OPS:
         raise InvalidArgument(op.value, complex_refusal(op.value, reduce_op))
+    mixed = getattr(st.group, "mixed", None)
+    if mixed is not None:
+        # A group spanning islands of a mixed-vendor world: its own composition (``_mixed``), checked against every
+        # island's table on every rank.
+        composed: Kernel = mixed.compose(op, dtype, reduce_op)
+        st.plans[key] = composed
+        return composed
     p = plan_call(st.table, op, st.fallback, dtype=dtype, reduce_op=redop, world_size=st.size,
                   sdk_versions=st.runtime.sdk_versions())
     native = native_kernel(st, op)

@@ -53,7 +53,7 @@ from torch._C._distributed_c10d import PrefixStore
 from ._state import STATE
 
 __all__ = [
-    "WORLD", "Facts", "Liveness", "close_quietly", "describe_ranks", "lost_peers", "look_wait", "open_port",
+    "VENDOR_FIELDS", "WORLD", "Facts", "Liveness", "close_quietly", "describe_ranks", "lost_peers", "look_wait", "open_port",
     "parse_lines", "route_address",
 ]
 
@@ -79,7 +79,10 @@ WORLD: Final = (
     ("fallback", "fallback policy (fallback=)"),
     ("xccl", "xccl version"),
     ("torch", "torch version"),
+    ("heterogeneous", "mixed-vendor switch (XCCL_HETEROGENEOUS / heterogeneous=)"),
 )
+#: The fields a mixed-vendor world lets differ between ranks (each rank selects its own plugin: docs/mixed.md).
+VENDOR_FIELDS: Final = frozenset({"plugin", "backend", "simulate"})
 
 # Probe outcomes.
 ALIVE: Final = "alive"
@@ -113,13 +116,16 @@ class Facts:
     #: Its liveness port (0: none).
     port: int
     pid: int
+    #: The rank was started with the mixed-vendor switch: its plugin, backend and simulation are its own.
+    heterogeneous: bool = False
 
     def encode(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
 
     def view(self) -> str:
         """The world this rank was told of: what every rank must agree on, as a string to compare."""
-        return json.dumps([getattr(self, name) for name, _ in WORLD], separators=(",", ":"))
+        names = [n for n, _ in WORLD if not (self.heterogeneous and n in VENDOR_FIELDS)]
+        return json.dumps([getattr(self, name) for name in names], separators=(",", ":"))
 
     @classmethod
     def decode(cls, raw: bytes | str) -> Facts | None:

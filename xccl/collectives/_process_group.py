@@ -55,6 +55,7 @@ from ..plugin._work import Work
 from . import _observe
 from . import _specs as S
 from ._dispatch import all_reduce, dispatch, warn_once
+from ._mixed import MixedProcessGroup, members_of
 from ._state import STATE, forget, state_of
 from ._watchdog import group_timeout
 
@@ -152,6 +153,7 @@ class _Creator:
             # A group created by third-party code (DeviceMesh, FSDP, Megatron-style builders): the vendor's options.
             world = None if not dist.is_initialized() else list(options.global_ranks_in_group)
             pg_options = runtime.process_group_options(world)
+        given = options.timeout  # a mixed group's host (gloo) groups keep it: no vendor watchdog watches them
         watchdog = runtime.plugin.vendor_runtime().watchdog
         if watchdog is not None:
             # Every group, whoever creates it: the vendor's watchdog never gets a timeout at or below its floor.
@@ -159,6 +161,9 @@ class _Creator:
             if decided.note is not None:
                 warn_once(("timeout", runtime.plugin.name), f"xccl: {decided.note}.", TimeoutWarning)
             options.timeout = decided.timeout
+        world_map = STATE.world_map
+        if world_map is not None and len(world_map.split(members_of(options))) > 1:
+            return _mixed_group(runtime, world_map, options, pg_options, self.name, given)
         t = time.perf_counter()
         native = runtime.create_native_group(options, pg_options)
         t = STATE.lap("native group", t)
@@ -171,6 +176,32 @@ class _Creator:
         LOG.debug("xccl group %s (%s) of %d ranks over %s", options.group_id, self.name, options.group_size,
                   type(native).__name__)
         return XcclProcessGroup(options, native, side, self.name, runtime.device_type, pg_options)
+
+
+def _island_group(runtime: Runtime, name: str) -> Any:
+    """``(options, pg_options) -> XcclProcessGroup``: this rank's vendor group over its island's members."""
+    def build(options: Any, pg_options: Any) -> XcclProcessGroup:
+        native = runtime.create_native_group(options, pg_options)
+        side = None
+        if needs_host_side(runtime):
+            side = ProcessGroupGloo(PrefixStore("xccl.side", options.store), options.group_rank, options.group_size,
+                                    options.timeout)
+        return XcclProcessGroup(options, native, side, name, runtime.device_type, pg_options)
+
+    return build
+
+
+def _mixed_group(runtime: Runtime, world_map: Any, options: Any, pg_options: Any, name: str,
+                 host_timeout: _dt.timedelta) -> XcclProcessGroup:
+    """xccl's group over members of several islands: its kernels are the compositions of ``_mixed``, over this
+    rank's island group (the vendor's timeout policy applied) and gloo groups over the host (``host_timeout``, the
+    one given: no vendor watchdog watches them); the host group serves what torch routes past Python."""
+    parts = MixedProcessGroup(options, runtime, world_map, _island_group(runtime, name), host_timeout)
+    group = XcclProcessGroup(options, parts.host, None, name, runtime.device_type, pg_options)
+    #: Read by dispatch's planner (``_dispatch.plan``) and by ``xccl.mixed_table``.
+    group.mixed = parts  # type: ignore[attr-defined]
+    LOG.debug("xccl mixed group %s: islands %s", options.group_id, parts.parts)
+    return group
 
 
 def _place_world(runtime: Runtime, options: Any) -> None:

@@ -26,6 +26,7 @@ from ..plugin._contract import Runtime
 from ..plugin._job import Job
 from ..plugin._kernels import KernelContext
 from ._flight import Flight, capacity
+from ._islands import WorldMap
 from ._scratch import Scratch
 from ._validate import group_problem
 from ._watchdog import WatchdogSettings
@@ -74,6 +75,9 @@ class World:
     #: How long a collective on the world waits before it fails: :attr:`timeout`, or the vendor's own execution
     #: timeout where that comes first (HCCL_EXEC_TIMEOUT on Ascend).
     collective_timeout: _dt.timedelta = DEFAULT_TIMEOUT
+    #: The mixed-vendor world's map (which rank runs which plugin where, the islands), when ``xccl.init`` was
+    #: given ``heterogeneous=True`` (or ``XCCL_HETEROGENEOUS=1``); None otherwise.
+    map: WorldMap | None = None
 
 
 @final
@@ -90,7 +94,8 @@ class GroupState:
         "table",
     )
 
-    def __init__(self, group: Any, native: Any, side: Any, runtime: Runtime, fallback: Fallback, check: bool) -> None:
+    def __init__(self, group: Any, native: Any, side: Any, runtime: Runtime, fallback: Fallback, check: bool,
+                 ranks: tuple[int, ...] | None = None, name: str | None = None) -> None:
         #: The process group as torch.distributed knows it.
         self.group: Final = group
         #: The vendor's own process group (or c10d Backend): native kernels call its c10d methods.
@@ -106,8 +111,9 @@ class GroupState:
         self.size: Final = group.size()
         self.rank: Final = group.rank()
         #: Global ranks of the members, in group-rank order.
-        self.ranks: Final = tuple(dist.get_process_group_ranks(group))
-        self.name: Final = group.group_name
+        #: (Given for a group torch does not know: a mixed group's island, ``_mixed``.)
+        self.ranks: Final = tuple(dist.get_process_group_ranks(group)) if ranks is None else ranks
+        self.name: Final = group.group_name if name is None else name
         self.fallback: Final = fallback
         self.check: Final = check
         #: (op, dtype, reduce op) -> kernel; filled by dispatch on first use of each call shape.
@@ -136,7 +142,10 @@ class GroupState:
     def communicator_name(self) -> str:
         """The plugin's communicator name for the group, asked for once (on HCCL, asking creates it)."""
         if self.comm_name is None:
-            self.comm_name = self.runtime.comm_name(self.group)
+            # A group spanning islands has no vendor communicator of its own (each island has its own): its name is
+            # xccl's, the same on every member, and asks no vendor (HCCL's would broadcast over the whole group).
+            mixed = getattr(self.group, "mixed", None) is not None
+            self.comm_name = f"xccl-mixed:{self.name}" if mixed else self.runtime.comm_name(self.group)
         return self.comm_name
 
     def side_group(self) -> Any:
@@ -207,6 +216,8 @@ class ProcessState:
         return now
     #: The vendor's watchdog settings in force (``_watchdog``), when the plugin declares a watchdog.
     watchdog: WatchdogSettings | None = None
+    #: The mixed-vendor world's map (``_islands``), built by the world check; None unless the switch is on.
+    world_map: WorldMap | None = None
 
     def reset(self) -> None:
         """Forget everything (``xccl.shutdown``)."""
@@ -245,17 +256,19 @@ def state_of(group: Any = None) -> GroupState:
     return st if st is not None else _adopt(group)
 
 
-def register(group: Any, runtime: Runtime, fallback: Fallback | None = None, check: bool | None = None) -> GroupState:
+def register(group: Any, runtime: Runtime, fallback: Fallback | None = None, check: bool | None = None, *,
+             ranks: tuple[int, ...] | None = None, name: str | None = None) -> GroupState:
     """Track ``group`` with a runtime and policies of its own instead of the world's.
 
     A test seam (one rank pool serves several fallback policies, or a test vendor's kernels over a real group);
-    applications get their groups' state from ``xccl.init`` and ``xccl.new_group``.
+    applications get their groups' state from ``xccl.init`` and ``xccl.new_group``. ``ranks`` and ``name`` are
+    given for a group torch does not know (a mixed group's island group, ``_mixed``).
     """
     native = getattr(group, "native", group)
     side = getattr(group, "side", None)
     st = STATE.groups[group] = GroupState(
         group, native, side, runtime, STATE.fallback if fallback is None else fallback,
-        STATE.check if check is None else check,
+        STATE.check if check is None else check, ranks, name,
     )
     return st
 

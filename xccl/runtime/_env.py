@@ -16,8 +16,23 @@ from ..errors import InitError, RendezvousTimeout, XcclError
 from ..plugin._job import Job
 from ..plugin._jobenv import JobEnv, job_env
 
-__all__ = ["env_init_method", "env_int", "job_of", "rendezvous_error", "resolve_ranks", "timeout_of"]
+__all__ = ["env_init_method", "env_int", "heterogeneous_of", "job_of", "rendezvous_error", "resolve_ranks", "timeout_of"]
 
+
+def heterogeneous_of(given: bool | None) -> bool:
+    """The mixed-vendor switch: ``given`` (``xccl.init(heterogeneous=)``), else ``XCCL_HETEROGENEOUS``.
+
+    Raises:
+        InitError: ``XCCL_HETEROGENEOUS`` is set to something other than 0/1/true/false/on/off/yes/no.
+    """
+    if given is not None:
+        return bool(given)
+    raw = os.environ.get("XCCL_HETEROGENEOUS", "").strip().lower()
+    if raw in ("", "0", "false", "off", "no"):
+        return False
+    if raw in ("1", "true", "on", "yes"):
+        return True
+    raise InitError(f"environment variable XCCL_HETEROGENEOUS={raw!r} is not a switch; set it to 1 or 0, or unset it")
 
 
 def env_int(names: Sequence[str], what: str) -> int | None:

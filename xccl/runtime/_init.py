@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import socket
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -25,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from ..collectives._flight_dump import start_watch
+from ..collectives._islands import islands_of
 from ..collectives._liveness import close_quietly
 from ..collectives._process_group import PREFIX, backend_name, register_backend
 from ..collectives._state import DEFAULT_TIMEOUT, STATE, Fallback, World, state_of
@@ -39,7 +41,7 @@ from ..plugin._verify import verify
 from ..plugin._warn import set_adaptor_modules
 from ._backend_check import all_arrived, wrong_backend
 from ._compiled import start_compiled_record
-from ._env import env_init_method, job_of, rendezvous_error, resolve_ranks, timeout_of
+from ._env import env_init_method, heterogeneous_of, job_of, rendezvous_error, resolve_ranks, timeout_of
 from ._rendezvous import rendezvous
 from ._shutdown import at_exit as _at_exit
 from ._shutdown import shutdown
@@ -178,6 +180,7 @@ def init(
     simulate: bool | None = None,
     fallback: Fallback = "warn",
     check: bool | None = None,
+    heterogeneous: bool | None = None,
     registry: Registry | None = None,
 ) -> World:
     """Set up this process's device and the world's process group through the selected plugin.
@@ -203,6 +206,10 @@ def init(
         fallback: what to do when the plugin's library lacks an op: ``"emulate"`` silently, ``"warn"`` once per op,
             ``"error"`` raise :class:`~xccl.UnsupportedCollective`.
         check: turn on the collective-mismatch detector (default: ``XCCL_CHECK=1``).
+        heterogeneous: a mixed-vendor world (default: ``XCCL_HETEROGENEOUS=1``): each rank selects its own plugin
+            (``vendor``, ``XCCL_VENDOR`` / ``XCCL_SIMULATE`` per rank), the world check builds the world's map
+            (:attr:`World.map`: the islands of each vendor) instead of refusing ranks whose plugins differ, and a
+            group that spans islands runs hierarchical collectives (docs/mixed.md). Every rank must set it alike.
         registry: plugins to choose from (default: the installed entry points); a test seam.
 
     Returns:
@@ -220,7 +227,8 @@ def init(
         xccl.all_reduce(torch.ones(2, device=world.device))
     """
     check = _check_policy(fallback, check)
-    args = (vendor, rank, world_size, local_rank, init_method, timeout, simulate, fallback, check)
+    mixed = heterogeneous_of(heterogeneous)
+    args = (vendor, rank, world_size, local_rank, init_method, timeout, simulate, fallback, check, mixed)
     if STATE.world is not None:
         if STATE.args == args:
             return STATE.world
@@ -229,10 +237,13 @@ def init(
             "Call xccl.shutdown() first"
         )
     if dist.is_initialized():
+        if mixed:
+            raise InitError("a mixed-vendor world (heterogeneous) is created by xccl.init itself, which builds the "
+                            "world's map at the rendezvous; torch.distributed is already initialised here")
         world = _adopt_world(vendor, local_rank, timeout, simulate, fallback, check, registry or default_registry())
     else:
         world = _create_world(vendor, rank, world_size, local_rank, init_method, timeout, simulate, fallback, check,
-                              registry or default_registry())
+                              registry or default_registry(), mixed)
     STATE.world, STATE.args = world, args
     t = time.perf_counter()
     STATE.default = state_of(dist.group.WORLD)
@@ -247,6 +258,7 @@ def init(
 def _create_world(
     vendor: str, rank: int | None, world_size: int | None, local_rank: int | None, init_method: str | None,
     timeout: _dt.timedelta | float | None, simulate: bool | None, fallback: Fallback, check: bool, registry: Registry,
+    mixed: bool = False,
 ) -> World:
     STATE.phases.clear()
     t = time.perf_counter()
@@ -276,11 +288,14 @@ def _create_world(
     try:
         if init_method is None and size == 1 and "MASTER_ADDR" not in os.environ:
             kwargs["store"] = dist.HashStore()  # a world of one needs no rendezvous
+            if mixed:
+                STATE.world_map = islands_of([(0, plugin.name, runtime.backend, socket.gethostname())])
         else:
             # xccl makes the store, and checks there that every rank was told the same world (_rendezvous).
             kwargs["store"], live = rendezvous(
                 init_method or env_init_method(launcher), rank_, size, job.local_rank, tmo, plugin=plugin.name,
-                backend=runtime.backend, simulate=sim, check=check, fallback=fallback, started=started, job=launcher)
+                backend=runtime.backend, simulate=sim, check=check, fallback=fallback, started=started, job=launcher,
+                heterogeneous=mixed)
         t = time.perf_counter()
         dist.init_process_group(backend=name, **kwargs)
         STATE.lap("process group", t)
@@ -307,7 +322,7 @@ def _create_world(
     _at_exit()
     group_tmo = getattr(dist.group.WORLD, "timeout", tmo)
     return World(rank_, size, job.local_rank, device, plugin.name, runtime.backend, sim, fallback, check, group_tmo, name,
-                 False, collective_timeout(group_tmo))
+                 False, collective_timeout(group_tmo), STATE.world_map)
 
 
 def _adopt_world(

@@ -36,7 +36,9 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore
 
+from ..collectives._islands import WorldMap, islands_of
 from ..collectives._liveness import (
+    VENDOR_FIELDS,
     WORLD,
     Facts,
     Liveness,
@@ -51,7 +53,7 @@ from ..errors import InitError, RendezvousTimeout
 from ..plugin._fake_world import fake_world
 from ..plugin._jobenv import JobEnv, job_env
 
-__all__ = ["Endpoint", "check_world", "facts_of", "open_store", "rendezvous"]
+__all__ = ["Endpoint", "check_world", "facts_of", "open_store", "rendezvous", "world_map"]
 
 ROOT: Final = "xccl/world/"
 #: The longest rank 0 keeps its store up, past its own deadline, for ranks that started later to time out too.
@@ -104,10 +106,10 @@ def _xccl_version() -> str:
 
 def facts_of(
     rank: int, size: int, local_rank: int, plugin: str, backend: str, simulate: bool, check: bool, fallback: str,
-    endpoint: Endpoint | None, port: int, job: JobEnv | None = None,
+    endpoint: Endpoint | None, port: int, job: JobEnv | None = None, heterogeneous: bool = False,
 ) -> Facts:
     """This rank's Facts; ``port`` is its liveness port (0: none); ``job``: the launcher's (default
-    :func:`~xccl.plugin.job_env`)."""
+    :func:`~xccl.plugin.job_env`); ``heterogeneous``: the mixed-vendor switch."""
     job = job_env() if job is None else job
     addr = ""
     if endpoint is not None:
@@ -120,6 +122,7 @@ def facts_of(
         local_world_size=_or_none(job.local_world_size), node=_or_none(job.node_rank),
         plugin=plugin, backend=backend, simulate=simulate, check=check, fallback=fallback, xccl=_xccl_version(),
         torch=torch.__version__.split("+")[0], host=socket.gethostname(), addr=addr, port=port, pid=os.getpid(),
+        heterogeneous=heterogeneous,
     )
 
 
@@ -263,7 +266,10 @@ def _disagreement(s: Any, facts: Facts, deadline: float) -> InitError:
     """The InitError saying, for each field the ranks differ on, which ranks hold each value."""
     arrived = _settle(s, deadline)
     arrived[facts.rank] = facts
-    differ = [(name, label) for name, label in WORLD if len({getattr(f, name) for f in arrived.values()}) > 1]
+    # In a mixed-vendor world (every rank switched) each rank's plugin is its own: not a difference to report.
+    mixed = all(f.heterogeneous for f in arrived.values())
+    differ = [(name, label) for name, label in WORLD
+              if not (mixed and name in VENDOR_FIELDS) and len({getattr(f, name) for f in arrived.values()}) > 1]
     groups: dict[tuple[str, ...], list[int]] = {}
     for f in arrived.values():
         groups.setdefault(tuple(_shown(getattr(f, name)) for name, _ in differ), []).append(f.rank)
@@ -276,7 +282,8 @@ def _disagreement(s: Any, facts: Facts, deadline: float) -> InitError:
     return InitError(
         f"rank {facts.rank}: the ranks were not told the same world (checked at xccl.init, before any process "
         f"group; {len(arrived)} ranks compared). {what}. Launch every node with the same WORLD_SIZE "
-        "(--nnodes x --nproc-per-node), the same XCCL_VENDOR / XCCL_SIMULATE / XCCL_CHECK settings, and the same "
+        "(--nnodes x --nproc-per-node), the same XCCL_VENDOR / XCCL_SIMULATE / XCCL_CHECK / XCCL_HETEROGENEOUS "
+        "settings (a mixed-vendor world: XCCL_HETEROGENEOUS=1 on every rank), and the same "
         "torch and xccl versions (xccl doctor --world shows what each rank has)"
     )
 
@@ -308,10 +315,13 @@ def _missing(s: Any, facts: Facts, endpoint: Endpoint | None, waited: float) -> 
 
 def rendezvous(
     url: str, rank: int, size: int, local_rank: int, timeout: _dt.timedelta, *, plugin: str, backend: str,
-    simulate: bool, check: bool, fallback: str, started: float, job: JobEnv | None = None,
+    simulate: bool, check: bool, fallback: str, started: float, job: JobEnv | None = None, heterogeneous: bool = False,
 ) -> tuple[Any, Liveness | None]:
     """The store for ``init_process_group`` once every rank has arrived and agrees, and this rank's
     :class:`~xccl.collectives._liveness.Liveness` (None for a world of one, or a store xccl did not make).
+
+    With ``heterogeneous`` the ranks may differ in plugin, backend and simulation; every rank's Facts then give
+    the world's map (:func:`world_map`), kept in ``STATE.world_map``.
 
     Raises:
         InitError, RendezvousTimeout: see :func:`check_world`.
@@ -323,6 +333,11 @@ def rendezvous(
     t = time.perf_counter()
     store, endpoint = open_store(url, rank, size, timeout)
     t = STATE.lap("store", t)
+    if heterogeneous and endpoint is None and size > 1:
+        raise InitError(f"a mixed-vendor world (heterogeneous) needs xccl's own rendezvous, where every rank's "
+                        f"vendor is published: use env:// (torchrun) or tcp://host:port, not {url!r}")
+    if heterogeneous and size == 1:
+        STATE.world_map = islands_of([(rank, plugin, backend, socket.gethostname())])
     if endpoint is None or size == 1:
         return store, None
     try:
@@ -333,8 +348,11 @@ def rendezvous(
     t = STATE.lap("liveness port", t)
     try:
         port = sock.getsockname()[1] if sock is not None else 0
-        facts = facts_of(rank, size, local_rank, plugin, backend, simulate, check, fallback, endpoint, port, job)
+        facts = facts_of(rank, size, local_rank, plugin, backend, simulate, check, fallback, endpoint, port, job,
+                         heterogeneous)
         prefix, peers = check_world(store, facts, endpoint, started, started + timeout.total_seconds())
+        if heterogeneous:
+            STATE.world_map = world_map(store, prefix, size)
     except BaseException:
         if sock is not None:
             sock.close()
@@ -344,3 +362,13 @@ def rendezvous(
         return store, None
     return store, Liveness(sock, rank, (endpoint.addr, endpoint.port), prefix, endpoint.hosted_by, peers,
                            look_wait(timeout))
+
+
+def world_map(store: Any, prefix: str, size: int) -> WorldMap:
+    """The world's map from every rank's Facts under ``prefix`` (after :func:`check_world`: all have arrived);
+    one store read, the same record on every rank."""
+    log = parse_lines(PrefixStore(prefix, store).get("log"))
+    seen = {f.rank: f for f in log}
+    if sorted(seen) != list(range(size)):  # pragma: no cover - check_world waited for every rank
+        raise InitError(f"the world map lacks ranks {sorted(set(range(size)) - set(seen))}")
+    return islands_of((f.rank, f.plugin, f.backend, f.host) for f in seen.values())

@@ -46,7 +46,9 @@ def connect_world() -> None:
     bounded by the execution timeout instead of the much shorter connect timeout (HCCL_CONNECT_TIMEOUT)."""
     runtime, world = STATE.runtime, STATE.default
     if runtime is not None and world is not None and runtime.plugin.vendor_runtime().lazy_connect is not None:
-        runtime.connect(world.group)
+        # A mixed world's vendor communicator is its island's (``_mixed``): every island member is here too.
+        mixed = getattr(world.group, "mixed", None)
+        runtime.connect(world.group if mixed is None else mixed.island)
 
 
 def connect(group: Any = None) -> None:

@@ -127,6 +127,8 @@ class RankPool:
         world_size: number of ranks.
         init_kwargs: keyword arguments for ``xccl.init`` in every rank.
         env: extra environment variables for the ranks (e.g. ``{"XCCL_SIMULATE": "sophgo"}``).
+        rank_env: more for single ranks, over ``env`` (rank -> variables): a mixed-vendor world gives each rank
+            its own ``XCCL_SIMULATE``.
         start_timeout: seconds to wait for every rank to initialise.
         start_method: ``"spawn"``, or ``"forkserver"``: ranks forked from a server that imported torch and xccl
             once, so a pool starts in a fraction of a second (for tests that kill ranks and need fresh pools).
@@ -139,10 +141,12 @@ class RankPool:
         env: Mapping[str, str] | None = None,
         start_timeout: float = 120.0,
         start_method: str = "spawn",
+        rank_env: Mapping[int, Mapping[str, str]] | None = None,
     ) -> None:
         self.world_size = world_size
         self.init_kwargs = dict(init_kwargs or {})
         self.env = dict(env or {})
+        self.rank_env = {r: dict(v) for r, v in (rank_env or {}).items()}
         self.start_timeout = start_timeout
         self.start_method = start_method
         self._procs: list[Any] = []
@@ -167,7 +171,8 @@ class RankPool:
         self._procs = [
             ctx.Process(  # type: ignore[attr-defined]
                 target=_worker,
-                args=(r, self.world_size, port, self.init_kwargs, self.env, self._tasks[r], self._results),
+                args=(r, self.world_size, port, self.init_kwargs, {**self.env, **self.rank_env.get(r, {})},
+                      self._tasks[r], self._results),
                 daemon=True,
             )
             for r in range(self.world_size)

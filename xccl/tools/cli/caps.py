@@ -1,4 +1,5 @@
-"""``xccl caps [PLUGIN ...] [--json | --markdown] [--mode eager|graph|both]``: the capability matrix.
+"""``xccl caps [PLUGIN ...] [--json | --markdown] [--mode eager|graph|both] [--group PLUGIN:N,...]``: the
+capability matrix, or (``--group``) the derived table of a mixed-vendor group (``xccl.collectives._mixed``).
 
 Rows are collectives, columns plugin x mode; a cell is ``native``, ``emul(via)`` or ``—``. Without a plugin name
 every plugin that loads is shown (available here or not: a table is data and needs no device). The rendering
@@ -33,6 +34,9 @@ def add_parser(sub: Any, name: str) -> None:
     fmt.add_argument("--json", action="store_true", help="everything as JSON: levels, dtypes, reduce ops, notes")
     fmt.add_argument("--markdown", action="store_true", help="Markdown: the matrix and a detail table per plugin")
     p.add_argument("--mode", choices=("eager", "graph", "both"), default="both", help="which modes (default both)")
+    p.add_argument("--group", metavar="PLUGIN:N,...",
+                   help="the derived table of a mixed-vendor group with N ranks of each plugin, e.g. ascend:2,sophgo:2 "
+                   "(docs/mixed.md)")
     p.set_defaults(func=run)
 
 
@@ -43,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
     from xccl.tools import _render
 
     infos = {i.name: i for i in plugins()}
+    if args.group:
+        return _group(args.group, args.json)
     if args.plugin:
         chosen = []
         for name in args.plugin:
@@ -93,6 +99,39 @@ def run(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         # `xccl caps | head`: the reader left; say nothing more (and keep Python from complaining at exit).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def _group(spec: str, as_json: bool) -> int:
+    """``--group ascend:2,sophgo:2``: how each collective runs on a group spanning those islands."""
+    from xccl.collectives._mixed import mixed_table
+    from xccl.errors import XcclError
+    from xccl.plugin._registry import default_registry
+
+    sizes: dict[str, int] = {}
+    try:
+        for item in spec.split(","):
+            name, _, count = item.strip().partition(":")
+            sizes[name] = int(count or "1")
+            if sizes[name] < 1:
+                raise ValueError(item)
+    except ValueError:
+        print(f"xccl caps: --group {spec!r}: expected PLUGIN:N[,PLUGIN:N...] with N >= 1", file=sys.stderr)
+        return 2
+    try:
+        tables = {name: default_registry().get(name).capabilities() for name in sizes}
+    except XcclError as exc:
+        print(f"xccl caps: {exc}", file=sys.stderr)
+        return 2
+    table = mixed_table(tables, sizes)
+    if as_json:
+        sys.stdout.write(json.dumps({"group": sizes, "ops": {op.value: how for op, how in table.items()}},
+                                    indent=2) + "\n")
+        return 0
+    title = " + ".join(f"{n} {name}" for name, n in sizes.items())
+    width = max(len(op.value) for op in table)
+    sys.stdout.write(f"a mixed group of {title} (eager)\n" + "".join(
+        f"{op.value:<{width}}  {how}\n" for op, how in table.items()))
     return 0
 
 

@@ -1,0 +1,155 @@
+"""Mixed-vendor worlds (issue 25, docs/mixed.md): 2 simulated-Ascend + 2 simulated-Sophgo ranks in one world.
+
+One module-scoped pool for the world's map, every collective against the reference, the links' bytes and the
+Sophgo island's emulation; fresh small pools only for the refusals at init.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from xccl.collectives._islands import islands_of
+from xccl.testing import _mixed_bodies as B
+from xccl.testing._pool import RankPool
+from xccl.testing._stacks import training_steps
+
+_ASCEND_SOPHGO = {0: {"XCCL_SIMULATE": "ascend"}, 1: {"XCCL_SIMULATE": "ascend"},
+                  2: {"XCCL_SIMULATE": "sophgo"}, 3: {"XCCL_SIMULATE": "sophgo"}}
+_CPU_SOPHGO = {2: {"XCCL_SIMULATE": "sophgo"}, 3: {"XCCL_SIMULATE": "sophgo"}}
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    with RankPool(4, env={"XCCL_HETEROGENEOUS": "1", "XCCL_TRACE": "1"}, rank_env=_ASCEND_SOPHGO) as pool:
+        yield pool
+
+
+def test_every_rank_gets_the_same_world_map(mixed):
+    got = mixed.run_ok(B.world_map)
+    assert [g[0] for g in got] == ["ascend", "ascend", "sophgo", "sophgo"]
+    assert all(g[1:] == got[0][1:] for g in got)
+    assert got[0][1] == [("ascend", [0, 1]), ("sophgo", [2, 3])]
+
+
+def test_every_collective_equals_the_reference_across_islands(mixed):
+    assert mixed.run_ok(B.collectives, timeout=120) == [[], [], [], []]
+
+
+def test_reduce_scatter_is_emulated_only_in_sophgos_island_and_crosses_with_1_over_k(mixed):
+    numel = 4096
+    got = mixed.run_ok(B.links_of_reduce_scatter, numel)
+    assert all(g["ok"] for g in got)
+    # Ascend's island runs its native reduce_scatter; Sophgo's emulates it (all_to_all_single + a local sum).
+    assert [g["entries"] for g in got[:2]] == [[("reduce_scatter_tensor", [])]] * 2
+    assert [g["entries"] for g in got[2:]] == [[("reduce_scatter_tensor", ["all_to_all_single"])]] * 2
+    # Every byte enters the island's collective; 1/k of them (k = 2 ranks per island) cross between islands.
+    assert all(g["island"] == numel * 4 and g["cross"] == numel * 4 // 2 for g in got)
+
+
+def test_a_group_inside_one_island_is_the_vendors_and_one_across_is_composed(mixed):
+    got = mixed.run_ok(B.sub_groups)
+    assert got[0] == {"inside": {"composed": False, "value": 3.0}}
+    assert got[1] == {"inside": {"composed": False, "value": 3.0}, "across": {"composed": True, "value": 5.0}}
+    assert got[2] == {"across": {"composed": True, "value": 5.0}}
+    assert got[3] == {}
+
+
+def test_islands_of_groups_ranks_by_plugin():
+    m = islands_of([(2, "sophgo", "sccl", "b"), (0, "cpu", "gloo", "a"), (1, "sophgo", "sccl", "b")])
+    assert [(i.plugin, i.ranks) for i in m.islands] == [("cpu", (0,)), ("sophgo", (1, 2))]
+    assert m.mixed and m.island_of(2).backend == "sccl"
+    assert m.split([2, 0, 1]) == ((2, 1), (0,))
+    with pytest.raises(ValueError):
+        islands_of([(1, "cpu", "gloo", "a")])
+
+
+def _init_errors(rank_env: dict[int, dict[str, str]]) -> list[str]:
+    """Each rank's InitError message, from a pool that must fail to start."""
+    pool = RankPool(4, rank_env=rank_env, start_method="forkserver", start_timeout=60)
+    with pytest.raises(RuntimeError) as info:
+        pool.start()
+    return re.findall(r"^rank \d: InitError: (.*)$", str(info.value), re.MULTILINE)
+
+
+def test_without_the_switch_differing_vendors_stay_an_init_error():
+    errors = _init_errors(_ASCEND_SOPHGO)
+    assert len(errors) == 4
+    assert all("They differ in plugin (XCCL_VENDOR" in e for e in errors)
+
+
+def test_a_switch_set_on_some_ranks_only_is_an_init_error_naming_them():
+    renv = {r: {**v, "XCCL_HETEROGENEOUS": "1" if r < 2 else "0"} for r, v in _ASCEND_SOPHGO.items()}
+    errors = _init_errors(renv)
+    assert len(errors) == 4
+    for e in errors:
+        assert "mixed-vendor switch (XCCL_HETEROGENEOUS" in e
+        assert re.search(r"ranks \[0, 1\] on .* have ascend, hccl, on; ranks \[2, 3\] on .* have sophgo, sccl, off", e), e
+
+
+@pytest.fixture(scope="module")
+def cpu_sophgo():
+    with RankPool(4, env={"XCCL_HETEROGENEOUS": "1"}, rank_env=_CPU_SOPHGO) as pool:
+        yield pool
+
+
+@pytest.mark.parametrize("world", ["mixed", "cpu_sophgo"])
+def test_ddp_and_fsdp2_train_as_the_single_process_reference(world, request):
+    pool = request.getfixturevalue(world)
+    got = pool.run_ok(training_steps, timeout=180)
+    assert got == [{"ddp": {"ok": ""}, "fsdp2": {"ok": ""}}] * 4, got
+
+
+def test_cpu_and_sophgo_islands_give_the_reference(cpu_sophgo):
+    assert [g[1] for g in cpu_sophgo.run_ok(B.world_map)] == [[("cpu", [0, 1]), ("sophgo", [2, 3])]] * 4
+    assert cpu_sophgo.run_ok(B.collectives, timeout=120) == [[], [], [], []]
+
+
+@pytest.mark.parametrize(("rank_env", "victim"), [(_ASCEND_SOPHGO, 1), (_CPU_SOPHGO, 3)],
+                         ids=["ascend-island", "sophgo-island"])
+def test_a_rank_killed_on_either_island_is_a_typed_error_on_every_survivor(rank_env, victim):
+    # timeout=10: the host groups keep it, though Ascend's watchdog policy raises its island group's above
+    # HCCL_EXEC_TIMEOUT (a peer's death is seen at once all the same: its connections close).
+    with RankPool(4, {"timeout": 10}, env={"XCCL_HETEROGENEOUS": "1"}, rank_env=rank_env, start_method="forkserver",
+                  start_timeout=60) as pool:
+        outs = pool.run(B.fault, victim, timeout=60)
+    assert outs[victim].raised("RankDied")
+    for o in outs:
+        if o.rank == victim:
+            continue
+        assert o.ok, str(o)
+        assert "XcclError" in o.value["types"] and {"PeerFailure", "CollectiveTimeout"} & set(o.value["types"]), o
+        assert o.value["op"] in ("all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor"), o.value
+        assert o.value["after"] < 10 + 5, o.value
+
+
+def test_islands_of_unequal_size_give_the_reference():
+    # 1 Ascend + 3 cpu ranks: every composition takes the leaders' path or the host group.
+    renv = {0: {"XCCL_SIMULATE": "ascend"}}
+    with RankPool(4, env={"XCCL_HETEROGENEOUS": "1"}, rank_env=renv, start_method="forkserver",
+                  start_timeout=60) as pool:
+        assert [g[1] for g in pool.run_ok(B.world_map)] == [[("ascend", [0]), ("cpu", [1, 2, 3])]] * 4
+        assert pool.run_ok(B.collectives, timeout=120) == [[], [], [], []]
+
+
+def test_an_island_part_refused_by_the_policy_fails_on_every_rank_before_communicating():
+    # fallback="error": Sophgo's island could only emulate reduce_scatter, so the mixed group refuses it on every
+    # rank (Ascend's too, whose own part is native); all_reduce takes the leaders' path (reduce + broadcast).
+    with RankPool(4, {"fallback": "error"}, env={"XCCL_HETEROGENEOUS": "1"}, rank_env=_ASCEND_SOPHGO,
+                  start_method="forkserver", start_timeout=60) as pool:
+        got = pool.run_ok(B.refusals, timeout=60)
+    for g in got:
+        kind, message = g["reduce_scatter_tensor"]
+        assert kind == "UnsupportedCollective" and "sophgo's island cannot do its part" in message, g
+        assert g["all_reduce ok"], g
+
+
+def test_caps_group_shows_the_derived_table(capsys):
+    from xccl.tools.cli import main
+
+    assert main(["caps", "--group", "ascend:2,sophgo:2"]) == 0
+    rows = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines()[1:])
+    assert rows["reduce_scatter_tensor"] == "hierarchical (sophgo emulates reduce_scatter_tensor)"
+    assert rows["all_gather_into_tensor"] == "hierarchical" and rows["all_to_all_single"] == "host-staged"
+    assert main(["caps", "--group", "ascend:x"]) == 2
