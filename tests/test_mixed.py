@@ -153,3 +153,21 @@ def test_caps_group_shows_the_derived_table(capsys):
     assert rows["reduce_scatter_tensor"] == "hierarchical (sophgo emulates reduce_scatter_tensor)"
     assert rows["all_gather_into_tensor"] == "hierarchical" and rows["all_to_all_single"] == "host-staged"
     assert main(["caps", "--group", "ascend:x"]) == 2
+
+
+def test_graph_mode_on_a_group_spanning_islands_is_refused_alike_on_every_rank(mixed):
+    # A compiled collective is lowered by each rank's own compiler (TorchAir turns it into an HCCL operator over
+    # the whole group, which cannot reach the Sophgo ranks) and would take each island's own graph layers; the
+    # composition runs only eagerly. Every rank refuses at trace time, so none is left waiting in a collective.
+    got = mixed.run_ok(B.compiled, timeout=180)
+    for g in got:
+        for op in ("all_reduce", "reduce_scatter_tensor"):
+            kind, message = g[op]
+            assert kind == "UnsupportedCollective" and "spans islands" in message and "graph mode" in message, g
+        assert g["eager all_reduce ok"], g
+
+
+def test_fused_ops_on_a_group_spanning_islands_take_the_portable_path_and_equal_the_reference(mixed):
+    # Ascend's ranks have native MC2 kernels, Sophgo's do not: on a group spanning both every rank must take the
+    # portable version, whose collectives are composed across the islands.
+    assert mixed.run_ok(B.fused, timeout=120) == [[], [], [], []]

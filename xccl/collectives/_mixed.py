@@ -182,6 +182,10 @@ class MixedProcessGroup:
         self.leaders_only: Final[set[tuple[torch.dtype | None, str | None]]] = set()
 
     # ------------------------------------------------------------------------------------------------- planning
+    def describe(self) -> str:
+        """The group's islands, e.g. ``2 ascend + 2 sophgo``."""
+        return " + ".join(f"{len(p)} {n}" for p, n in zip(self.parts, self.plugins, strict=True))
+
     def table(self) -> dict[Collective, str]:
         """The group's derived capability table (:func:`mixed_table`)."""
         return mixed_table(self.tables, self.sizes)
@@ -207,7 +211,7 @@ class MixedProcessGroup:
         """Every island can do its part of ``op`` for this call shape, else UnsupportedCollective (every rank
         decides alike: every rank checks every island's table). all_reduce takes the leaders' path where an
         island cannot reduce_scatter or all_gather but can reduce and broadcast."""
-        where = f"a mixed group of {' + '.join(f'{len(p)} {n}' for p, n in zip(self.parts, self.plugins, strict=True))}"
+        where = f"a mixed group of {self.describe()}"
         if redop is not None and redop not in _REDUCE:
             raise UnsupportedCollective(op.value, where, f"reduce op {redop} cannot be composed across islands "
                                         "(sum, avg, max, min and product can)")

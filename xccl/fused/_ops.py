@@ -40,6 +40,10 @@ _SUM: Final = dist.ReduceOp.SUM
 def _run(st: GroupState, op: Collective, dtype: torch.dtype, native_args: tuple[Any, ...],
          portable: Callable[[], Any]) -> Any:
     """The native kernel of ``op`` when the plan has one and it takes the call, else the portable version."""
+    if getattr(st.group, "mixed", None) is not None:
+        # A group spanning vendors' islands: one island's fused kernel cannot reach the others' ranks, and every
+        # rank must take the same path; the portable version's collectives are composed across the islands.
+        return portable()
     p = plan_call(st.table, op, st.fallback, dtype=dtype, world_size=st.size, sdk_versions=st.runtime.sdk_versions())
     if p.native:
         kernel = native_kernel(st, op)

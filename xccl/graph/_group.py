@@ -228,6 +228,16 @@ def resolve(name: str, op: Collective, dtype: torch.dtype | None, reduce_op: str
         # What torch refuses itself, with its message and builtin (ValueError), as in eager mode.
         raise trace_error(InvalidArgument, op.value, complex_refusal(op.value, f"RedOpType.{reduce_op.upper()}"))
     pg = c10d._resolve_process_group(name)  # type: ignore[arg-type]
+    mixed = getattr(pg, "mixed", None)
+    if mixed is not None:
+        # A group spanning islands composes its collectives eagerly (collectives/_mixed.py). In a graph, each rank's
+        # own compiler would lower the op (TorchAir into an HCCL operator over the whole group, which cannot reach
+        # the other vendor's ranks) after its own island's graph layers, so the ranks would not meet. Refused here,
+        # at trace time, on every rank alike: every member sees the same group.
+        raise trace_error(UnsupportedCollective, op.value, f"a group that spans islands ({mixed.describe()})",
+                          "graph mode is not composed across vendors: compile the collectives of groups inside "
+                          "one island (tensor parallelism) and run this group's eagerly, e.g. in a function under "
+                          "torch.compiler.disable")
     table, _, fallback = _table_of(pg)
     try:
         plan = plan_call(table, op, fallback, mode=Mode.GRAPH, dtype=dtype, reduce_op=reduce_op,

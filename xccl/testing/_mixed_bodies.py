@@ -200,3 +200,59 @@ def refusals() -> dict[str, Any]:
     dist.all_reduce(t)
     out["all_reduce ok"] = bool(torch.allclose(t, _sum([_x(q, 8) for q in range(n)])))
     return out
+
+
+def compiled() -> dict[str, Any]:
+    """xccl's collectives inside ``torch.compile`` on the world (a group spanning islands): what each raises at
+    trace time, and whether the world still runs its eager all_reduce right afterwards (no rank left waiting)."""
+    import torch._dynamo
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    out: dict[str, Any] = {}
+
+    def all_reduce(t: torch.Tensor) -> torch.Tensor:
+        xccl.all_reduce(t)
+        return t * 1
+
+    def reduce_scatter(t: torch.Tensor) -> torch.Tensor:
+        o = torch.empty(t.numel() // n)
+        xccl.reduce_scatter_tensor(o, t)
+        return o
+
+    for name, fn, size in (("all_reduce", all_reduce, 8), ("reduce_scatter_tensor", reduce_scatter, 2 * n)):
+        torch._dynamo.reset()
+        try:
+            torch.compile(fn, backend="eager", fullgraph=True)(_x(r, size))
+            out[name] = "ran"
+        except Exception as exc:
+            out[name] = [type(exc).__name__, str(exc)]
+    t = _x(r, 8)
+    dist.all_reduce(t)
+    out["eager all_reduce ok"] = bool(torch.allclose(t, _sum([_x(q, 8) for q in range(n)])))
+    return out
+
+
+def fused() -> list[str]:
+    """The fused matmul + collective ops on the world (a group spanning islands, where only Ascend has native
+    kernels), at shapes and a dtype Ascend's MC2 kernels take (float16, k = 256): the names of those whose result
+    differs from the unfused reference (empty: all equal)."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    gen = torch.Generator().manual_seed(0)
+    a_all = [torch.randn(4 * n, 256, generator=gen).div(16).half() for _ in range(n)]
+    b = torch.randn(256, 8, generator=gen).div(16).half()
+    bad: list[str] = []
+
+    def close(got: torch.Tensor, want: torch.Tensor) -> bool:
+        return got.shape == want.shape and bool(torch.allclose(got.float(), want.float(), atol=2e-2, rtol=2e-2))
+
+    rows = slice(r * 4, (r + 1) * 4)
+    total = torch.stack([a.float() @ b.float() for a in a_all]).sum(0)
+    if not close(xccl.mm_reduce_scatter(a_all[r], b), total[rows]):
+        bad.append("mm_reduce_scatter")
+    out, gathered = xccl.all_gather_mm(a_all[r][:4].contiguous(), b)
+    want = torch.cat([a[:4] for a in a_all])
+    if not (close(gathered, want) and close(out, want.float() @ b.float())):
+        bad.append("all_gather_mm")
+    if not close(xccl.mm_all_reduce(a_all[r], b), total):
+        bad.append("mm_all_reduce")
+    return bad
