@@ -61,7 +61,8 @@ def main() -> None:
     args = ap.parse_args()
     sizes = [4 << 10, 64 << 10] if args.quick else SIZES
     iters, warmup = (2, 1) if args.quick else (args.iters, args.warmup)
-    with RankPool(N, {"fallback": "emulate"}, env={"XCCL_HETEROGENEOUS": "1"}, rank_env=RANK_ENV) as pool:
+    with RankPool(N, {"fallback": "emulate"}, env={"XCCL_HETEROGENEOUS": "1"}, rank_env=RANK_ENV,
+                  start_method="forkserver") as pool:
         per_rank = pool.run_ok(B.time_all_reduce, sizes, warmup, iters, timeout=1800)
     rows = []
     print(f"all_reduce on 2 Ascend + 2 Sophgo simulated ranks ({platform.node()}, {os.cpu_count()} CPUs), "

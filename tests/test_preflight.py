@@ -9,6 +9,7 @@ same two at 64 and 16 ranks as fake worlds (two processes each: the first and th
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import sys
@@ -489,6 +490,10 @@ def test_torchair_verdict_per_compiled_region_on_ascend(compiled: Report) -> Non
     assert "TorchAir (simulated): converts every node" in table and "DOES NOT CONVERT 1 node(s)" in table
     regions = compiled.to_json()["compiled"]
     assert [r["region"].split()[-1] for r in regions] == ["step", "converts", "does_not_convert"]
+    # The HTML page has the same regions and verdicts.
+    page = compiled.html()
+    assert "<h2>Compiled regions</h2>" in page and "DOES NOT CONVERT 1 node(s)" in page
+    assert all(html.escape(r["region"]) in page for r in regions)
     # The compiled all_reduce is the user's: its site is in the script, not the graph's generated code.
     assert {c.site.split(":")[0] for c in compiled.calls if c.op == "all_reduce"} == {COMPILED}, compiled.calls
     assert {"region", "graphs", "breaks", "compiler", "converts", "collectives", "problems"} == set(regions[0])
@@ -549,3 +554,17 @@ def test_compiled_regions_from_a_ranks_record_in_process(tmp_path: Path) -> None
     assert (brk.site, brk.collective, brk.count, brk.ranks) == ("train.py:12 step", "torch.distributed.broadcast",
                                                                  2, 1)
     assert brk.reason == "Attempted to call function marked as skipped: Dynamo does not know how to trace it"
+
+
+def test_one_failure_row_for_ranks_whose_messages_differ_only_by_object_addresses(tmp_path: Path) -> None:
+    # BackendCompilerFailed names its compiler function with its address, which differs by process: still one
+    # failure, raised by both ranks (it was one row per rank).
+    from xccl.tools._preflight_child import error_path
+    from xccl.tools._preflight_report import _failures
+
+    for rank, address in ((0, "0x7f3a1c2b9d30"), (1, "0x7f81e0a4c1f0")):
+        Path(error_path(str(tmp_path), rank)).write_text(json.dumps({
+            "type": "BackendCompilerFailed", "module": "torch._dynamo.exc", "op": "", "fix": "",
+            "message": f"backend='<function compile at {address}>' raised: NotImplementedError", "site": None}))
+    [failure] = _failures(str(tmp_path), [0, 1], str(tmp_path))
+    assert failure.ranks == (0, 1) and "0x…" in failure.message

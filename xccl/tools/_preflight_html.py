@@ -96,6 +96,21 @@ def _failures(report: Report) -> str:
     return _table(("kind", "call site", "error", "op", "message", "fix", "ranks"), rows)
 
 
+def _compiled(report: Report) -> str:
+    """One row per compiled region and one per graph break in it (the terminal report's lines, as a table)."""
+    rows = []
+    for r in report.compiled:
+        if r.converts is None:
+            verdict = f"no graph compiler of {report.vendor}'s checked it"
+        elif r.converts:
+            verdict = f"{r.compiler}: converts every node ({', '.join(r.collectives) or 'no collectives'})"
+        else:
+            verdict = f"{r.compiler}: DOES NOT CONVERT {len(r.problems)} node(s): " + "; ".join(r.problems)
+        rows.append((r.region, str(r.graphs), str(len(r.breaks)), verdict))
+        rows += [(f"  break at {b.site}", "", "", f"{b.collective or 'graph break'}: {b.reason}") for b in r.breaks]
+    return _table(("compiled region", "graphs", "breaks", "verdict"), rows, frozenset({1, 2}))
+
+
 def _settings(report: Report) -> str:
     if not report.settings:
         return "<p>None judged.</p>"
@@ -120,6 +135,8 @@ def html(report: Report) -> str:
         "<h2>Call sites</h2>", _calls(report),
         f"<h2>Unsupported on {escape(report.vendor)} and other failures</h2>", _failures(report),
     ]
+    if report.compiled:
+        sections += ["<h2>Compiled regions</h2>", _compiled(report)]
     if died:
         sections.append(f"<p class=fail>rank {died[0].rank} exited with status {died[0].returncode}:</p>"
                         f"<pre>{escape(died[0].output.strip()[-2000:])}</pre>")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -285,6 +286,9 @@ def _kind(module: str, error: str) -> str:
     return "unsupported" if error in _REFUSALS else "peer" if error in _CONSEQUENCES else "script"
 
 
+_ADDRESS: Final = re.compile(r"0x[0-9a-fA-F]{6,}")
+
+
 def _failures(directory: str, ranks: Sequence[int], cwd: str) -> list[Failure]:
     by_error: dict[tuple[str, ...], list[int]] = {}
     facts: dict[tuple[str, ...], dict[str, Any]] = {}
@@ -295,7 +299,8 @@ def _failures(directory: str, ranks: Sequence[int], cwd: str) -> list[Failure]:
         except FileNotFoundError:
             continue
         site = _site([raised["site"]] if raised.get("site") else None, cwd)
-        key = (raised["type"], raised["message"], site)
+        # Object addresses differ by process (BackendCompilerFailed names its compiler function's): one row still.
+        key = (raised["type"], _ADDRESS.sub("0x…", raised["message"]), site)
         by_error.setdefault(key, []).append(rank)
         facts[key] = {**raised, "site": site}
     return [Failure(ranks=tuple(r), error=k[0], module=facts[k]["module"], message=k[1], fix=facts[k]["fix"],
