@@ -305,4 +305,12 @@ HARDWARE: Final = (
      "xccl's order joins: a 'conservative' cell means a dtype can move to native, 'WRONG' that the column "
      "over-claims (run it on a CANN below 8.6.0 too)",
      f"{_RANKS2} scripts/probe_torchair.py --json torchair.json"),
+    ("a mixed-vendor world with an Ascend island (docs/mixed.md): the host staging of a group that spans islands "
+     "(NPU tensors copied to the host and back around the gloo steps, never exercised in simulation, where every "
+     "tensor is on the CPU); here with a CPU island on a second host, started the same way with XCCL_VENDOR=cpu "
+     "and --node-rank 1: every rank prints [6.0, 6.0, 6.0, 6.0]",
+     "XCCL_HETEROGENEOUS=1 torchrun --nnodes 2 --node-rank 0 --nproc-per-node 2 --master-addr HOST "
+     "--master-port 29500 --no-python python -c \"import torch, xccl, torch.distributed as d; w = xccl.init(); "
+     "t = torch.ones(4, device=w.device) * (w.rank % 2 + 1); d.all_reduce(t); print(w.rank, w.plugin, "
+     "t.cpu().tolist())\""),
 )
