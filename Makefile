@@ -7,9 +7,9 @@ PIP    := $(PY) -m pip
 # Plugin distributions that live in this repository (installed editable for tests and simulation).
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
 TEST_PLUGINS := tests/plugins/xccl-testplugins $(dir $(wildcard examples/plugin-template/pyproject.toml))
-# Two pytest workers, each taking whole files (--dist loadfile: a file's module-scoped rank pools and runs stay in
-# one worker). Half the suite's time is spent waiting (rendezvous, timeouts a test provokes, ranks that sleep), so
-# two workers fill both cores of a 2-core machine instead of about 1.2 of them.
+# Two pytest workers, each taking whole files (--dist loadfile: a file's module-scoped rank pools and runs are made
+# once, in one worker). One worker kept about 1.2 of 2 cores busy (CPU time / wall time of a clean run): tests wait
+# on rendezvous, provoked timeouts and sleeping ranks. docs/performance.md, "The test suite's wall time".
 PYTEST_ARGS ?= -m "not slow and not gpu and not frameworks" --durations=30 -n 2 --dist loadfile
 # Every rank a test spawns imports xccl; without bytecode (PYTHONDONTWRITEBYTECODE set, as on some machines) each
 # recompiles its ~100 modules, 0.3-1 s of CPU per process. The caches go to the gitignored __pycache__ folders.
