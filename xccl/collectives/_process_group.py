@@ -39,6 +39,7 @@ import datetime as _dt
 import logging
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, Final
 
 import torch
@@ -164,31 +165,24 @@ class _Creator:
         world_map = STATE.world_map
         if world_map is not None and len(world_map.split(members_of(options))) > 1:
             return _mixed_group(runtime, world_map, options, pg_options, self.name, given)
-        t = time.perf_counter()
-        native = runtime.create_native_group(options, pg_options)
-        t = STATE.lap("native group", t)
-        side = None
-        if needs_host_side(runtime):
-            side = fake_backend(options.group_rank, options.group_size) if fake_world() is not None else \
-                ProcessGroupGloo(PrefixStore("xccl.side", options.store), options.group_rank, options.group_size,
-                                 options.timeout)
-            STATE.lap("host-side gloo group", t)
-        LOG.debug("xccl group %s (%s) of %d ranks over %s", options.group_id, self.name, options.group_size,
-                  type(native).__name__)
-        return XcclProcessGroup(options, native, side, self.name, runtime.device_type, pg_options)
+        return _vendor_group(runtime, self.name, options, pg_options)
 
 
-def _island_group(runtime: Runtime, name: str) -> Any:
-    """``(options, pg_options) -> XcclProcessGroup``: this rank's vendor group over its island's members."""
-    def build(options: Any, pg_options: Any) -> XcclProcessGroup:
-        native = runtime.create_native_group(options, pg_options)
-        side = None
-        if needs_host_side(runtime):
-            side = ProcessGroupGloo(PrefixStore("xccl.side", options.store), options.group_rank, options.group_size,
-                                    options.timeout)
-        return XcclProcessGroup(options, native, side, name, runtime.device_type, pg_options)
-
-    return build
+def _vendor_group(runtime: Runtime, name: str, options: Any, pg_options: Any) -> XcclProcessGroup:
+    """xccl's group over the vendor's own group of ``options``' members (and its host-side gloo group where the
+    plugin needs one): every group of one vendor, and each island's part of a mixed group."""
+    t = time.perf_counter()
+    native = runtime.create_native_group(options, pg_options)
+    t = STATE.lap("native group", t)
+    side = None
+    if needs_host_side(runtime):
+        side = fake_backend(options.group_rank, options.group_size) if fake_world() is not None else \
+            ProcessGroupGloo(PrefixStore("xccl.side", options.store), options.group_rank, options.group_size,
+                             options.timeout)
+        STATE.lap("host-side gloo group", t)
+    LOG.debug("xccl group %s (%s) of %d ranks over %s", options.group_id, name, options.group_size,
+              type(native).__name__)
+    return XcclProcessGroup(options, native, side, name, runtime.device_type, pg_options)
 
 
 def _mixed_group(runtime: Runtime, world_map: Any, options: Any, pg_options: Any, name: str,
@@ -196,7 +190,7 @@ def _mixed_group(runtime: Runtime, world_map: Any, options: Any, pg_options: Any
     """xccl's group over members of several islands: its kernels are the compositions of ``_mixed``, over this
     rank's island group (the vendor's timeout policy applied) and gloo groups over the host (``host_timeout``, the
     one given: no vendor watchdog watches them); the host group serves what torch routes past Python."""
-    parts = MixedProcessGroup(options, runtime, world_map, _island_group(runtime, name), host_timeout)
+    parts = MixedProcessGroup(options, runtime, world_map, partial(_vendor_group, runtime, name), host_timeout)
     group = XcclProcessGroup(options, parts.host, None, name, runtime.device_type, pg_options)
     #: Read by dispatch's planner (``_dispatch.plan``) and by ``xccl.mixed_table``.
     group.mixed = parts  # type: ignore[attr-defined]
