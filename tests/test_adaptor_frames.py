@@ -1,7 +1,7 @@
 """A vendor's adaptor is not the user's code: torch_npu replaces ``dist.gather`` (and TorchAir, torch_tpu and
 DeepSpeed's ``deepspeed.comm`` wrap other collectives), so the first frame outside torch and xccl is the vendor's.
 ``Plugin.adaptor_modules`` names those modules; the flight recorder's call sites, ``warn_at_user`` and the
-preflight's error sites skip their frames by one rule (``xccl.plugin._warn.internal``).
+preflight's error sites skip their frames by one rule (``xccl.ops._warn.internal``).
 
 In-process: ``tests/data/adaptor/acme_adaptor.py`` plays the adaptor, named by a test plugin's hook.
 """
@@ -18,7 +18,8 @@ from types import ModuleType
 import pytest
 
 from xccl.collectives._flight import user_site
-from xccl.plugin import Plugin, _warn
+from xccl.ops import _warn
+from xccl.plugin import Plugin
 from xccl.tools._preflight_child import _user_frame
 
 ROOT = Path(__file__).resolve().parent.parent

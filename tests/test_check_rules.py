@@ -9,11 +9,11 @@ import pytest
 import torch
 
 import xccl
-from xccl.collectives import _specs as S
 from xccl.collectives._check import Call, decode, disagreement, encode
 from xccl.collectives._check import _analysis as A
 from xccl.collectives._check import _fingerprint as F
 from xccl.collectives._check._record import RING, Recorder, Verdict
+from xccl.ops import _specs as S
 
 
 def _call(op: str = "all_reduce", tensors: tuple[tuple[str, tuple[int, ...]], ...] = (("float32", (4,)),),

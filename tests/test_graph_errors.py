@@ -1,6 +1,6 @@
 """Eager and graph mode refuse a bad call with the same typed error: the bad-input catalog, run both ways.
 
-Both modes validate with the op's one description (``xccl.collectives._specs``): the eager path raises
+Both modes validate with the op's one description (``xccl.ops._specs``): the eager path raises
 ``InvalidArgument`` from dispatch, the graph path raises its trace-time twin from the graph form while Dynamo traces
 (``torch.compile(fullgraph=True)``). For every case of the catalog (``tests/test_bad_input.py``) that is a call of a
 collective, this runs the call eagerly and compiled, on every rank of a 2-rank pool, and compares the error classes.
@@ -106,7 +106,7 @@ def body_drifts() -> dict[str, str]:
     # Even vs uneven from split *values*: [[1, 1], [1, 2]] looks even on rank 0 and uneven on rank 1. With split
     # sizes passed, both ranks must choose the uneven op (the key the table is asked about): the graph path now
     # asks with the same key eager dispatch uses, whatever the values.
-    from xccl.collectives import _specs as S
+    from xccl.ops import _specs as S
 
     m = [[1, 1], [1, 2]]
     out = torch.empty(sum(m[j][me] for j in range(n)))
@@ -139,8 +139,8 @@ def test_the_graph_copies_drifts_are_gone(pool: RankPool) -> None:
 
 def test_every_spec_has_exactly_one_graph_form() -> None:
     """``graph._forms.run`` looks the form up by spec name: every public collective's spec must have one."""
-    from xccl.collectives import _specs as S
     from xccl.graph import _forms
+    from xccl.ops import _specs as S
 
     names = {s.name for s in S.SPECS.values()} | {S.ISEND.name, S.IRECV.name}
     assert set(_forms._FORMS) == names

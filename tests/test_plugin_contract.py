@@ -105,7 +105,7 @@ def test_the_repository_plugins_keep_the_contract(name: str) -> None:
 def test_kernel_signatures_are_the_specs_arguments() -> None:
     """The plugin SDK (below the collectives layer) lists each kernel's parameters; dispatch calls kernels with
     the spec's kernel arguments: one list must be the other, or a conforming plugin kernel gets the wrong ones."""
-    from xccl.collectives._specs import SPECS
+    from xccl.ops._specs import SPECS
     from xccl.plugin._kernels import KERNEL_SIGNATURES
 
     for op, signature in KERNEL_SIGNATURES.items():

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from xccl.errors import InvalidArgument
+from xccl.ops._vocab import Collective
 from xccl.plugin._cost import CostModel, LinkCost
-from xccl.plugin._vocab import Collective
 from xccl.tools import Report, preflight
 from xccl.tools._cost_model import predict
 from xccl.tools.cli import main

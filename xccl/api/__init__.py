@@ -2,7 +2,7 @@
 
 Every function here has ``torch.distributed``'s signature and semantics and does one thing: while
 ``torch.compile`` traces, it hands over to the op's graph form (``xccl.graph``); otherwise it dispatches
-(``xccl.collectives``). Both validate with the op's one description (``xccl.collectives._specs``), so a bad call
+(``xccl.collectives``). Both validate with the op's one description (``xccl.ops._specs``), so a bad call
 raises the same typed error in both modes.
 """
 

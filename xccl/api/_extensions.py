@@ -13,9 +13,9 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
-from ..collectives import _specs as S
 from ..collectives._dispatch import dispatch
 from ..graph import _forms as G
+from ..ops import _specs as S
 
 __all__ = [
     "all_gather_coalesced",

@@ -10,11 +10,11 @@ from typing import Any, Final
 
 import torch
 
-from ..collectives import _specs as S
 from ..collectives._dispatch import dispatch
 from ..collectives._p2p import P2POp, batch_isend_irecv
 from ..collectives._state import state_of
 from ..graph import _forms as G
+from ..ops import _specs as S
 
 __all__ = ["P2POp", "batch_isend_irecv", "irecv", "isend", "recv", "send"]
 

@@ -19,9 +19,9 @@ from typing import Any, Final
 import torch
 
 from ..errors import UnsupportedCollective
+from ..ops import _specs as S
 from ..plugin._capabilities import reduce_op_name
 from ..plugin._work import finish
-from . import _specs as S
 from ._scratch import Lease
 
 __all__ = ["Call", "last", "local_reduce", "nothing", "take"]

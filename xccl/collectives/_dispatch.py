@@ -4,7 +4,7 @@ Every collective, from every entry point (``xccl.<op>``, ``torch.distributed.<op
 graph ops at run time), goes through :func:`dispatch`:
 
 1. find the group's :class:`~xccl.runtime.GroupState`;
-2. validate the public arguments with the op's :class:`~xccl.collectives._specs.Spec` (what every rank can check
+2. validate the public arguments with the op's :class:`~xccl.ops._specs.Spec` (what every rank can check
    alone), which also turns them into the kernel arguments;
 3. find the kernel for this call shape in the group's plan cache; the first call of a shape plans it
    (``_plan.plan_call``: one question to the capability table, then the fallback policy) and caches the kernel
@@ -35,16 +35,16 @@ import torch.distributed as dist
 import torch.utils._python_dispatch
 
 from ..errors import EmulationWarning, InvalidArgument, InvalidArgumentType, UnsupportedCollective
+from ..ops import _specs as S
+from ..ops._validate import BARE_PREMUL, complex_refusal
 from ..plugin._c10d import c10d_kernel
 from ..plugin._capabilities import COMPLEX_REDUCE_OPS, Collective, Level, Resolution, reduce_op_name
 from ..plugin._kernels import kernel_problems
 from ..plugin._vendor_runtime import Completion
 from . import _emulate, _faults, _flight, _observe
-from . import _specs as S
 from ._host_barrier import host_barrier
 from ._plan import guarded, plan_call, warn_once
 from ._state import STATE, GroupState, state_of
-from ._validate import BARE_PREMUL, complex_refusal
 
 # EmulationWarning is public as xccl.EmulationWarning; this path is kept for filterwarnings lines that name it.
 __all__ = ["EmulationWarning", "all_reduce", "dispatch", "invalid", "native_kernel", "plan", "run", "warn_once"]

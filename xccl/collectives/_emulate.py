@@ -34,10 +34,10 @@ from typing import Any, Final
 import torch
 
 from ..errors import UnsupportedCollective
+from ..ops import _specs as S
 from ..plugin._capabilities import Collective, Resolution
 from ..plugin._work import Work, finish
 from . import _layers, _monitored, _uneven
-from . import _specs as S
 from ._compose import Call, local_reduce, nothing
 from ._compose import last as _last
 from ._compose import take as _take

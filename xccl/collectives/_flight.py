@@ -11,7 +11,7 @@ the same place in dispatch where the mismatch detector records it (``_dispatch._
   appends them to the entry being issued);
 * dtypes and shapes (never the tensors: the ring must not keep memory alive);
 * the user's call site: the first frame outside xccl, torch and the vendor's or framework's adaptor (the rule of
-  ``plugin/_warn.py``);
+  ``ops/_warn.py``);
 * timestamps (``time.time_ns()``, the clock torch's recorder uses): ``created`` when dispatch saw the call,
   ``started`` when xccl handed it to the backend (xccl cannot see when a device starts a kernel: best effort),
   ``completed`` when a synchronous call returned; for an asynchronous call, when xccl's handle found it done
@@ -40,7 +40,7 @@ from typing import Any, Final, final
 import torch
 
 from ..errors import InitError
-from ..plugin import _warn
+from ..ops import _warn
 
 __all__ = ["DEFAULT_ENTRIES", "Entry", "Flight", "capacity", "message_bytes"]
 
@@ -48,7 +48,7 @@ __all__ = ["DEFAULT_ENTRIES", "Entry", "Flight", "capacity", "message_bytes"]
 DEFAULT_ENTRIES: Final = 2000
 _time_ns: Final = time.time_ns
 _getframe: Final = sys._getframe
-#: Whether a frame is not the user's (xccl, torch, the deprecation wrappers, the adaptors): ``plugin/_warn.py``'s
+#: Whether a frame is not the user's (xccl, torch, the deprecation wrappers, the adaptors): ``ops/_warn.py``'s
 #: rule, and its cache of the answer per code object.
 _internal: Final = _warn.internal
 _INTERNAL_CODE: Final = _warn.INTERNAL_CODE
@@ -143,7 +143,7 @@ class Entry:
 
 def user_site() -> tuple[types.CodeType, int] | None:
     """The first frame outside xccl, torch and the adaptors: the user's call (None when the call came from C++
-    alone). The rule is ``plugin/_warn.py``'s :func:`~xccl.plugin._warn.internal`; its cache is read here first."""
+    alone). The rule is ``ops/_warn.py``'s :func:`~xccl.ops._warn.internal`; its cache is read here first."""
     frame: types.FrameType | None = _getframe(2)
     known = _INTERNAL_CODE
     while frame is not None:

@@ -2,7 +2,7 @@
 real.
 
 Each layer is a kernel wrapping a kernel (``kernel(*kernel_args, async_op)``), and finds the arguments it
-rewrites from the op's :class:`~xccl.collectives._specs.Spec`: which arguments are tensors, whether the op reads
+rewrites from the op's :class:`~xccl.ops._specs.Spec`: which arguments are tensors, whether the op reads
 or writes them, where the reduce op and the root are. Order, outermost first: complex view, cast, premul, avg.
 
 * **avg as sum**: the reduce op becomes SUM; the written tensors are divided by the group size afterwards (on the
@@ -29,9 +29,9 @@ import torch
 import torch.distributed as dist
 
 from ..errors import UnsupportedCollective
+from ..ops import _specs as S
 from ..plugin._capabilities import BOOL_REDUCE_AS, Resolution, reduce_op_name, reduce_op_of
 from ..plugin._work import finish
-from . import _specs as S
 
 __all__ = ["BOOL_OPS", "describe", "wrap"]
 

@@ -36,11 +36,11 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, _DistributedBackendOptions
 
 from ..errors import UnsupportedCollective
+from ..ops import _specs as S
 from ..plugin._capabilities import CapabilityTable, Collective, Level, reduce_op_name
 from ..plugin._contract import Runtime
 from ..plugin._registry import default_registry
 from ..plugin._work import Work
-from . import _specs as S
 from ._dispatch import dispatch
 from ._islands import WorldMap
 from ._state import STATE, register

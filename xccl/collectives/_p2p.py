@@ -14,7 +14,7 @@ from typing import Any, final
 import torch
 
 from ..errors import InvalidArgument, InvalidArgumentType
-from . import _specs as S
+from ..ops import _specs as S
 from ._dispatch import invalid, run
 from ._state import state_of
 

@@ -28,8 +28,8 @@ from typing import Any, final
 import torch
 
 from ..errors import ConstraintFallbackWarning, ConstraintViolation, EmulationWarning
+from ..ops._warn import warn_at_user
 from ..plugin._capabilities import CapabilityTable, Collective, Level, Mode, Resolution
-from ..plugin._warn import warn_at_user
 from ._state import STATE, GroupState
 
 __all__ = ["Plan", "guarded", "plan_call", "warn_once"]

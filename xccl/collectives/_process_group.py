@@ -47,6 +47,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
 from ..errors import InitError
+from ..ops import _specs as S
 from ..plugin._c10d import C10D_METHODS
 from ..plugin._capabilities import Collective
 from ..plugin._contract import Runtime
@@ -54,7 +55,6 @@ from ..plugin._fake_world import fake_backend, fake_world
 from ..plugin._vendor_runtime import Completion
 from ..plugin._work import Work
 from . import _observe
-from . import _specs as S
 from ._dispatch import all_reduce, dispatch, warn_once
 from ._mixed import MixedProcessGroup, members_of
 from ._state import STATE, forget, state_of

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import InitError, InvalidArgument, UnsupportedCollective
+from ..ops._validate import group_problem
 from ..plugin._capabilities import CapabilityTable
 from ..plugin._contract import Runtime
 from ..plugin._job import Job
@@ -28,7 +29,6 @@ from ..plugin._kernels import KernelContext
 from ._flight import Flight, capacity
 from ._islands import WorldMap
 from ._scratch import Scratch
-from ._validate import group_problem
 from ._watchdog import WatchdogSettings
 
 __all__ = [

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import _specs as S
+from ..ops import _specs as S
 from ._compose import Call, last, local_reduce, nothing, take
 
 __all__ = ["ag_via_all_to_all", "ag_via_padding", "a2a_via_padding", "rs_via_all_to_all", "rs_via_padding"]

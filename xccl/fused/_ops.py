@@ -21,11 +21,11 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
-from ..collectives import _specs as S
 from ..collectives._dispatch import dispatch, native_kernel
 from ..collectives._plan import guarded, plan_call, warn_once
 from ..collectives._state import GroupState, state_of
 from ..errors import ConstraintFallbackWarning, EmulationWarning, UnsupportedCollective
+from ..ops import _specs as S
 from ..plugin._capabilities import Collective
 from . import _portable
 from ._validate import check_all_gather_mm, check_mm_all_reduce, check_mm_reduce_scatter

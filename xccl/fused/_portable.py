@@ -16,9 +16,9 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
-from ..collectives import _specs as S
 from ..collectives._dispatch import dispatch
 from ..collectives._state import GroupState
+from ..ops import _specs as S
 from ..plugin._capabilities import Collective, reduce_op_of
 from ._cost import bounds, choose_chunks
 

@@ -1,6 +1,6 @@
 """The graph form of every public collective: what ``xccl.<op>`` does while ``torch.compile`` traces it.
 
-``xccl.<op>(...)`` calls :func:`run` with the op's spec (``xccl.collectives._specs``) and the public arguments,
+``xccl.<op>(...)`` calls :func:`run` with the op's spec (``xccl.ops._specs``) and the public arguments,
 exactly as its eager path calls ``dispatch``: the spec's validator (the very one eager dispatch runs, given an
 error-raiser Dynamo lets through, so a bad call raises the same typed error in both modes) turns them into the
 kernel arguments, the spec's capability key is looked up in the group's table (``mode="graph"``), and the op's
@@ -28,9 +28,9 @@ from typing import Any, Final, final
 
 import torch
 
-from ..collectives import _specs as S
 from ..collectives._state import STATE
 from ..errors import UnsupportedCollective
+from ..ops import _specs as S
 from ..plugin._capabilities import Collective
 from ._group import GroupInfo, emittable, fail, group_info, order_joins, redop, resolve, trace_error
 from ._layers import carry

@@ -22,8 +22,8 @@ import torch.distributed.distributed_c10d as c10d
 
 from ..collectives._plan import plan_call
 from ..collectives._state import STATE, state_of
-from ..collectives._validate import BARE_PREMUL, complex_refusal, group_problem
 from ..errors import InvalidArgument, InvalidArgumentType, UnsupportedCollective, XcclError
+from ..ops._validate import BARE_PREMUL, complex_refusal, group_problem
 from ..plugin._capabilities import (
     COMPLEX_REDUCE_OPS,
     CapabilityTable,

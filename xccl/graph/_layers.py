@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import torch
 
-from ..collectives import _specs as S
+from ..ops import _specs as S
 from ..plugin._capabilities import BOOL_REDUCE_AS
 from ._group import GraphPlan, GroupInfo, refuse
 

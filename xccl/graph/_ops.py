@@ -23,9 +23,9 @@ import torch
 import torch.distributed.distributed_c10d as c10d
 from torch.library import custom_op
 
-from ..collectives import _specs as S
 from ..collectives._dispatch import dispatch
 from ..collectives._state import STATE
+from ..ops import _specs as S
 from ..plugin._capabilities import reduce_op_of
 
 __all__ = ["OPS", "graph_ops"]

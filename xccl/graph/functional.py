@@ -27,9 +27,9 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
-from ..collectives import _specs as S
 from ..collectives._dispatch import dispatch
 from ..errors import InvalidArgument
+from ..ops import _specs as S
 from ..plugin._capabilities import Collective
 from ._forms import _all_gather, _all_reduce, _reduce_scatter
 from ._group import GroupInfo, fail, group_info, redop, resolve

@@ -49,6 +49,7 @@ from ..errors import (
     RankTableError,
     UnsupportedCollective,
 )
+from ..ops._warn import warn_at_user
 from ._c10d import c10d_kernel
 from ._capabilities import (
     AGREED_SIZE,
@@ -105,7 +106,6 @@ from ._vendor_runtime import (
     Watchdog,
 )
 from ._versions import version_below
-from ._warn import warn_at_user
 from ._work import Work, finish
 
 __all__ = [

@@ -17,9 +17,7 @@ from typing import Final, final
 import torch
 
 from ..errors import UnsupportedCollective
-from ._prefer import AGREED_SIZE, Prefer, edges, problems
-from ._versions import version_below
-from ._vocab import (
+from ..ops._vocab import (
     ALL_DTYPES,
     ALL_REDUCE_OPS,
     COMPLEX_DTYPES,
@@ -31,6 +29,8 @@ from ._vocab import (
     reduce_op_name,
     reduce_op_of,
 )
+from ._prefer import AGREED_SIZE, Prefer, edges, problems
+from ._versions import version_below
 
 __all__ = [
     "AGREED_SIZE",

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from ._vocab import Collective
+from ..ops._vocab import Collective
 
 __all__ = ["BUS_FACTOR", "CostModel", "LinkCost", "bus_factor", "cost_rows"]
 

@@ -31,6 +31,7 @@ from ..collectives._liveness import close_quietly
 from ..collectives._process_group import PREFIX, backend_name, register_backend
 from ..collectives._state import DEFAULT_TIMEOUT, STATE, Fallback, World, state_of
 from ..errors import BackendUnavailable, InitError, InvalidArgument, XcclError
+from ..ops._warn import set_adaptor_modules
 from ..plugin._capabilities import CapabilityTable
 from ..plugin._contract import Plugin, Runtime
 from ..plugin._job import Job
@@ -38,7 +39,6 @@ from ..plugin._jobenv import job_env
 from ..plugin._registry import Registry, default_registry
 from ..plugin._sim import register_simulated_backend, simulated_backend_of
 from ..plugin._verify import verify
-from ..plugin._warn import set_adaptor_modules
 from ._backend_check import all_arrived, wrong_backend
 from ._compiled import start_compiled_record
 from ._env import env_init_method, heterogeneous_of, job_of, rendezvous_error, resolve_ranks, timeout_of

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, Final, final
 
 from ..errors import InvalidArgument
+from ..ops._vocab import Collective
 from ..plugin._cost import CostModel, LinkCost, bus_factor
-from ..plugin._vocab import Collective
 
 __all__ = ["STATS", "Point", "calibrate", "fit", "read_points"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..ops._vocab import Collective
 from ..plugin._cost import CostModel, bus_factor
-from ..plugin._vocab import Collective
 
 __all__ = ["Prediction", "predict"]
 

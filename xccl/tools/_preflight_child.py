@@ -33,9 +33,9 @@ def error_path(directory: str, rank: int) -> str:
 
 def _user_frame(tb: TracebackType | None) -> dict[str, Any] | None:
     """The innermost frame of ``tb`` that is the user's: outside the standard library (runpy), and not xccl's,
-    torch's or an adaptor's (the flight recorder's rule, :func:`xccl.plugin._warn.internal`): where the user's code called
+    torch's or an adaptor's (the flight recorder's rule, :func:`xccl.ops._warn.internal`): where the user's code called
     what failed."""
-    from xccl.plugin._warn import internal  # imports torch: only once a rank has failed
+    from xccl.ops._warn import internal  # imports torch: only once a rank has failed
 
     site: dict[str, Any] | None = None
     for frame, line in traceback.walk_tb(tb):

@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Final, final
 
 from ..collectives._flight_dump import itemsize_of
+from ..ops._vocab import Collective
 from ..plugin._cost import CostModel
-from ..plugin._vocab import Collective
 from ._cost_model import Prediction, predict
 from ._preflight_child import error_path
 from ._preflight_compiled import CompiledRegion, render_compiled

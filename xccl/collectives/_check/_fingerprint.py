@@ -25,8 +25,8 @@ from typing import Any, Final, final
 import torch
 import torch.distributed as dist
 
+from ...ops import _specs as S
 from ...plugin._capabilities import Collective, Level, reduce_op_name
-from .. import _specs as S
 
 __all__ = ["PLANS", "Call", "Fp", "Plan", "canonical", "decode", "disagreement", "encode", "plan_of"]
 

@@ -27,8 +27,8 @@ from typing import Any, Final, final
 import torch.distributed as dist
 
 from ...errors import CollectiveTimeout
+from ...ops import _specs as S
 from ...plugin._work import ForwardingWork
-from .. import _specs as S
 from .._faults import TypedWork, classify, translate
 from .._state import DEFAULT_TIMEOUT, STATE
 from . import _fingerprint as F

@@ -24,8 +24,8 @@ from typing import Any, NoReturn, Protocol
 import torch
 import torch.distributed as dist
 
-from ..plugin._capabilities import COMPLEX_REDUCE_OPS, reduce_op_of
-from ..plugin._warn import warn_at_user
+from ._vocab import COMPLEX_REDUCE_OPS, reduce_op_of
+from ._warn import warn_at_user
 
 __all__ = [
     "BARE_PREMUL",

@@ -32,9 +32,9 @@ from typing import Any, Final, final
 
 import torch
 
-from ..plugin._capabilities import Collective
 from . import _validate as V
 from ._validate import Facts, Fail, Validator
+from ._vocab import Collective
 
 __all__ = [
     "SPECS",
