@@ -24,6 +24,8 @@ from typing import Any, Final
 import torch
 
 from ..errors import InvalidArgument
+from ..ops import _specs as S
+from ..ops._vocab import Collective as C
 from . import _collectives as A
 from . import _p2p as P
 
@@ -32,28 +34,10 @@ __all__ = ["Patch", "patch_collectives"]
 _compiling: Final = torch.compiler.is_compiling
 
 #: torch.distributed function name -> xccl's function with the same signature (the aliases torch 2.13 keeps
-#: included).
+#: included): the specs' ``torch_functions``, each served by xccl's function of the spec's name.
 TORCH_NAMES: Final[dict[str, Callable[..., Any]]] = {
-    "all_reduce": A.all_reduce,
-    "all_gather": A.all_gather,
-    "all_gather_into_tensor": A.all_gather_single,
-    "all_gather_single": A.all_gather_single,
-    "_all_gather_base": A.all_gather_single,
-    "reduce_scatter": A.reduce_scatter,
-    "reduce_scatter_tensor": A.reduce_scatter_single,
-    "reduce_scatter_single": A.reduce_scatter_single,
-    "_reduce_scatter_base": A.reduce_scatter_single,
-    "all_to_all": A.all_to_all,
-    "all_to_all_single": A.all_to_all_single,
-    "broadcast": A.broadcast,
-    "reduce": A.reduce,
-    "gather": A.gather,
-    "scatter": A.scatter,
-    "barrier": A.barrier,
-    "send": P.send,
-    "recv": P.recv,
-    "isend": P.isend,
-    "irecv": P.irecv,
+    name: getattr(P if spec.key in (C.SEND, C.RECV) else A, spec.name)
+    for spec in (*dict.fromkeys(S.SPECS.values()), S.ISEND, S.IRECV) for name in spec.torch_functions
 }
 _TORCH_MODULES: Final = ("torch.distributed", "torch.distributed.distributed_c10d")
 

@@ -47,6 +47,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore
 
+from ..ops import _specs as S
 from ._flight import Entry, Flight
 from ._state import STATE, GroupState
 
@@ -65,19 +66,9 @@ POLL: Final = float(os.environ.get("XCCL_TRACE_POLL", "1") or 1)
 _CONNECT: Final = 2.0
 #: The store key a faulting rank sets (under the world's prefix): "<rank> <reason>".
 KEY: Final = "fr/dump"
-#: xccl's op -> the name torch's analyzer knows (``components/types.py``: ``COLLECTIVES | P2P``).
-_TORCH_NAMES: Final = {
-    "all_reduce_coalesced": "allreduce_coalesced",
-    "all_gather_coalesced": "all_gather_into_tensor_coalesced",
-    "all_gather_into_tensor": "_all_gather_base",
-    "reduce_scatter_tensor": "_reduce_scatter_base",
-    "monitored_barrier": "barrier",
-    "isend": "send",
-    "irecv": "recv",
-    "all_gather_into_tensor_uneven": "all_gather_v",
-    "reduce_scatter_tensor_uneven": "reduce_scatter_v",
-    "all_to_all_v": "all_to_all_v_single",
-}
+#: xccl's op -> the name torch's analyzer knows (``components/types.py``: ``COLLECTIVES | P2P``): the specs'
+#: ``profiling_name``.
+_TORCH_NAMES: Final = {s.name: s.profiling_name for s in (*S.ALL.values(), S.ISEND, S.IRECV)}
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
 #: The inverse, name -> element size, built at the first :func:`itemsize_of` (a dump reader's, not a recording's).
 _ITEMSIZES: dict[str, int] = {}

@@ -32,9 +32,11 @@ import torch.utils._python_dispatch as _python_dispatch
 from torch._C._distributed_c10d import FakeProcessGroup, HashStore
 from torch.utils._python_dispatch import _disable_current_modes
 
-from ..plugin._capabilities import Collective
+from ..ops._c10d import Tool
+from ..ops._specs import SPECS
+from ..ops._vocab import Collective
 
-__all__ = ["COALESCED", "visible", "watched"]
+__all__ = ["visible", "watched"]
 
 C = Collective
 _C10D: Final = torch.ops.c10d
@@ -47,47 +49,9 @@ def watched() -> bool:
     return _python_dispatch._is_in_torch_dispatch_mode or _profiler._is_profiler_enabled
 
 
-def _sum() -> Any:
-    # The only ReduceOp torch lets Python hand to a c10d op (the script class has no other constructor); the carrier
-    # computes nothing, and the tools read the op's name and tensors.
-    return torch.classes.c10d.ReduceOp()
-
-
-#: Capability key -> (c10d op name, its arguments from the kernel arguments and the carrier group ``b``).
-_OPS: Final[dict[Collective, tuple[str, Callable[[Sequence[Any], Any], tuple[Any, ...]]]]] = {
-    C.ALL_REDUCE: ("allreduce_", lambda k, b: ([k[0]], b, _sum(), None, False)),
-    C.ALL_REDUCE_COALESCED: ("allreduce_coalesced_", lambda k, b: (list(k[0]), b, _sum(), False)),
-    C.ALL_GATHER: ("allgather_", lambda k, b: ([list(k[0])], [k[1]], b, False)),
-    C.ALL_GATHER_COALESCED: ("allgather_coalesced_", lambda k, b: ([list(o) for o in k[0]], list(k[1]), b, False)),
-    C.ALL_GATHER_INTO_TENSOR: ("_allgather_base_", lambda k, b: (k[0], k[1], b, False)),
-    C.REDUCE_SCATTER: ("reduce_scatter_", lambda k, b: ([k[0]], [list(k[1])], b, _sum(), False)),
-    C.REDUCE_SCATTER_TENSOR: ("_reduce_scatter_base_", lambda k, b: (k[0], k[1], b, _sum(), False)),
-    C.ALL_TO_ALL: ("alltoall_", lambda k, b: (list(k[0]), list(k[1]), b, False)),
-    C.ALL_TO_ALL_SINGLE: ("alltoall_base_", lambda k, b: (k[0], k[1], b, list(k[2] or []), list(k[3] or []), False)),
-    C.BROADCAST: ("broadcast_", lambda k, b: ([k[0]], b, k[1], 0, False)),
-    C.REDUCE: ("reduce_", lambda k, b: ([k[0]], b, _sum(), k[1], 0, False)),
-    C.GATHER: ("gather_", lambda k, b: ([list(k[1])] if k[1] else [], [k[0]], b, k[2], False)),
-    C.SCATTER: ("scatter_", lambda k, b: ([k[0]], [list(k[1])] if k[1] else [], b, k[2], False)),
-    C.SEND: ("send", lambda k, b: ([k[0]], b, k[1], k[2])),
-    C.RECV: ("recv_", lambda k, b: ([k[0]], b, k[1], k[2])),
-}
-#: The c10d op of the coalesced tensor forms (xccl's group runs them as one collective per pair).
-COALESCED: Final[dict[str, tuple[str, Callable[[Sequence[Any], Any], tuple[Any, ...]]]]] = {
-    "allgather_into_tensor_coalesced": (
-        "allgather_into_tensor_coalesced_", lambda k, b: (list(k[0]), list(k[1]), b, False)),
-    "reduce_scatter_tensor_coalesced": (
-        "reduce_scatter_tensor_coalesced_", lambda k, b: (list(k[0]), list(k[1]), b, _sum(), False)),
-}
-
-
-def _c10d_op(key: Collective, kargs: Sequence[Any]) -> tuple[str, Any] | None:
-    if key is C.BARRIER:
-        return "barrier", None
-    if key is C.RECV and kargs[1] is None:
-        return "recv_any_source_", lambda k, b: ([k[0]], b, k[2])
-    if key is C.ALL_TO_ALL_SINGLE_UNEVEN:
-        key = C.ALL_TO_ALL_SINGLE
-    return _OPS.get(key)
+def _c10d_op(key: Collective, kargs: Sequence[Any]) -> Tool | None:
+    """The dispatcher op tools are shown for a call of ``key`` (its spec's ``tools``), or None."""
+    return SPECS[key].tools.get(key)
 
 
 def _carrier(st: Any) -> Any:
@@ -103,12 +67,13 @@ def _carrier(st: Any) -> Any:
 
 
 def visible(st: Any, key: Collective, name: str, kargs: Sequence[Any], issue: Callable[[], Any],
-            c10d: tuple[str, Any] | None = None) -> Any:
+            c10d: Tool | None = None) -> Any:
     """Run ``issue`` (the collective ``name``, capability key ``key``, with kernel arguments ``kargs``) so that the
     watching tools see it as torch's own path would show it (see the module docstring).
 
     Args:
-        c10d: the c10d op and its argument builder, when ``key`` does not say (the coalesced tensor forms).
+        c10d: the c10d op and its argument builder, when ``key`` does not say (the coalesced tensor forms: their
+            c10d method's ``tool``).
     """
     modes = _modes()  # this thread's active modes (none inside a mode's own __torch_dispatch__: it pops itself)
     if not modes and not _profiler._is_profiler_enabled:

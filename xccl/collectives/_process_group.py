@@ -47,8 +47,8 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
 from ..errors import InitError
-from ..ops import _specs as S
-from ..plugin._c10d import C10D_METHODS
+from ..ops._c10d import Method, d_allreduce, op_of
+from ..ops._specs import SPECS
 from ..plugin._capabilities import Collective
 from ..plugin._contract import Runtime
 from ..plugin._fake_world import fake_backend, fake_world
@@ -69,8 +69,6 @@ PREFIX: Final = "xccl_"
 #: Backend names torch compares with when it creates a group (``_new_process_group_helper``, ``BackendConfig``):
 #: xccl's name must never compare equal to one of them, or torch would build its own group instead of xccl's.
 _TORCH_OWN: Final = frozenset({"undefined", "gloo", "nccl", "ucc", "mpi", "xccl", "fake"})
-_SUM: Final = dist.ReduceOp.SUM
-_PREMUL_SUM: Final = dist.ReduceOp.RedOpType.PREMUL_SUM  # type: ignore[attr-defined]
 
 
 def backend_name(runtime: Runtime) -> str:
@@ -264,160 +262,61 @@ class XcclProcessGroup(dist.ProcessGroup):
         super().shutdown()
 
     # ---------------------------------------------------------------------------------------- the c10d methods
-    # Each decodes the c10d call (options structs, group ranks) into the public arguments and dispatches with
-    # async_op=True: torch's wrappers wait on the returned Work themselves when the caller did not ask for it.
-    # The signatures are the C++ virtuals' (tensors, opts), which torch.distributed and the trampoline call; torch's
-    # stubs describe the Python convenience overloads of the pybind class instead, hence the ignore[override]s.
-
-    def _run(self, spec: S.Spec, *public: Any) -> Any:
-        return _returned(dispatch(spec, self, True, *public))
+    # Every c10d method an op's spec names (``Spec.c10d``) is a method of this class, made from the spec's decoder
+    # below (``_c10d_method``): the call becomes the public arguments of xccl's function and runs through xccl's
+    # dispatch with async_op=True (torch's wrappers wait on the returned Work themselves when the caller did not ask
+    # for it). ``allreduce`` takes the flat path xccl.all_reduce takes: DDP's reducer and dist.all_reduce land there
+    # on every bucket.
 
     def allreduce(self, tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
         """``ProcessGroup.allreduce`` (one tensor; several are an all_reduce_coalesced)."""
-        ts = _tensors(tensors)
-        op = _op(opts)
-        if len(ts) == 1:
-            # The flat path xccl.all_reduce takes: DDP's reducer and dist.all_reduce land here on every bucket.
-            return _returned(all_reduce(ts[0], op, self, True))
-        return self._run(S.ALL_REDUCE_COALESCED, ts, op)
-
-    def allreduce_coalesced(self, tensors: Sequence[torch.Tensor], opts: Any = None) -> Any:
-        """``ProcessGroup.allreduce_coalesced``."""
-        return self._run(S.ALL_REDUCE_COALESCED, list(tensors), _op(opts))
-
-    def allgather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> Any:
-        """``ProcessGroup.allgather``: ``[[outputs]], [input]`` (or ``[outputs], input``)."""
-        if isinstance(input_tensors, torch.Tensor):
-            return self._run(S.ALL_GATHER, list(output_tensors), input_tensors)
-        return self._run(S.ALL_GATHER, list(output_tensors[0]), input_tensors[0])
-
-    def allgather_coalesced(self, output_lists: Any, input_list: Any, opts: Any = None) -> Any:
-        """``ProcessGroup.allgather_coalesced``."""
-        return self._run(S.ALL_GATHER_COALESCED, [list(o) for o in output_lists], list(input_list))
-
-    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
-        """``ProcessGroup._allgather_base``."""
-        return self._run(S.ALL_GATHER_INTO_TENSOR, output, input)
-
-    def allgather_into_tensor_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
-                                        opts: Any = None) -> Any:
-        """``ProcessGroup.allgather_into_tensor_coalesced``: one all_gather_into_tensor per pair."""
-        def issue() -> Work:
-            return _all_of([dispatch(S.ALL_GATHER_INTO_TENSOR, self, True, o, i)
-                            for o, i in zip(outputs, inputs, strict=True)])
-
-        return _coalesced(self, "allgather_into_tensor_coalesced", (outputs, inputs), issue)
-
-    def reduce_scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
-        """``ProcessGroup.reduce_scatter``: ``[output], [[inputs]]``."""
-        if isinstance(output_tensors, torch.Tensor):
-            return self._run(S.REDUCE_SCATTER, output_tensors, list(input_tensors), _op(opts))
-        return self._run(S.REDUCE_SCATTER, output_tensors[0], list(input_tensors[0]), _op(opts))
-
-    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
-        """``ProcessGroup._reduce_scatter_base``."""
-        return self._run(S.REDUCE_SCATTER_TENSOR, output, input, _op(opts))
-
-    def reduce_scatter_tensor_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
-                                        opts: Any = None) -> Any:
-        """``ProcessGroup.reduce_scatter_tensor_coalesced``: one reduce_scatter_tensor per pair."""
-        op = _op(opts)
-
-        def issue() -> Work:
-            return _all_of([dispatch(S.REDUCE_SCATTER_TENSOR, self, True, o, i, op)
-                            for o, i in zip(outputs, inputs, strict=True)])
-
-        return _coalesced(self, "reduce_scatter_tensor_coalesced", (outputs, inputs), issue)
-
-    def alltoall(self, output_tensors: Sequence[torch.Tensor], input_tensors: Sequence[torch.Tensor],
-                 opts: Any = None) -> Any:
-        """``ProcessGroup.alltoall``."""
-        return self._run(S.ALL_TO_ALL, list(output_tensors), list(input_tensors))
-
-    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: Sequence[int],
-                      input_split_sizes: Sequence[int], opts: Any = None) -> Any:
-        """``ProcessGroup.alltoall_base``: empty split sizes mean even splits, as in c10d."""
-        osz = list(output_split_sizes) or None
-        isz = list(input_split_sizes) or None
-        return self._run(S.ALL_TO_ALL_SINGLE, output, input, osz, isz)
-
-    def broadcast(self, tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
-        """``ProcessGroup.broadcast``: the root is a group rank (options, or an int)."""
-        return self._run(S.BROADCAST, _tensors(tensors)[0], None, _root(opts))
-
-    def reduce(self, tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
-        """``ProcessGroup.reduce``."""
-        return self._run(S.REDUCE, _tensors(tensors)[0], None, _op(opts), _root(opts))
-
-    def gather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
-        """``ProcessGroup.gather``: ``[[outputs]]`` on the root, ``[]`` elsewhere."""
-        lst = list(output_tensors[0]) if output_tensors else None
-        return self._run(S.GATHER, _tensors(input_tensors)[0], lst, None, _root(opts))
-
-    def scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
-        """``ProcessGroup.scatter``: ``[[inputs]]`` on the root, ``[]`` elsewhere."""
-        lst = list(input_tensors[0]) if input_tensors else None
-        return self._run(S.SCATTER, _tensors(output_tensors)[0], lst, None, _root(opts))
-
-    def barrier(self, opts: Any = None) -> Any:
-        """``ProcessGroup.barrier``."""
-        return self._run(S.BARRIER)
-
-    def send(self, tensors: Sequence[torch.Tensor], dstRank: int, tag: int = 0) -> Any:
-        """``ProcessGroup.send`` to a group rank."""
-        return self._run(S.SEND, tensors[0], None, tag, dstRank)
-
-    def recv(self, tensors: Sequence[torch.Tensor], srcRank: int, tag: int = 0) -> Any:
-        """``ProcessGroup.recv`` from a group rank."""
-        return self._run(S.RECV, tensors[0], None, tag, srcRank)
-
-    def recv_anysource(self, tensors: Sequence[torch.Tensor], tag: int = 0) -> Any:
-        """``ProcessGroup.recv_anysource``: the returned work reports the sender (``_source_rank()``)."""
-        return self._run(S.RECV, tensors[0], None, tag, None)
+        if type(tensors) is list and len(tensors) == 1:
+            return _returned(all_reduce(tensors[0], op_of(opts), self, True))
+        key, public = d_allreduce(tensors, opts)
+        return _returned(dispatch(SPECS[key], self, True, *public))
 
 
-# The other names torch and the trampoline call c10d's methods by (``all_gather_single`` for ``_allgather_base``,
-# ...), from the one list of them the simulated vendor group implements too. Each runs outside Dynamo: when a
-# compiled function calls a torch.distributed function Dynamo cannot trace (dist.broadcast builds a pybind
-# options struct), Dynamo breaks the graph and, on torch 2.13, then traces on into this group's Python method,
-# where reading any attribute of the group (an opaque object to it) is a hard InternalTorchDynamoError instead of
-# a graph break. Disabled, the method is a graph break of its own and runs eagerly, as a C++ group's would.
-for _method, _aliases in C10D_METHODS.items():
-    _eager = torch.compiler.disable(getattr(XcclProcessGroup, _method))  # type: ignore[no-untyped-call]
-    for _name in (_method, *_aliases):
-        setattr(XcclProcessGroup, _name, _eager)
+def _c10d_method(method: Method) -> Any:
+    """The method of :class:`XcclProcessGroup` for c10d's ``method``: decode, then dispatch."""
+    decode = method.decode
+    if not method.pairs:
+        def call(self: XcclProcessGroup, *args: Any, **kwargs: Any) -> Any:
+            key, public = decode(*args, **kwargs)
+            return _returned(dispatch(SPECS[key], self, True, *public))
+    else:
+        def call(self: XcclProcessGroup, *args: Any, **kwargs: Any) -> Any:
+            key, calls = decode(*args, **kwargs)
+            spec = SPECS[key]
+
+            def issue() -> Work:
+                return _all_of([dispatch(spec, self, True, *public) for public in calls])
+
+            return _coalesced(self, method, key, args, issue)
+
+    call.__name__ = call.__qualname__ = method.name
+    call.__doc__ = f"``ProcessGroup.{method.name}``, decoded into xccl's call and dispatched."
+    return call
 
 
-def _coalesced(group: XcclProcessGroup, name: str, kargs: tuple[Any, ...], issue: Any) -> Any:
+# The signatures are the C++ virtuals' (tensors, opts), which torch.distributed and the trampoline call; every name
+# torch and the trampoline call a method by (``all_gather_single`` for ``_allgather_base``, ...) is set. Each runs
+# outside Dynamo: when a compiled function calls a torch.distributed function Dynamo cannot trace (dist.broadcast
+# builds a pybind options struct), Dynamo breaks the graph and, on torch 2.13, then traces on into this group's
+# Python method, where reading any attribute of the group (an opaque object to it) is a hard InternalTorchDynamoError
+# instead of a graph break. Disabled, the method is a graph break of its own and runs eagerly, as a C++ group's would.
+for _spec in dict.fromkeys(SPECS.values()):
+    for _m in _spec.c10d:
+        _fn = XcclProcessGroup.allreduce if _m.name == "allreduce" else _c10d_method(_m)
+        _eager = torch.compiler.disable(_fn)  # type: ignore[no-untyped-call]
+        for _name in _m.names:
+            setattr(XcclProcessGroup, _name, _eager)
+
+
+def _coalesced(group: XcclProcessGroup, method: Method, key: Collective, args: tuple[Any, ...], issue: Any) -> Any:
     """A coalesced tensor form (one collective per pair), shown to watching tools as its own c10d op, once."""
     if not _observe.watched():
         return issue()
-    key = Collective.ALL_GATHER_INTO_TENSOR if name.startswith("allgather") else Collective.REDUCE_SCATTER_TENSOR
-    return _observe.visible(state_of(group), key, name, kargs, issue, _observe.COALESCED[name])
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    return [value] if isinstance(value, torch.Tensor) else list(value)
-
-
-def _op(opts: Any) -> Any:
-    """The reduce op of a c10d call: its options struct's, a ``ReduceOp`` passed directly, or SUM.
-
-    An options struct holds a ``ReduceOp`` *object* (a new one per read); a plain op is returned as its
-    ``RedOpType`` enum value, which the plan cache keys on directly, as it does for ``xccl.all_reduce(op=SUM)``.
-    Only premul_sum, whose object carries its factor, stays an object. pybind hands out a new ``RedOpType`` object
-    on every read too, so the kind is compared by value (``==``), never by identity.
-    """
-    if opts is None:
-        return _SUM
-    op = getattr(opts, "reduceOp", opts)
-    kind = getattr(op, "op", None)
-    return op if kind is None or kind == _PREMUL_SUM else kind
-
-
-def _root(opts: Any) -> int:
-    """The root (a group rank) of a c10d call: its options struct's, or an int passed directly."""
-    return opts if isinstance(opts, int) else int(getattr(opts, "rootRank", 0))
+    return _observe.visible(state_of(group), key, method.name, args[:2], issue, method.tool)
 
 
 def _returned(work: Any) -> Any:

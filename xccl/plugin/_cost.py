@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from ..ops._specs import ALL
 from ..ops._vocab import Collective
 
 __all__ = ["BUS_FACTOR", "CostModel", "LinkCost", "bus_factor", "cost_rows"]
@@ -51,28 +52,16 @@ class CostModel:
     notes: str = ""
 
 
-#: nccl-tests' bus-bandwidth factor per op (``n`` ranks); an op not listed moves its bytes once (factor 1).
-BUS_FACTOR: Final[Mapping[Collective, str]] = {
-    Collective.ALL_REDUCE: "2(n-1)/n",
-    Collective.ALL_GATHER: "(n-1)/n",
-    Collective.ALL_GATHER_INTO_TENSOR: "(n-1)/n",
-    Collective.REDUCE_SCATTER: "(n-1)/n",
-    Collective.REDUCE_SCATTER_TENSOR: "(n-1)/n",
-    Collective.ALL_TO_ALL: "(n-1)/n",
-    Collective.ALL_TO_ALL_SINGLE: "(n-1)/n",
-}
+#: nccl-tests' bus-bandwidth factor per op (``n`` ranks), as it prints it: the specs' ``bus``.
+BUS_FACTOR: Final[Mapping[Collective, str]] = {key: spec.bus for key, spec in ALL.items()}
 
 
 def bus_factor(op: Collective, n: int) -> float:
     """nccl-tests' factor from algorithm bandwidth to bus bandwidth for ``op`` over ``n`` ranks."""
-    if n <= 1:
-        return 0.0
-    form = BUS_FACTOR.get(op)
-    if form == "2(n-1)/n":
-        return 2.0 * (n - 1) / n
-    if form == "(n-1)/n":
-        return (n - 1) / n
-    return 1.0
+    spec = ALL.get(op)
+    if n <= 1 or spec is None:
+        return 0.0 if n <= 1 else 1.0
+    return spec.bus_factor(n)
 
 
 def cost_rows(model: CostModel) -> tuple[tuple[str, str, tuple[str, ...]], ...]:

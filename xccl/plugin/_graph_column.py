@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Final
 
+from ..ops._specs import SPECS
 from ._capabilities import Collective, Level, Support
 
 __all__ = ["GRAPH_FORMS", "graph_entries"]
@@ -26,39 +27,16 @@ __all__ = ["GRAPH_FORMS", "graph_entries"]
 C = Collective
 _F: Final = "torch.ops._c10d_functional"
 
-#: How each op appears in a graph when native: the standard functional op where torch has one, else xccl's.
+#: How each op appears in a graph when native: the standard functional op where torch has one, else xccl's (the
+#: specs' ``graphs``).
 GRAPH_FORMS: Final[Mapping[Collective, str]] = {
-    C.ALL_REDUCE: f"{_F}.all_reduce",
-    C.ALL_REDUCE_COALESCED: f"{_F}.all_reduce per tensor",
-    C.ALL_GATHER: f"{_F}.all_gather_into_tensor, sliced into the list",
-    C.ALL_GATHER_COALESCED: f"{_F}.all_gather_into_tensor per tensor",
-    C.ALL_GATHER_INTO_TENSOR: f"{_F}.all_gather_into_tensor",
-    C.REDUCE_SCATTER: f"{_F}.reduce_scatter_tensor over the concatenated list",
-    C.REDUCE_SCATTER_TENSOR: f"{_F}.reduce_scatter_tensor",
-    C.ALL_TO_ALL: f"{_F}.all_to_all_single over the concatenated list",
-    C.ALL_TO_ALL_SINGLE: f"{_F}.all_to_all_single",
-    C.ALL_TO_ALL_SINGLE_UNEVEN: f"{_F}.all_to_all_single with split sizes",
-    C.BROADCAST: f"{_F}.broadcast",
-    C.REDUCE: "torch.ops.xccl.reduce",
-    C.GATHER: "torch.ops.xccl.gather",
-    C.SCATTER: "torch.ops.xccl.scatter",
-    C.BARRIER: "torch.ops.xccl.barrier",
-    C.SEND: "torch.ops.xccl.send",
-    C.RECV: "torch.ops.xccl.recv",
-    C.ALL_GATHER_INTO_TENSOR_UNEVEN: "torch.ops.xccl.all_gather_into_tensor_uneven",
-    C.REDUCE_SCATTER_TENSOR_UNEVEN: "torch.ops.xccl.reduce_scatter_tensor_uneven",
-    C.ALL_TO_ALL_V: "torch.ops.xccl.all_to_all_v",
+    key: form for spec in dict.fromkeys(SPECS.values()) for key, form in spec.graphs.items()
 }
 
 # The xccl op an emulated standard collective compiles to on a group created outside xccl (it runs the eager
-# emulation at run time); on xccl's own process group the standard form carries the emulation.
+# emulation at run time); on xccl's own process group the standard form carries the emulation (``Spec.graph_via``).
 _XCCL_FORM: Final = {
-    C.ALL_REDUCE_COALESCED: C.ALL_REDUCE,
-    C.ALL_GATHER_COALESCED: C.ALL_GATHER_INTO_TENSOR,
-    C.ALL_GATHER: C.ALL_GATHER_INTO_TENSOR,
-    C.REDUCE_SCATTER: C.REDUCE_SCATTER_TENSOR,
-    C.ALL_TO_ALL: C.ALL_TO_ALL_SINGLE,
-    C.ALL_TO_ALL_SINGLE_UNEVEN: C.ALL_TO_ALL_SINGLE,
+    key: spec.graph_via for spec in dict.fromkeys(SPECS.values()) for key in spec.graphs if spec.graph_via is not None
 }
 
 

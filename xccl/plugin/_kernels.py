@@ -21,11 +21,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, final
 
-from ._capabilities import Collective
+from ..ops._specs import KERNEL_SIGNATURES as _SIGNATURES
+from ..ops._vocab import Collective
 
 __all__ = ["KERNEL_SIGNATURES", "KernelContext", "kernel_problems", "kernels_problems"]
 
-C = Collective
 
 
 @final
@@ -53,33 +53,9 @@ class KernelContext:
     comm_name: Callable[[], str]
 
 
-#: The kernel arguments of each op, after ``ctx`` (and before ``async_op`` where the op has one).
-KERNEL_SIGNATURES: Final[Mapping[Collective, tuple[str, ...]]] = {
-    C.ALL_REDUCE: ("tensor", "op", "async_op"),
-    C.ALL_REDUCE_COALESCED: ("tensors", "op", "async_op"),
-    C.ALL_GATHER: ("tensor_list", "tensor", "async_op"),
-    C.ALL_GATHER_COALESCED: ("output_tensor_lists", "input_tensor_list", "async_op"),
-    C.ALL_GATHER_INTO_TENSOR: ("output_tensor", "input_tensor", "async_op"),
-    C.REDUCE_SCATTER: ("output", "input_list", "op", "async_op"),
-    C.REDUCE_SCATTER_TENSOR: ("output", "input", "op", "async_op"),
-    C.ALL_TO_ALL: ("output_tensor_list", "input_tensor_list", "async_op"),
-    C.ALL_TO_ALL_SINGLE: ("output", "input", "output_split_sizes", "input_split_sizes", "async_op"),
-    C.ALL_TO_ALL_SINGLE_UNEVEN: ("output", "input", "output_split_sizes", "input_split_sizes", "async_op"),
-    C.BROADCAST: ("tensor", "src", "async_op"),
-    C.REDUCE: ("tensor", "dst", "op", "async_op"),
-    C.GATHER: ("tensor", "gather_list", "dst", "async_op"),
-    C.SCATTER: ("tensor", "scatter_list", "src", "async_op"),
-    C.BARRIER: ("async_op",),
-    C.SEND: ("tensor", "dst", "tag", "async_op"),
-    C.RECV: ("tensor", "src", "tag", "async_op"),
-    C.RECV_ANY_SOURCE: ("tensor", "src", "tag", "async_op"),
-    C.ALL_GATHER_INTO_TENSOR_UNEVEN: ("output", "input", "output_split_sizes", "async_op"),
-    C.REDUCE_SCATTER_TENSOR_UNEVEN: ("output", "input", "input_split_sizes", "op", "async_op"),
-    C.ALL_TO_ALL_V: ("output", "input", "send_count_matrix", "async_op"),
-    C.MM_REDUCE_SCATTER: ("a", "b", "reduce_op", "bias"),
-    C.ALL_GATHER_MM: ("a", "b", "gather_output"),
-    C.MM_ALL_REDUCE: ("a", "b", "bias"),
-}
+#: The kernel arguments of each op, after ``ctx`` (and before ``async_op`` where the op has one): the names of the
+#: op's kernel arguments in its spec (``Spec.signature``).
+KERNEL_SIGNATURES: Final[Mapping[Collective, tuple[str, ...]]] = _SIGNATURES
 
 
 def kernel_problems(op: Collective, kernel: object) -> list[str]:

@@ -20,6 +20,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, final
 
+from ..ops._specs import SPECS
+
 if TYPE_CHECKING:
     from ._capabilities import Collective
 
@@ -112,20 +114,9 @@ def size_text(nbytes: int) -> str:
 
 
 #: Ops whose size every rank of a call agrees on, by the op's name (a ``Collective`` looks itself up: it is a
-#: ``str``), and what that size is, in bytes: the only ops a preference bounded by size may be given for.
-AGREED_SIZE: Final[Mapping[str, str]] = {
-    "all_reduce": "the tensor",
-    "all_reduce_coalesced": "the tensors together",
-    "all_gather": "the output list together (world size x the input)",
-    "all_gather_into_tensor": "the output (world size x the input)",
-    "reduce_scatter": "the input list together (world size x the output)",
-    "reduce_scatter_tensor": "the input (world size x the output)",
-    "all_to_all_single": "the input (even splits)",
-    "broadcast": "the tensor",
-    "reduce": "the tensor",
-    "all_gather_into_tensor_uneven": "the output (the sum of the split sizes)",
-    "reduce_scatter_tensor_uneven": "the input (the sum of the split sizes)",
-}
+#: ``str``), and what that size is, in bytes: the only ops a preference bounded by size may be given for (the specs'
+#: ``agreed_doc``).
+AGREED_SIZE: Final[Mapping[str, str]] = {spec.name: spec.agreed_doc for spec in SPECS.values() if spec.agreed}
 
 
 def problems(op: Collective, level: str, prefer: Iterable[Prefer], compositions: Iterable[str]) -> list[str]:

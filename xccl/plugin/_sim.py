@@ -53,7 +53,8 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
-from ._c10d import C10D_METHODS
+from ..ops._specs import SPECS
+from ..ops._vocab import ALL_REDUCE_OPS
 from ._fake_world import fake_backend, fake_world
 from ._sim_completion import complete
 from ._sim_dtypes import carried, widened
@@ -75,33 +76,22 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The c10d ``Backend`` virtual methods a profile can list in ``native_ops``. A vendor's backend class overrides
-#: some of them; the rest raise the c10d base-class message (see :func:`base_class_message`).
-NATIVE_OP_KEYS: Final = frozenset({
-    "allreduce", "allreduce_coalesced", "allgather", "_allgather_base", "allgather_coalesced",
-    "allgather_into_tensor_coalesced", "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced",
-    "alltoall", "alltoall_base", "broadcast", "reduce", "gather", "scatter", "barrier", "send", "recv",
-    "recv_anysource",
-})
+#: Every c10d method an op's spec names (``Spec.c10d``): the ``Backend`` virtual methods a profile can list in
+#: ``native_ops``. A vendor's backend class overrides some of them; the rest raise the c10d base-class message (see
+#: :func:`base_class_message`).
+_METHODS: Final = tuple(m for spec in dict.fromkeys(SPECS.values()) for m in spec.c10d)
+NATIVE_OP_KEYS: Final = frozenset(m.name for m in _METHODS)
 
 #: Reduce-op names a profile can list in ``reduce_ops``: ``ReduceOp.RedOpType`` member names, lower case.
-REDUCE_OP_NAMES: Final = frozenset(
-    {"sum", "product", "min", "max", "avg", "band", "bor", "bxor", "premul_sum"}
-)
+REDUCE_OP_NAMES: Final = frozenset(ALL_REDUCE_OPS)
 
-#: ``ProcessGroup`` method (as Python code and the C++ trampoline call it) -> the ``Backend`` method it reaches:
-#: every name of :data:`~xccl.plugin._c10d.C10D_METHODS` (the one list of c10d's methods and their other names).
-_METHOD_KEYS: Final[Mapping[str, str]] = MappingProxyType(
-    {name: method for method, aliases in C10D_METHODS.items() for name in (method, *aliases)}
-)
+#: ``ProcessGroup`` method (as Python code and the C++ trampoline call it) -> the ``Backend`` method it reaches.
+_METHOD_KEYS: Final[Mapping[str, str]] = MappingProxyType({name: m.name for m in _METHODS for name in m.names})
 
 #: Backend methods that reduce, so their reduce op is checked.
-_REDUCING: Final = frozenset(
-    {"allreduce", "allreduce_coalesced", "reduce", "reduce_scatter", "_reduce_scatter_base",
-     "reduce_scatter_tensor_coalesced"}
-)
+_REDUCING: Final = frozenset(m.name for m in _METHODS if m.reduces)
 #: Reducing methods that work in place on their first argument; the others read their second argument.
-_IN_PLACE: Final = frozenset({"allreduce", "allreduce_coalesced", "reduce"})
+_IN_PLACE: Final = frozenset(m.name for m in _METHODS if m.in_place)
 
 #: Backend names torch or its test utilities own. ``register_backend`` silently keeps the built-in creator for
 #: these, so registering one would simulate nothing.

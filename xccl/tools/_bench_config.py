@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, final
 
+from ..ops._specs import SPECS
 from ..plugin._capabilities import ALL_DTYPES, Collective
 
 __all__ = [
@@ -27,37 +28,23 @@ __all__ = [
 
 C = Collective
 
-#: nccl-tests' bus-bandwidth factor per op, as a function of the world size n.
-BUSBW_FACTORS: Final[dict[str, Callable[[int], float]]] = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "all_gather_into_tensor": lambda n: (n - 1) / n,
-    "all_gather_into_tensor_uneven": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "reduce_scatter_tensor": lambda n: (n - 1) / n,
-    "reduce_scatter_tensor_uneven": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "all_to_all_single": lambda n: (n - 1) / n,
-    "all_to_all_single_uneven": lambda n: (n - 1) / n,
-    "all_to_all_v": lambda n: (n - 1) / n,
-    "gather": lambda n: (n - 1) / n,
-    "scatter": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "sendrecv": lambda n: 1.0,
-    "gather_any": lambda n: 1.0,
-    "all_reduce_coalesced": lambda n: 2 * (n - 1) / n,
-    "all_gather_coalesced": lambda n: (n - 1) / n,
-    "barrier": lambda n: 0.0,
-    "monitored_barrier": lambda n: 0.0,
+#: Every op ``xccl bench`` runs (``sendrecv``: each rank sends to the next and receives from the previous;
+#: ``gather_any``: a receive from any source), and the capability-table entry that decides how it runs.
+COLLECTIVE: Final[dict[str, Collective]] = {
+    **{str(key): key for key in (
+        C.ALL_REDUCE, C.ALL_GATHER, C.ALL_GATHER_INTO_TENSOR, C.ALL_GATHER_INTO_TENSOR_UNEVEN, C.REDUCE_SCATTER,
+        C.REDUCE_SCATTER_TENSOR, C.REDUCE_SCATTER_TENSOR_UNEVEN, C.ALL_TO_ALL, C.ALL_TO_ALL_SINGLE,
+        C.ALL_TO_ALL_SINGLE_UNEVEN, C.ALL_TO_ALL_V, C.GATHER, C.SCATTER, C.BROADCAST, C.REDUCE)},
+    "sendrecv": C.SEND, "gather_any": C.RECV_ANY_SOURCE,
+    **{str(key): key for key in (C.ALL_REDUCE_COALESCED, C.ALL_GATHER_COALESCED, C.BARRIER, C.MONITORED_BARRIER)},
 }
-
-#: Every op ``xccl bench`` runs (``sendrecv``: each rank sends to the next and receives from the previous).
-OPS: Final = tuple(BUSBW_FACTORS)
-
-#: The capability-table entry that decides how each bench op runs.
-COLLECTIVE: Final = {op: C(op) for op in OPS if op not in ("sendrecv", "gather_any")} | {
-    "sendrecv": C.SEND, "gather_any": C.RECV_ANY_SOURCE}
+#: nccl-tests' bus-bandwidth factor per bench op, as a function of the world size n (the specs' ``bus``; the
+#: point-to-point ops move their bytes once).
+BUSBW_FACTORS: Final[dict[str, Callable[[int], float]]] = {
+    op: SPECS[key].bus_factor if op not in ("sendrecv", "gather_any") else (lambda n: 1.0)
+    for op, key in COLLECTIVE.items()
+}
+OPS: Final = tuple(COLLECTIVE)
 
 DTYPES: Final = {str(d).removeprefix("torch."): d for d in ALL_DTYPES}
 
