@@ -52,7 +52,7 @@ def layers(rounds: int, calls: int) -> dict[str, Any]:
     from torch._C._distributed_c10d import AllreduceOptions
 
     import xccl
-    from xccl.collectives._state import STATE
+    from xccl.collectives._state import GROUPS
     from xccl.runtime import vendor_group
     from xccl.testing._pool import free_port
 
@@ -62,7 +62,7 @@ def layers(rounds: int, calls: int) -> dict[str, Any]:
     try:
         g, t, op = vendor_group(), torch.zeros(1), dist.ReduceOp.SUM
         xccl.all_reduce(t)
-        st = STATE.default
+        st = GROUPS.default
         assert st is not None
         key = (xccl.Collective.ALL_REDUCE, t.dtype, op)
         kernel, native, opts = st.plans[key], st.native, AllreduceOptions()

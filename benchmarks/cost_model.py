@@ -167,7 +167,7 @@ def _nbytes(specs: tuple[Any, ...]) -> int:
 
 def _measure(name: str, rank: int, n: int, args: argparse.Namespace) -> dict[str, Any]:
     import xccl
-    from xccl.collectives._state import flight_recorder
+    from xccl.collectives._flight import recorder as flight_recorder
 
     build = _demo_step if name == "demo" else _ddp_step
     step, _keep = build(rank, n, args.hidden)

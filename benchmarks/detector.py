@@ -61,19 +61,23 @@ def body_rounds(variants: tuple[str, ...], rounds: int, calls: int) -> dict[str,
     import torch.distributed as dist
 
     import xccl
-    from xccl.collectives._state import state_of
+    from xccl.collectives import _check, _hooks
+    from xccl.collectives._groups import state_of
 
     gloo = dist.new_group(backend="gloo")
     st = state_of(None)
+    # The world's pipeline with the detector's hook (innermost, as check=True installs it) and without it.
+    checked = _hooks.chains([*st.hooks, _check.hook(st)])
+    plain = _hooks.chains(st.hooks)
     clock = time.perf_counter
 
     def variant(name: str, t: torch.Tensor) -> Callable[[], Any]:
         if name == "torch":
             return lambda: dist.all_reduce(t, group=gloo)
-        on = name == "xccl_check"
+        on = checked if name == "xccl_check" else plain
 
         def run() -> None:
-            st.check = on  # every rank switches at the same call: the detector's steps stay aligned
+            st.issue, st.issue_inner = on  # every rank switches at the same call: the detector's steps stay aligned
             xccl.all_reduce(t)
 
         return run
@@ -102,14 +106,15 @@ def body_rounds(variants: tuple[str, ...], rounds: int, calls: int) -> dict[str,
             for v, xs in zip(variants, got, strict=True):
                 per_round[v].append(statistics.median(xs))
         out[label] = per_round
-    st.check = False
+    st.issue, st.issue_inner = plain
     return out
 
 
 def body_mismatch_xccl(kind: str) -> float:
     """Seconds from this rank's mismatched call to its CollectiveMismatch."""
     import xccl
-    from xccl.collectives._state import state_of
+    from xccl.collectives import _check, _hooks
+    from xccl.collectives._groups import state_of
 
     w = xccl.get_world()
     odd = w.rank == w.world_size - 1
@@ -118,7 +123,8 @@ def body_mismatch_xccl(kind: str) -> float:
     t = torch.ones(4)
     SUM, MAX = xccl.ReduceOp.SUM, xccl.ReduceOp.MAX
     for group in (g, pair, None):
-        state_of(group).check = True
+        st = state_of(group)
+        _hooks.add_hook(st, _check.hook(st))
     xccl.barrier()  # the detector is running (it starts at a process's first checked call)
     if kind.startswith("repeated"):
         xccl.all_reduce(t, group=g)

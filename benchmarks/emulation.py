@@ -94,13 +94,13 @@ def _variants(
     import torch.distributed as dist
 
     import xccl
-    from xccl.collectives._dispatch import _block
-    from xccl.collectives._emulate import EMULATIONS
-    from xccl.collectives._state import state_of
+    from xccl.collectives._dispatch import block
+    from xccl.collectives._groups import state_of
+    from xccl.ops._emulations import BY_KEY
     from xccl.plugin import Collective as C
 
     st = state_of(None)
-    call = partial(_block, st)
+    call = partial(block, st)
     # torch 2.13 renamed these (the old names warn on every call); older torch has only the old ones.
     rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -113,8 +113,8 @@ def _variants(
         per = elems // n
         inp = torch.randn(per * n, generator=g)
         outs = {v: torch.empty(per) for v in names}
-        ar_kernel = EMULATIONS[C.REDUCE_SCATTER_TENSOR]["all_reduce"][0]
-        a2a_kernel = EMULATIONS[C.REDUCE_SCATTER_TENSOR]["all_to_all"][0]
+        ar_kernel = BY_KEY[(C.REDUCE_SCATTER_TENSOR, "all_reduce")].fn
+        a2a_kernel = BY_KEY[(C.REDUCE_SCATTER_TENSOR, "all_to_all")].fn
         calls = {
             "gloo native": lambda: rs(outs["gloo native"], inp, group=raw),
             XCCL: lambda: xccl.reduce_scatter_tensor(outs[XCCL], inp),
@@ -143,7 +143,7 @@ def _variants(
         outs = {v: torch.empty(sum(sizes)) for v in names}
         even = sum(sizes) // n
         even_in = torch.randn(even, generator=g)
-        pad_kernel = EMULATIONS[C.ALL_GATHER_INTO_TENSOR_UNEVEN]["padding"][0]
+        pad_kernel = BY_KEY[(C.ALL_GATHER_INTO_TENSOR_UNEVEN, "padding")].fn
         calls = {
             # the input repeated for every peer is built per call, as plain torch.distributed code must
             names[0]: lambda: dist.all_to_all_single(outs[names[0]], inp.repeat(n), sizes, [sizes[rank]] * n,
@@ -159,7 +159,7 @@ def _variants(
         sizes = [unit * (j + 1) for j in range(n)]
         inp = torch.randn(sum(sizes), generator=g)
         outs = {v: torch.empty(sizes[rank]) for v in names}
-        pad_kernel = EMULATIONS[C.REDUCE_SCATTER_TENSOR_UNEVEN]["padding"][0]
+        pad_kernel = BY_KEY[(C.REDUCE_SCATTER_TENSOR_UNEVEN, "padding")].fn
         calls = {
             names[0]: lambda: pad_kernel(st, call, outs[names[0]], inp, sizes, sum_, False),
             XCCL: lambda: xccl.reduce_scatter_tensor_uneven(outs[XCCL], inp, sizes),
@@ -170,7 +170,7 @@ def _variants(
         per = elems // n
         inp = torch.randn(per * n, generator=g)
         outs = {v: torch.empty(per) for v in ("gloo native", "all_to_all composition")}
-        a2a_kernel = EMULATIONS[C.REDUCE_SCATTER_TENSOR]["all_to_all"][0]
+        a2a_kernel = BY_KEY[(C.REDUCE_SCATTER_TENSOR, "all_to_all")].fn
         calls = {
             "gloo native": lambda: rs(outs["gloo native"], inp, group=raw),
             "all_to_all composition": lambda: a2a_kernel(st, call, outs["all_to_all composition"], inp, sum_, False),

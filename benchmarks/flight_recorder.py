@@ -6,7 +6,7 @@ the path DDP takes). In the same processes, alternating *call by call* in a rand
 every rank), each call timed on its own:
 
 * ``torch``: ``torch.distributed.all_reduce`` on a plain gloo group (for scale);
-* ``xccl``: the recorder off (``st.flight = None`` for that call);
+* ``xccl``: the recorder off (the world's pipeline without its recorder hook, for that call);
 * ``xccl+fr``: the recorder on (a ring of ``_flight.DEFAULT_ENTRIES`` entries);
 * ``xccl again``: the recorder off a second time: the A/A control, the noise floor.
 
@@ -43,12 +43,16 @@ def body_rounds(rounds: int, calls: int) -> dict[str, dict[str, list[float]]]:
     import torch.distributed as dist
 
     import xccl
-    from xccl.collectives._flight import DEFAULT_ENTRIES, Flight
-    from xccl.collectives._state import state_of
+    from xccl.collectives import _flight, _hooks
+    from xccl.collectives._groups import state_of
 
     gloo = dist.new_group(backend="gloo")
     st = state_of(None)
-    ring = Flight(DEFAULT_ENTRIES)
+    # The world's pipeline with its recorder hook (on by default) and without it: switched per call.
+    hooks = st.hooks if any(isinstance(h, _flight._Recorder) for h in st.hooks) else (
+        st.hooks[0], _flight._Recorder(st, _flight.Flight(_flight.DEFAULT_ENTRIES)), *st.hooks[1:])
+    recorded = _hooks.chains(hooks)
+    plain = _hooks.chains([h for h in hooks if not isinstance(h, _flight._Recorder)])
     clock = time.perf_counter
 
     def variant(name: str, t: torch.Tensor, async_op: bool) -> Callable[[], Any]:
@@ -56,10 +60,10 @@ def body_rounds(rounds: int, calls: int) -> dict[str, dict[str, list[float]]]:
             if async_op:
                 return lambda: dist.all_reduce(t, group=gloo, async_op=True).wait()
             return lambda: dist.all_reduce(t, group=gloo)
-        on = ring if name == "xccl_fr" else None
+        on = recorded if name == "xccl_fr" else plain
 
         def run() -> None:
-            st.flight = on  # every rank switches at the same call: the groups' sequence numbers stay aligned
+            st.issue, st.issue_inner = on  # every rank switches at the same call
             if async_op:
                 xccl.all_reduce(t, async_op=True).wait()
             else:
@@ -89,7 +93,7 @@ def body_rounds(rounds: int, calls: int) -> dict[str, dict[str, list[float]]]:
                 for v, xs in zip(VARIANTS, got, strict=True):
                     per_round[v].append(statistics.median(xs))
             out[f"{label}, {mode}"] = per_round
-    st.flight = None
+    st.issue, st.issue_inner = _hooks.chains(st.hooks)
     return out
 
 

@@ -40,7 +40,7 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
     # Decided from the tree, not by trying an import: the editable install's finder would serve this checkout's
     # modules to an older tree that lacks them.
     if (Path(xccl.__file__).parent / "collectives").is_dir():
-        from xccl.collectives._state import state_of as context
+        from xccl.collectives._groups import state_of as context
         from xccl.plugin._capabilities import Collective
     else:  # a tree from before the layer packages (--baseline); same plan-cache key
         from xccl._capabilities import Collective  # type: ignore[no-redef]

@@ -9,7 +9,7 @@ span (all its threads, mean over ranks), the figure a busy shared machine distor
 median over ``--repeat`` launches of each, the two kinds interleaved so a busy machine weighs on both alike, and ``extra`` =
 xccl's median minus torch's (goal: at most 0.1 s at every size).
 
-The breakdown is the mean over ranks and launches of ``xccl.collectives._state.STATE.phases`` (what ``xccl.init``
+The breakdown is the mean over ranks and launches of ``xccl.collectives._state.PROCESS.phases`` (what ``xccl.init``
 records as it goes) plus the lazy imports ``xccl.init`` and ``xccl.barrier`` bring and the first barrier (its
 planning included). ``process group`` is what ``init_process_group`` adds around the vendor's own group.
 
@@ -100,9 +100,9 @@ def _rank(rank: int, size: int, port: int, vendor: str, kind: str, go: Any, out:
             t3 = time.perf_counter()
             barrier()
             total, cpu = time.perf_counter() - t0, time.process_time() - c0
-            from xccl.collectives._state import STATE
+            from xccl.collectives._state import PROCESS
 
-            recorded: dict[str, float] = getattr(STATE, "phases", {})  # an xccl from before the phases: none
+            recorded: dict[str, float] = getattr(PROCESS, "phases", {})  # an xccl from before the phases: none
             phases = {"import runtime": t1 - t0, **recorded, "import collectives API": t3 - t2,
                       "first barrier": total - (t3 - t0)}
             inner = phases.get("native group", 0.0) + phases.get("host-side gloo group", 0.0)

@@ -60,7 +60,7 @@ def case_sophgo_backend(rank: int, world_size: int) -> dict[str, Any]:
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel
 
-    from xccl.collectives._state import STATE
+    from xccl.collectives._state import GROUPS
 
     name = xccl.process_group_backend("sophgo", simulate=True)
     dist.init_process_group(name, rank=rank, world_size=world_size, pg_options=None)
@@ -72,7 +72,7 @@ def case_sophgo_backend(rank: int, world_size: int) -> dict[str, Any]:
     ddp(torch.full((1, 4), float(rank + 1))).sum().backward()
     out["ddp_grad"] = model.weight.grad.flatten().tolist()
     # reduce_scatter_tensor through torch.distributed: SCCL has none, so xccl emulates it (and warns once).
-    STATE.warned.clear()
+    GROUPS.warned.clear()
     inp = torch.arange(2 * world_size, dtype=torch.float32) + 10 * rank
     res = torch.empty(2)
     with warnings.catch_warnings(record=True) as caught:
@@ -102,7 +102,7 @@ class _ForeignBackend:
 
 
 def case_foreign_backend(rank: int, world_size: int) -> dict[str, Any]:
-    from xccl.collectives._state import STATE
+    from xccl.collectives._state import PROCESS
 
     dist.Backend.register_backend("xccltestforeign", _ForeignBackend(), devices=["cpu"])
     dist.init_process_group("xccltestforeign", rank=rank, world_size=world_size)
@@ -113,7 +113,7 @@ def case_foreign_backend(rank: int, world_size: int) -> dict[str, Any]:
     except Exception as exc:
         out["raised"] = [c.__name__ for c in type(exc).__mro__]
         out["message"] = str(exc)
-    out["xccl_initialised"] = STATE.world is not None
+    out["xccl_initialised"] = PROCESS.world is not None
     dist.destroy_process_group()
     return out
 

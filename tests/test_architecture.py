@@ -160,7 +160,7 @@ def test_plugins_import_only_the_public_sdk(pkg: Path) -> None:
 
 
 def test_the_sdk_check_catches_private_imports() -> None:
-    src = ("import xccl\nfrom xccl.plugin import Runtime\nfrom xccl.collectives._state import STATE\n"
+    src = ("import xccl\nfrom xccl.plugin import Runtime\nfrom xccl.collectives._state import PROCESS\n"
            "import xccl.plugin._sim\nfrom xccl import _LAZY\nfrom xccl.runtime import init\n")
     assert _private_imports(src) == [(3, "xccl.collectives._state"), (4, "xccl.plugin._sim"), (5, "xccl._LAZY"),
                                      (6, "xccl.runtime")]

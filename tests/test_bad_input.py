@@ -335,9 +335,9 @@ _CLEAN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "XCC
 
 @pytest.mark.parametrize("case_id", list(LOCAL), ids=list(LOCAL))
 def test_local_case(case_id, monkeypatch):
-    from xccl.collectives._state import STATE as _STATE
+    from xccl.collectives._state import PROCESS as _PROCESS
 
-    if _STATE.world is not None or dist.is_initialized():
+    if _PROCESS.world is not None or dist.is_initialized():
         pytest.skip("this process already has a process group")
     error, env, call = LOCAL[case_id]
     for k in _CLEAN:
@@ -349,7 +349,7 @@ def test_local_case(case_id, monkeypatch):
         with pytest.raises(xccl.XcclError) as info:
             call()
     finally:
-        if _STATE.world is not None:  # a case that wrongly succeeded must not leak its world into others
+        if _PROCESS.world is not None:  # a case that wrongly succeeded must not leak its world into others
             xccl.shutdown()
     names = [c.__name__ for c in type(info.value).__mro__]
     assert error in names, (case_id, names, str(info.value))

@@ -27,7 +27,8 @@ import torch
 import torch.distributed as dist
 
 import xccl
-from xccl.collectives._state import STATE, state_of
+from xccl.collectives._check._record import DETECTOR
+from xccl.collectives._groups import state_of
 from xccl.testing import RankPool
 
 TIMEOUT = 10.0
@@ -188,9 +189,9 @@ def body_matching(seconds: float) -> dict[str, Any]:
             xccl.recv(r, src=rank - 1, group=g)
         xccl.barrier(group=g)
         calls += 10
-    rec = STATE.channel.recs[state_of(g)]
-    return {"wrong": wrong, "calls": calls, "steps": state_of(g).seq, "agreed": min(rec.agreed.values(), default=-1),
-            "verdict": rec.verdict is not None or STATE.channel.pending is not None}
+    rec = DETECTOR.channel.recs[state_of(g)]
+    return {"wrong": wrong, "calls": calls, "steps": rec.seq, "agreed": min(rec.agreed.values(), default=-1),
+            "verdict": rec.verdict is not None or DETECTOR.channel.pending is not None}
 
 
 def body_silent(warm: bool) -> Any:

@@ -28,8 +28,9 @@ import torch.distributed as dist
 import xccl
 from xccl.backends.cpu import A2A_VIA_SINGLE, RS_VIA_ALL_TO_ALL, RS_VIA_ALL_TO_ALL_SMALL
 from xccl.collectives._emulate import AGREED_BYTES, by_size
+from xccl.collectives._groups import register, state_of
 from xccl.collectives._scratch import size_class
-from xccl.collectives._state import STATE, register, state_of
+from xccl.collectives._state import PROCESS
 from xccl.plugin import AGREED_SIZE, PORTABLE, Collective, Level, Prefer, Support, table_from
 from xccl.tools._render import cell, footnote, render_text
 
@@ -156,7 +157,7 @@ def body_policies() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for policy in ("error", "warn"):
         g = xccl.new_group()
-        st = register(g, STATE.runtime, fallback=policy)  # type: ignore[arg-type]
+        st = register(g, PROCESS.runtime, fallback=policy)  # type: ignore[arg-type]
         rows = -(-MIN // (n * 4))
         x = torch.arange(float(n * rows)) + r
         got = torch.empty(rows)

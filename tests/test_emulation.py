@@ -14,7 +14,7 @@ runs on three pools with the same inputs:
 Each case's inputs come from a generator seeded by (case, group rank), so every rank can build every rank's input
 and compute the reference. The parent then checks, per pool, that results equal the reference and that a case was
 refused (``UnsupportedCollective`` on every rank) exactly where the pool's capability table says so; then that the
-emulated results equal the native ones; and that every emulation in ``xccl.collectives._emulate.EMULATIONS`` was exercised.
+emulated results equal the native ones; and that every emulation in ``xccl.ops._emulations.EMULATIONS`` was exercised.
 
 Further bodies check that emulated async handles complete by polling ``is_completed()`` alone, and that what an
 emulation cannot do is refused before anything is sent.
@@ -38,9 +38,9 @@ import torch.distributed as dist
 import xccl
 from xccl import Collective as C
 from xccl import Level
-from xccl.collectives._dispatch import _block
-from xccl.collectives._emulate import EMULATIONS
-from xccl.collectives._state import state_of
+from xccl.collectives._dispatch import block
+from xccl.collectives._groups import state_of
+from xccl.ops._emulations import BY_KEY, EMULATIONS
 
 DTYPES = (torch.float32, torch.bfloat16, torch.int64, torch.bool)
 REDUCE_OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
@@ -424,12 +424,12 @@ def body_matrix(
     ranks = tuple(range(dist.get_world_size()) if group is None else dist.get_process_group_ranks(group))
     e = Env(group, ranks, ranks.index(dist.get_rank()))
     if rs_via is not None:
-        kernel = EMULATIONS[C.REDUCE_SCATTER_TENSOR][rs_via][0]
+        kernel = BY_KEY[(C.REDUCE_SCATTER_TENSOR, rs_via)].fn
 
         def rs(out: torch.Tensor, inp: torch.Tensor, op: Any, g: Any, a: bool) -> Any:
             # An emulation kernel is bound to its group state and to the runner of its building blocks.
             st = state_of(g)
-            return kernel(st, partial(_block, st), out, inp, op, a)
+            return kernel(st, partial(block, st), out, inp, op, a)
 
         e = Env(group, ranks, e.r, rs)
     results: dict[str, tuple[Any, ...]] = {}
@@ -541,7 +541,7 @@ CONSTRAINT_FALLBACKS = {("all_gather", "all_gather_into_tensor_uneven")}
 
 def emulation_names() -> set[tuple[str, str]]:
     """Every (collective, via) that xccl can emulate, less those only a refusing kernel falls back to."""
-    return {(op.value, via) for op, vias in EMULATIONS.items() for via in vias} - CONSTRAINT_FALLBACKS
+    return {(e.op.value, e.via) for e in EMULATIONS} - CONSTRAINT_FALLBACKS
 
 
 # --------------------------------------------------------------------------------------------------- the tests

@@ -88,7 +88,7 @@ def native_calls() -> None:
 
 def _forget_plans(group: Any = None) -> None:
     # The warning is issued when a call shape is first planned; earlier bodies in this pool may have planned it.
-    from xccl.collectives._state import state_of as context
+    from xccl.collectives._groups import state_of as context
 
     context(group).plans.clear()
 
@@ -102,9 +102,9 @@ def _record(fn: Callable[[], None]) -> list[tuple[str, str, str]]:
 
 def body_warn() -> dict[str, Any]:
     """Each emulated op twice, native ops, then again with fresh plans, then on a new group."""
-    from xccl.collectives._state import STATE
+    from xccl.collectives._state import GROUPS
 
-    STATE.warned.clear()
+    GROUPS.warned.clear()
     _forget_plans()
     calls = emulated_calls()
 
@@ -127,9 +127,9 @@ def body_warn_through_torch() -> list[tuple[str, str, str]]:
     """Emulated calls that reach xccl through torch.distributed's wrappers: torch 2.13's deprecated names
     (``typing_extensions.deprecated`` puts a frame of its own between the user's line and torch), and the c10d
     path of ``dist.all_reduce``."""
-    from xccl.collectives._state import STATE
+    from xccl.collectives._state import GROUPS
 
-    STATE.warned.clear()
+    GROUPS.warned.clear()
     _forget_plans()
     n = dist.get_world_size()
 
@@ -141,9 +141,9 @@ def body_warn_through_torch() -> list[tuple[str, str, str]]:
 
 
 def body_emulate() -> list[tuple[str, str, str]]:
-    from xccl.collectives._state import STATE
+    from xccl.collectives._state import GROUPS
 
-    STATE.warned.clear()
+    GROUPS.warned.clear()
     _forget_plans()
     calls = emulated_calls()
     return _record(lambda: [call() for call in calls.values()] and None)

@@ -158,10 +158,10 @@ def test_sigusr1_dumps(pool2, tmp_path):
 
 
 @pytest.mark.parametrize(("env", "want"), [
-    ({}, 0), ({"TORCH_FR_BUFFER_SIZE": "64"}, 64), ({"TORCH_FR_BUFFER_SIZE": "0"}, 0),
+    ({}, _flight.DEFAULT_ENTRIES), ({"TORCH_FR_BUFFER_SIZE": "64"}, 64), ({"TORCH_FR_BUFFER_SIZE": "0"}, 0),
     ({"XCCL_TRACE": "0", "TORCH_FR_BUFFER_SIZE": "64"}, 0), ({"XCCL_TRACE": "1"}, _flight.DEFAULT_ENTRIES),
     ({"XCCL_TRACE": "300"}, 300),
-], ids=["default-off", "torch-size", "torch-off", "xccl-off-wins", "xccl-on", "xccl-size"])
+], ids=["default-on", "torch-size", "torch-off", "xccl-off-wins", "xccl-on", "xccl-size"])
 def test_switches(monkeypatch, env, want):
     for name in ("XCCL_TRACE", "TORCH_FR_BUFFER_SIZE"):
         monkeypatch.delenv(name, raising=False)
@@ -177,14 +177,15 @@ def test_bad_switch_is_a_typed_error(monkeypatch):
 
 
 def test_ring_keeps_the_last_n_calls():
-    class St:  # the two counters and the name a GroupState gives the recorder
+    class St:  # what an entry reads of its group
         name, rank, ranks = "g", 0, (0,)
-        fr_seq = fr_p2p = 0
+
+    from xccl.ops import _specs as S
 
     ring = _flight.Flight(4)
-    st = St()
+    rec = _flight._Recorder(St(), ring)
     for _ in range(10):
-        _flight.finish(ring, ring.all_reduce(st, torch.ones(1)), None)
+        _flight.finish(ring, ring.begin(rec, S.ALL_REDUCE, (torch.ones(1), None)), None)
     assert [e.seq for e in ring.entries()] == [7, 8, 9, 10]
     assert all(e.completed for e in ring.entries())
 

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 import xccl
-from xccl.collectives._state import register, state_of
+from xccl.collectives._groups import register, state_of
 from xccl.plugin import Collective, Level, Plugin, Runtime, Support, table_from
 
 C = Collective

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 import xccl
-from xccl.collectives._state import register
+from xccl.collectives._groups import register
 from xccl.fused._pass import FusedMatmulPass, fuse_matmul_collectives
 from xccl.plugin import Collective, Level, Plugin, Runtime, Support, table_from
 

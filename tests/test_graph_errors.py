@@ -111,7 +111,7 @@ def body_drifts() -> dict[str, str]:
     m = [[1, 1], [1, 2]]
     out = torch.empty(sum(m[j][me] for j in range(n)))
     inp = torch.arange(float(sum(m[me])))
-    kargs = S.ALL_TO_ALL_SINGLE.validate(xccl.collectives._state.state_of(None), _raise, out, inp,
+    kargs = S.ALL_TO_ALL_SINGLE.validate(xccl.collectives._groups.state_of(None), _raise, out, inp,
                                          [m[j][me] for j in range(n)], m[me])
     results["a2a-key"] = S.ALL_TO_ALL_SINGLE.key_of(kargs).value
     compiled = torch.compile(lambda o, i: xccl.all_to_all_single(o, i, [m[j][me] for j in range(n)], m[me]),

@@ -84,9 +84,9 @@ if VICTIM >= 0:
                took=took)
         sys.exit(3)
 facts = {}
-from xccl.collectives._state import STATE  # noqa: E402
+from xccl.collectives._state import PROCESS# noqa: E402
 
-live = STATE.liveness
+live = PROCESS.liveness
 if live is not None:
     import datetime
 

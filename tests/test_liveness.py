@@ -13,7 +13,7 @@ import socket
 import pytest
 
 from xccl.collectives import _liveness as L
-from xccl.collectives._state import STATE
+from xccl.collectives._state import PROCESS
 
 
 def _facts(rank: int = 1, **kw: object) -> L.Facts:
@@ -88,7 +88,7 @@ def test_route_address_is_this_machines_side_of_the_route():
 
 
 def test_no_liveness_means_no_verdict():
-    assert STATE.liveness is None
+    assert PROCESS.liveness is None
     assert L.lost_peers([0, 1]) is None
 
 

@@ -124,6 +124,8 @@ def conformance():
 
 
 def mixed():
+    from xccl.collectives._mixed import MixedGroup
+    from xccl.collectives._groups import state_of
     from xccl.testing._mixed_bodies import collectives
 
     failures = collectives()
@@ -132,7 +134,7 @@ def mixed():
     for g in pg:
         x = torch.tensor([float(RANK + 1)] * 4)
         torch.distributed.all_reduce(x, group=g.group)
-        groups[g.kind] = {"ranks": list(g.ranks), "composed": getattr(g.group, "mixed", None) is not None,
+        groups[g.kind] = {"ranks": list(g.ranks), "composed": isinstance(state_of(g.group), MixedGroup),
                           "sum": x[0].item(), "want": float(sum(r + 1 for r in g.ranks))}
     record(ok=not failures, failures=failures, plugin=world.plugin, groups=groups,
            islands=[[i.plugin, list(i.ranks)] for i in world.map.islands], hosts=list(world.map.hosts))

@@ -324,13 +324,17 @@ def test_calibrate_prices_with_figures_fitted_to_a_measurement_file(tmp_path: Pa
 
 @pytest.mark.parametrize("value", ["64", "64/64", "-1/4", "a/b", "0/"])
 def test_a_malformed_fake_world_variable_is_a_typed_error(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from xccl.plugin._fake_world import ENV, FakeWorld, fake_world
+    from xccl.plugin._fake_world import ENV, FakeWorld, choose
 
-    monkeypatch.setenv(ENV, "63/64")
-    assert fake_world() == FakeWorld(63, 64)
-    monkeypatch.setenv(ENV, value)
-    with pytest.raises(InvalidArgument, match="RANK/N"):
-        fake_world()
+    try:
+        monkeypatch.setenv(ENV, "63/64")
+        assert choose().fake == FakeWorld(63, 64)  # xccl.init chooses the transport from the variable, once
+        monkeypatch.setenv(ENV, value)
+        with pytest.raises(InvalidArgument, match="RANK/N"):
+            choose()
+    finally:
+        monkeypatch.delenv(ENV)
+        assert choose().fake is None  # a real world again for this process's other tests
 
 
 # ------------------------------------------------------------------------------- the HTML page and the PNG

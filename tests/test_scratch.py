@@ -18,8 +18,9 @@ import torch.distributed as dist
 
 import xccl
 from xccl.backends.cpu import RS_VIA_ALL_TO_ALL
+from xccl.collectives._groups import state_of
 from xccl.collectives._scratch import LIMIT_COUNT, Scratch, size_class
-from xccl.collectives._state import STATE, state_of
+from xccl.collectives._state import GROUPS
 
 MIN = RS_VIA_ALL_TO_ALL.min_bytes
 CPU = torch.device("cpu")
@@ -136,7 +137,7 @@ def body_destroyed_group() -> dict[str, Any]:
     del st
     dist.destroy_process_group(g)
     gc.collect()
-    return {"held": held, "alive": sum(ref() is not None for ref in refs), "forgotten": g not in STATE.groups,
+    return {"held": held, "alive": sum(ref() is not None for ref in refs), "forgotten": g not in GROUPS.groups,
             "result": torch.equal(out, torch.full((rows,), float(n)))}
 
 

@@ -111,30 +111,31 @@ def _check(losses: list[float], params: dict[str, torch.Tensor], shard: int, par
 def _counting_reduce_scatter_emulation(calls: list[int]) -> Iterator[None]:
     """Count the calls of xccl's reduce_scatter_tensor emulation (all_to_all + local reduction).
 
-    Kernels are looked up in ``EMULATIONS`` when a call shape is first planned, so the cached plans of
-    reduce_scatter_tensor are dropped before (to plan the counting kernel) and after (to forget it).
+    Compositions are looked up by their record (``xccl.ops._emulations``) when a call shape is first planned, so
+    the cached plans of reduce_scatter_tensor are dropped before (to plan the counting kernel) and after (to forget
+    it).
     """
-    from xccl.collectives._emulate import EMULATIONS
-    from xccl.collectives._state import STATE
+    from xccl.collectives._state import GROUPS
+    from xccl.ops._emulations import BY_KEY, implements
 
-    table = EMULATIONS[xccl.Collective.REDUCE_SCATTER_TENSOR]
-    real, note = table["all_to_all"]
+    key = (xccl.Collective.REDUCE_SCATTER_TENSOR, "all_to_all")
+    real = BY_KEY[key].fn
 
     def counting(*args: Any) -> Any:
         calls[0] += 1
         return real(*args)
 
     def forget() -> None:
-        for st in {id(s): s for s in [*STATE.groups.values(), STATE.default] if s is not None}.values():
+        for st in {id(s): s for s in [*GROUPS.groups.values(), GROUPS.default] if s is not None}.values():
             for key in [k for k in st.plans if k[0] is xccl.Collective.REDUCE_SCATTER_TENSOR]:
                 del st.plans[key]
 
-    table["all_to_all"] = (counting, note)
+    implements(*key)(counting)
     forget()
     try:
         yield
     finally:
-        table["all_to_all"] = (real, note)
+        implements(*key)(real)
         forget()
 
 

@@ -62,7 +62,8 @@ _LAZY: Final = {
     ),
     **dict.fromkeys(("ParallelGroup", "ParallelGroups", "parallel_groups", "parallel_layout"),
                     "xccl.runtime._parallel"),
-    **dict.fromkeys(("BackendName", "TimeoutWarning", "XcclProcessGroup"), "xccl.collectives._process_group"),
+    **dict.fromkeys(("BackendName", "XcclProcessGroup"), "xccl.collectives._process_group"),
+    "TimeoutWarning": "xccl.collectives._backend",
     **dict.fromkeys(("Island", "WorldMap"), "xccl.collectives._islands"),
     # the capability model and plugins
     **dict.fromkeys(
@@ -215,8 +216,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         send,
     )
     from .api._patch import patch_collectives
+    from .collectives._backend import TimeoutWarning
     from .collectives._islands import Island, WorldMap
-    from .collectives._process_group import BackendName, TimeoutWarning, XcclProcessGroup
+    from .collectives._process_group import BackendName, XcclProcessGroup
     from .fused._api import all_gather_mm, mm_all_reduce, mm_reduce_scatter
     from .graph import compile, functional, graph_ops
     from .plugin import (

@@ -11,8 +11,8 @@ from typing import Any, Final
 import torch
 
 from ..collectives._dispatch import dispatch
+from ..collectives._groups import state_of
 from ..collectives._p2p import P2POp, batch_isend_irecv
-from ..collectives._state import state_of
 from ..graph import _forms as G
 from ..ops import _specs as S
 

@@ -21,7 +21,8 @@ native kernel for this call shape (``Prefer``: it measured faster there; the res
 A dtype the backend moves but cannot reduce (``Support.dtype_via``: float64 on SCCL and HCCL) takes a composition
 at step 1 that gathers the bits and reduces them locally, in rank order: exactly, and alike on every rank.
 
-Traffic notes (``EMULATIONS``) feed the once-per-op warning so users see what emulation costs.
+Each composition is registered against its record (``xccl.ops._emulations``: the building blocks it calls, whether
+it reduces on the host, and the traffic note the once-per-op warning shows, so users see what emulation costs).
 """
 
 from __future__ import annotations
@@ -35,19 +36,21 @@ import torch
 
 from ..errors import UnsupportedCollective
 from ..ops import _specs as S
+from ..ops._emulations import BY_KEY, implements, of, unimplemented
 from ..plugin._capabilities import Collective, Resolution
 from ..plugin._work import Work, finish
-from . import _layers, _monitored, _uneven
+from . import _layers, _monitored, _uneven  # noqa: F401 - _monitored and _uneven register their compositions
 from ._compose import Call, local_reduce, nothing
 from ._compose import last as _last
 from ._compose import take as _take
 
-__all__ = ["AGREED_BYTES", "EMULATIONS", "build", "by_size", "composition", "describe", "local_reduce", "with_result"]
+__all__ = ["AGREED_BYTES", "build", "by_size", "composition", "describe", "first_via", "local_reduce", "with_result"]
 
 C = Collective
 Kernel = Callable[..., Any]
 
 
+@implements(C.REDUCE_SCATTER_TENSOR, "all_to_all")
 def _rs_tensor_via_all_to_all(st: Any, call: Call, out: torch.Tensor, inp: torch.Tensor, op: Any, a: bool) -> Any:
     """reduce_scatter_tensor = all_to_all_single + local reduction: each rank receives only its own chunk from
     every peer, (n-1)/n of the input, exactly what a ring reduce_scatter moves."""
@@ -56,6 +59,7 @@ def _rs_tensor_via_all_to_all(st: Any, call: Call, out: torch.Tensor, inp: torch
                  lambda: local_reduce(got.tensor.view(st.size, out.numel()), op, out), got)
 
 
+@implements(C.REDUCE_SCATTER_TENSOR, "all_reduce")
 def _rs_tensor_via_all_reduce(st: Any, call: Call, out: torch.Tensor, inp: torch.Tensor, op: Any, a: bool) -> Any:
     """reduce_scatter_tensor = all_reduce + slice: moves twice a ring reduce_scatter's bytes; the last resort."""
     tmp = _take(st, inp.numel(), inp)
@@ -64,12 +68,14 @@ def _rs_tensor_via_all_reduce(st: Any, call: Call, out: torch.Tensor, inp: torch
                  lambda: out.view(-1).copy_(tmp.tensor.view(st.size, out.numel())[st.rank]), tmp)
 
 
+@implements(C.REDUCE_SCATTER, "reduce_scatter_tensor")
 def _rs_list_via_tensor(st: Any, call: Call, out: torch.Tensor, ins: Sequence[torch.Tensor], op: Any, a: bool) -> Any:
     flat = _take(st, out.numel() * len(ins), out)
     torch.cat([t.reshape(-1) for t in ins], out=flat.tensor)
     return _last(call, S.REDUCE_SCATTER_TENSOR, (out.view(-1), flat.tensor, op), a, nothing, flat)
 
 
+@implements(C.ALL_TO_ALL, "all_to_all_single")
 def _all_to_all_via_single(
     st: Any, call: Call, outs: Sequence[torch.Tensor], ins: Sequence[torch.Tensor], a: bool
 ) -> Any:
@@ -87,6 +93,7 @@ def _all_to_all_via_single(
                  flat_out)
 
 
+@implements(C.ALL_TO_ALL_V, "all_to_all_single")
 def _a2av_via_single(
     st: Any, call: Call, out: torch.Tensor, inp: torch.Tensor, matrix: list[list[int]], a: bool
 ) -> Any:
@@ -98,6 +105,7 @@ def _a2av_via_single(
     return finish(call(S.ALL_TO_ALL_SINGLE, kargs, a), a)
 
 
+@implements(C.ALL_REDUCE_COALESCED, "all_reduce")
 def _ar_coalesced_via_all_reduce(st: Any, call: Call, ts: Sequence[torch.Tensor], op: Any, a: bool) -> Any:
     """One all_reduce per dtype over the tensors flattened into one buffer (every rank groups them alike)."""
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
@@ -113,6 +121,7 @@ def _ar_coalesced_via_all_reduce(st: Any, call: Call, ts: Sequence[torch.Tensor]
     return finish(None, a)
 
 
+@implements(C.ALL_GATHER, "all_gather_into_tensor_uneven")
 def _ag_via_uneven(st: Any, call: Call, outs: Sequence[torch.Tensor], t: torch.Tensor, a: bool) -> Any:
     """The list all_gather of tensors whose shapes differ per rank (every rank passes the same ``tensor_list``
     shapes): one all_gather_into_tensor_uneven of the flattened tensors, copied out. Where a vendor's list
@@ -127,6 +136,7 @@ def _ag_via_uneven(st: Any, call: Call, outs: Sequence[torch.Tensor], t: torch.T
     return _last(call, S.ALL_GATHER_INTO_TENSOR_UNEVEN, (buf.tensor, t.reshape(-1), sizes), a, copy_out, buf)
 
 
+@implements(C.ALL_GATHER_COALESCED, "all_gather")
 def _ag_coalesced_via_all_gather(
     st: Any, call: Call, outs: Sequence[Sequence[torch.Tensor]], ins: Sequence[torch.Tensor], a: bool
 ) -> Any:
@@ -135,6 +145,7 @@ def _ag_coalesced_via_all_gather(
     return finish(None, a)
 
 
+@implements(C.GATHER, "all_gather")
 def _gather_via_all_gather(
     st: Any, call: Call, t: torch.Tensor, lst: Sequence[torch.Tensor] | None, root: int, a: bool
 ) -> Any:
@@ -149,6 +160,7 @@ def _gather_via_all_gather(
     return _last(call, S.ALL_GATHER_INTO_TENSOR, (buf.tensor, t.reshape(-1)), a, copy_out, buf)
 
 
+@implements(C.ALL_REDUCE, "all_gather")
 def _ar_via_all_gather(st: Any, call: Call, t: torch.Tensor, op: Any, a: bool) -> Any:
     """all_reduce = all_gather of every rank's bits + a local reduction in rank order: exact and the same on every
     rank, for a dtype the backend moves but cannot reduce (float64 on SCCL and HCCL; the gather moves it as a
@@ -158,6 +170,7 @@ def _ar_via_all_gather(st: Any, call: Call, t: torch.Tensor, op: Any, a: bool) -
                  lambda: local_reduce(buf.tensor.view(st.size, t.numel()), op, t), buf)
 
 
+@implements(C.REDUCE, "all_gather")
 def _reduce_via_all_gather(st: Any, call: Call, t: torch.Tensor, root: int, op: Any, a: bool) -> Any:
     """reduce = the all_reduce composition above, kept on the root (the other ranks' tensors are left as they
     were): every rank receives world-size times the bytes, as torch_npu's gather does."""
@@ -170,12 +183,15 @@ def _reduce_via_all_gather(st: Any, call: Call, t: torch.Tensor, root: int, op: 
     return _last(call, S.ALL_GATHER_INTO_TENSOR, (buf.tensor, t.view(-1)), a, reduce_on_root, buf)
 
 
+@implements(C.SEND, "host_gloo")
 def _send_via_host(st: Any, call: Call, t: torch.Tensor, peer: int, tag: int, a: bool) -> Any:
     """Point-to-point through the group's host-side gloo group (same ranks), staging through host memory."""
     host = t.detach().cpu()
     return finish(st.side_group().send([host], peer, tag), a)
 
 
+@implements(C.RECV, "host_gloo")
+@implements(C.RECV_ANY_SOURCE, "host_gloo")
 def _recv_via_host(st: Any, call: Call, t: torch.Tensor, peer: int | None, tag: int, a: bool) -> Any:
     host = torch.empty(t.shape, dtype=t.dtype, device="cpu")
     side = st.side_group()
@@ -184,68 +200,14 @@ def _recv_via_host(st: Any, call: Call, t: torch.Tensor, peer: int | None, tag: 
     return finish(work, a or peer is None, partial(t.copy_, host))
 
 
-#: op -> via name -> (kernel, extra-traffic note).
-EMULATIONS: Final[dict[Collective, dict[str, tuple[Kernel, str]]]] = {
-    C.REDUCE_SCATTER_TENSOR: {
-        "all_to_all": (_rs_tensor_via_all_to_all, "all_to_all_single + local reduction; same bytes as a ring"),
-        "all_reduce": (_rs_tensor_via_all_reduce, "all_reduce + slice; about 2x the bytes of reduce_scatter"),
-    },
-    C.REDUCE_SCATTER: {
-        "reduce_scatter_tensor": (_rs_list_via_tensor, "concatenates the inputs, then reduce_scatter_tensor"),
-    },
-    C.ALL_TO_ALL: {
-        "all_to_all_single": (
-            _all_to_all_via_single, "concatenates the inputs, one all_to_all_single with split sizes, one copy out"
-        ),
-    },
-    C.ALL_TO_ALL_SINGLE_UNEVEN: {
-        "padding": (_uneven.a2a_via_padding, "pads every chunk to the largest: one extra 8-byte all_reduce, "
-                    "(largest/average chunk) x the bytes"),
-    },
-    C.ALL_GATHER_INTO_TENSOR_UNEVEN: {
-        "all_to_all_single": (_uneven.ag_via_all_to_all, "all_to_all_single with split sizes, this rank's rows to "
-                              "every peer: the bytes of the splits, no padding"),
-        "padding": (_uneven.ag_via_padding, "pads every rank's rows to the largest split"),
-    },
-    C.REDUCE_SCATTER_TENSOR_UNEVEN: {
-        "all_to_all_single": (_uneven.rs_via_all_to_all, "all_to_all_single with split sizes + local reduction: "
-                              "the bytes of the splits, no padding"),
-        "padding": (_uneven.rs_via_padding, "pads every chunk to the largest split"),
-    },
-    C.ALL_TO_ALL_V: {
-        "all_to_all_single": (_a2av_via_single, "all_to_all_single with split sizes from the count matrix"),
-    },
-    C.ALL_REDUCE_COALESCED: {
-        "all_reduce": (_ar_coalesced_via_all_reduce, "the tensors flattened into one buffer per dtype, one "
-                       "all_reduce each, copied back"),
-    },
-    C.ALL_GATHER_COALESCED: {
-        "all_gather": (_ag_coalesced_via_all_gather, "one all_gather per input tensor"),
-    },
-    C.ALL_GATHER: {
-        "all_gather_into_tensor_uneven": (_ag_via_uneven, "one all_gather_into_tensor_uneven of the flattened "
-                                          "tensors (split sizes: their element counts), copied out"),
-    },
-    C.ALL_REDUCE: {
-        "all_gather": (_ar_via_all_gather, "all_gather_into_tensor of every rank's bits + a local reduction in rank "
-                       "order: exact, identical on every rank; world size x the bytes of the tensor received"),
-    },
-    C.REDUCE: {
-        "all_gather": (_reduce_via_all_gather, "all_gather_into_tensor + a local reduction on the root, in rank "
-                       "order: exact; every rank receives world size x the bytes of the tensor"),
-    },
-    C.GATHER: {
-        "all_gather": (_gather_via_all_gather, "an all_gather kept on the root: every rank receives the whole "
-                       "gathered data (world size x the bytes of a gather)"),
-    },
-    C.MONITORED_BARRIER: {
-        "store": (_monitored.via_store, "over the rendezvous store, not the backend: a few store round trips per "
-                  "rank (torch's gloo algorithm, naming the late ranks on every rank)"),
-    },
-    C.SEND: {"host_gloo": (_send_via_host, "staged through host memory over a gloo group")},
-    C.RECV: {"host_gloo": (_recv_via_host, "staged through host memory over a gloo group")},
-    C.RECV_ANY_SOURCE: {"host_gloo": (_recv_via_host, "staged through host memory over a gloo group")},
-}
+if unimplemented():  # pragma: no cover - a record without its composition is a bug of this module
+    raise ImportError(f"emulations without a composition: {[(e.op.value, e.via) for e in unimplemented()]}")
+
+
+def first_via(op: Collective) -> str | None:
+    """The composition a refusing native kernel of ``op`` falls back to (its first emulation), or None."""
+    found = of(op)
+    return found[0].via if found else None
 
 
 def build(st: Any, op: Collective, res: Resolution, native: Kernel | None, call: Call) -> Kernel:
@@ -262,7 +224,7 @@ def build(st: Any, op: Collective, res: Resolution, native: Kernel | None, call:
     # kernel carries the call.
     if res.via == "":
         if native is None:
-            raise UnsupportedCollective(op.value, st.backend, "marked native but the plugin has no kernel")
+            raise UnsupportedCollective(op.value, st.plugin, "marked native but the plugin has no kernel")
         kernel = native
     else:
         kernel = composition(st, op, res.via, call)
@@ -275,10 +237,10 @@ def composition(st: Any, op: Collective, via: str, call: Call) -> Kernel:
     Raises:
         UnsupportedCollective: xccl has no composition of that name.
     """
-    entry = EMULATIONS.get(op, {}).get(via)
-    if entry is None:
-        raise UnsupportedCollective(op.value, st.backend, f"no emulation named {via!r}")
-    return partial(entry[0], st, call)
+    record = BY_KEY.get((op, via))
+    if record is None:
+        raise UnsupportedCollective(op.value, st.plugin, f"no emulation named {via!r}")
+    return partial(record.fn, st, call)
 
 
 def with_result(op: Collective, kernel: Kernel) -> Kernel:
@@ -307,7 +269,8 @@ def describe(op: Collective, res: Resolution, dtype: torch.dtype | None = None) 
     """One line for the fallback warning: which emulation, and what it costs (``dtype``: the caller's)."""
     parts = []
     if res.via:
-        note = EMULATIONS.get(op, {}).get(res.via, (None, ""))[1]
+        record = BY_KEY.get((op, res.via))
+        note = "" if record is None else record.note
         parts.append(f"via {res.via} ({note})" if note else f"via {res.via}")
     parts += _layers.describe(S.SPECS[op], res, dtype)
     return "; ".join(parts) or res.reason

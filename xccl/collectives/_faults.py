@@ -15,11 +15,24 @@ A vendor's own messages come first: a plugin declares what its error codes mean
 EI0006 a communicator that could not connect within ``HCCL_CONNECT_TIMEOUT``); a connect failure names the members
 that never reached the group's first collective (``_state.missing_members``).
 
-Synchronous calls are translated by ``_dispatch.run``. An asynchronous call's fault surfaces later, in
-``Work.wait()``; :class:`TypedWork` wraps only the handles of asynchronous calls (``async_op=True``), so the
-synchronous hot path gains no object and no indirection. It is a ``torch.distributed.Work``, so xccl's c10d
-process group returns it to torch (whose synchronous wrappers then wait on it: typed faults reach
-``torch.distributed`` callers too) and to C++ callers through the pybind trampoline.
+This is a hook of every group's pipeline (``_hooks``): its stage translates what the call raises; an asynchronous
+call's fault surfaces later, in ``Work.wait()``, so its handle is a :class:`TypedWork` whose ``wait()`` translates
+too (the synchronous path gains no object). It is a ``torch.distributed.Work``, so xccl's c10d process group returns
+it to torch (whose synchronous wrappers then wait on it: typed faults reach ``torch.distributed`` callers) and to
+C++ callers through the pybind trampoline, whose ``work->wait()`` runs this ``wait()``: the functional collectives'
+``wait_tensor``, DDP's wait on its unused-parameter map.
+
+What C++ waits on is often the work's *future*, not the work: DDP's reducer waits on each bucket's future at the end
+of the backward pass, and a C++ future carries an error as text only (a Python callback's exception becomes a
+``RuntimeError`` there, ``torch/csrc/jit/python/pybind_utils.h``: ``PythonFutureWrapper::then``). What carries a
+Python exception through the autograd engine unchanged is a final callback of the backward pass that raises it
+(``Variable._execution_engine.queue_callback``: the engine stores the Python error and raises it at the caller's
+``backward()``, ``torch/csrc/autograd/python_engine.cpp``). So a work handed out while a backward pass runs (this
+thread is in a graph task: ``torch._C._current_graph_task_id()``) is also waited for, typed, by one final callback
+per graph task: queued at the first such work, it runs before the reducer's own (the reducer queues its callback
+after it issued the last bucket), and waits for every work the task was given. A fault is then the typed error at
+``loss.backward()``, on every survivor; without one, the works were complete or about to be, and the reducer finds
+them done.
 """
 
 from __future__ import annotations
@@ -27,16 +40,23 @@ from __future__ import annotations
 import datetime as _dt
 import re
 import time
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Final, final
+
+import torch
 
 from ..errors import CollectiveTimeout, PeerFailure, XcclError
 from ..plugin._vendor_runtime import Fault, VendorFault
 from ..plugin._work import ForwardingWork
-from ._flight_dump import on_fault
 from ._liveness import lost_peers
-from ._state import STATE, missing_members
+from ._state import PROCESS, missing_members
 
-__all__ = ["TypedWork", "classify", "translate"]
+__all__ = ["LISTENERS", "TypedWork", "classify", "hook", "notify", "translate"]
+
+#: Called with (error name, global rank, op, group name) whenever a backend fault is raised typed: the flight
+#: recorder dumps then (``_flight_dump`` adds itself).
+LISTENERS: list[Callable[[str, int, str, str], None]] = []
 
 #: Lower-case fragments of a backend message that mean a peer's process or connection is gone.
 #: gloo: "Connection reset by peer", "Connection closed by peer", "Broken pipe"; NCCL: "remote process exited",
@@ -83,7 +103,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _timeout_hint() -> str:
-    world, settings = STATE.world, STATE.watchdog
+    world, settings = PROCESS.world, PROCESS.watchdog
     if settings is not None and settings.exec_timeout:
         return (f"the vendor ends a collective after {settings.exec_env}={settings.exec_timeout:g} s, its own "
                 f"execution timeout (set {settings.exec_env} to change it)")
@@ -100,7 +120,7 @@ def _vendor_kind(ctx: Any, text: str) -> Fault | None:
 
 def _connect_failure(exc: BaseException, ctx: Any, where: dict[str, Any]) -> CollectiveTimeout:
     """The typed error for a communicator that could not connect: who never arrived, and what bounds it."""
-    settings = STATE.watchdog
+    settings = PROCESS.watchdog
     var = f"{settings.connect_env}={settings.connect_timeout:g} s" if settings and settings.connect_timeout else (
         "the vendor's connect timeout")
     late = missing_members(ctx.group, ctx.ranks)
@@ -130,9 +150,16 @@ def translate(exc: BaseException, ctx: Any, op: str, started: float | None = Non
     if isinstance(exc, XcclError):
         return exc
     typed = _typed(exc, ctx, op, started)
-    if typed is not exc and STATE.flight is not None:  # the flight recorder dumps, here and on every rank
-        on_fault(type(typed).__name__, ctx.ranks[ctx.rank], op, str(ctx.name))
+    if typed is not exc:
+        notify(type(typed).__name__, ctx.ranks[ctx.rank], op, str(ctx.name))
     return typed
+
+
+def notify(kind: str, rank: int, op: str, group: str) -> None:
+    """A typed fault ``kind`` is being raised on global rank ``rank`` in ``op`` on ``group``: tell the
+    :data:`LISTENERS` (the flight recorder dumps, here and on every rank)."""
+    for listener in LISTENERS:
+        listener(kind, rank, op, group)
 
 
 def _typed(exc: BaseException, ctx: Any, op: str, started: float | None) -> BaseException:
@@ -231,3 +258,70 @@ class TypedWork(ForwardingWork):
 
     def __repr__(self) -> str:
         return f"<xccl TypedWork {self._op} on group {self._ctx.name!r}: {self.work!r}>"
+
+
+# ------------------------------------------------------------------------------------------------------ the hook
+
+_monotonic: Final = time.monotonic
+_graph_task: Final = torch._C._current_graph_task_id
+#: Graph task id -> the works handed out while it ran, which its final callback waits for (``_guard``); at most a
+#: few tasks are kept (a task that failed before its final callbacks never comes back for its works).
+_IN_BACKWARD: dict[int, list[Any]] = {}
+_KEPT: Final = 8
+#: The handle classes whose ``wait()`` raises typed faults already (the mismatch detector adds its own).
+TYPED: Final[set[type]] = {TypedWork}
+
+
+class _Faults:
+    """The typed-faults hook of one group (see the module docstring)."""
+
+    __slots__ = ("st",)
+
+    def __init__(self, st: Any) -> None:
+        self.st = st
+
+    def stage(self, inner: Callable[..., Any]) -> Callable[..., Any]:
+        """Translate what the call raises; hand out typed handles."""
+        st = self.st
+
+        def typed(spec: Any, kargs: Sequence[Any], kernel: Callable[..., Any], async_op: bool) -> Any:
+            started = _monotonic()
+            try:
+                work = inner(spec, kargs, kernel, async_op)
+            except RuntimeError as exc:
+                error = translate(exc, st, spec.name, started)
+                if error is exc:
+                    raise
+                raise error from exc
+            if work is None or spec.fused:
+                return work
+            if type(work) not in TYPED:  # the detector's handles are typed already
+                work = TypedWork(work, st, spec.name, started)
+            if _graph_task() != -1:
+                _guard(work)
+            return work
+
+        return typed
+
+
+def hook(st: Any) -> _Faults:
+    """Every group's typed faults (``_hooks.OBSERVERS``)."""
+    return _Faults(st)
+
+
+def _guard(work: Any) -> None:
+    """Have the running backward pass wait for ``work``, typed, before it ends (see the module docstring)."""
+    task = _graph_task()
+    pending = _IN_BACKWARD.get(task)
+    if pending is None:
+        while len(_IN_BACKWARD) >= _KEPT:
+            del _IN_BACKWARD[next(iter(_IN_BACKWARD))]
+        pending = _IN_BACKWARD[task] = []
+        torch.autograd.Variable._execution_engine.queue_callback(partial(_settle, task))
+    pending.append(work)
+
+
+def _settle(task: int) -> None:
+    """The final callback of graph task ``task``: wait for every work it handed out (a fault raises, typed)."""
+    for work in _IN_BACKWARD.pop(task, ()):
+        work.wait()

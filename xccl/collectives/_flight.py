@@ -1,14 +1,13 @@
 """The flight recorder: what every collective through xccl was, where the user called it, and when it completed.
 
-Each call that dispatch issues (``xccl.<op>``, ``torch.distributed.<op>`` on xccl's process group, DDP and FSDP2
-through it, the graph ops at run time) becomes one :class:`Entry` in a process-wide ring of the last N calls, at
-the same place in dispatch where the mismatch detector records it (``_dispatch._issue`` and the flat
-``all_reduce``): one branch on ``st.flight`` when off. An entry keeps:
+A hook of every group's pipeline (``_hooks``): each call a group runs (``xccl.<op>``, ``torch.distributed.<op>`` on
+xccl's process group, DDP and FSDP2 through it, the fused ops, the graph ops at run time) becomes one :class:`Entry`
+in a process-wide ring of the last N calls. An entry keeps:
 
 * the group (name, description, members) and its per-group sequence number (``collective_seq_id``; point-to-point
   calls count separately, ``p2p_seq_id``, as in torch's recorder);
-* the op as the user called it and, for an emulation, the names of its parts (``_dispatch.run(inner=True)``
-  appends them to the entry being issued);
+* the op as the user called it and, for an emulation (or a fused op's portable version), the names of its parts
+  (the hook's inner stage appends each building block to the entry this thread is issuing);
 * dtypes and shapes (never the tensors: the ring must not keep memory alive);
 * the user's call site: the first frame outside xccl, torch and the vendor's or framework's adaptor (the rule of
   ``ops/_warn.py``);
@@ -20,10 +19,9 @@ the same place in dispatch where the mismatch detector records it (``_dispatch._
 
 Dumps in torch's own layout are written by :mod:`._flight_dump`. The switches (:func:`capacity`):
 ``TORCH_FR_BUFFER_SIZE=N`` (torch's: N entries, on) and ``XCCL_TRACE`` (``0`` off, ``1`` on with
-:data:`DEFAULT_ENTRIES`, a number: that many entries). Without either it is off: measured side by side with an A/A
-control (``benchmarks/flight_recorder.py``, ``docs/performance.md``), it costs more than the detector's budget of
-+5% on a 1-element all_reduce (a few microseconds of Python per call, and on an asynchronous call a callback that
-gloo's thread runs under the GIL), so it is one switch away rather than on.
+:data:`DEFAULT_ENTRIES`, a number: that many entries). Without either it is on, with :data:`DEFAULT_ENTRIES`, as
+torch keeps its NCCL recorder on: measured side by side with an A/A control (``benchmarks/flight_recorder.py``,
+``docs/performance.md``), an entry costs a few percent of a 1-element all_reduce between processes.
 """
 
 from __future__ import annotations
@@ -34,15 +32,20 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, final
 
 import torch
+import torch.distributed as dist
 
 from ..errors import InitError
 from ..ops import _warn
+from ..ops._specs import Access
+from ..ops._vocab import Collective
+from ._state import Part
 
-__all__ = ["DEFAULT_ENTRIES", "Entry", "Flight", "capacity", "message_bytes"]
+__all__ = ["DEFAULT_ENTRIES", "FLIGHT", "Entry", "Flight", "capacity", "hook", "message_bytes", "recorder"]
 
 #: Entries kept when the recorder is on without a size (torch's default for ``TORCH_FR_BUFFER_SIZE`` is 2000).
 DEFAULT_ENTRIES: Final = 2000
@@ -53,10 +56,14 @@ _getframe: Final = sys._getframe
 _internal: Final = _warn.internal
 _INTERNAL_CODE: Final = _warn.INTERNAL_CODE
 _TENSOR: Final = torch.Tensor
+_WORK: Final = dist.Work
+_IN: Final = Access.READ
+_OUT: Final = Access.WRITE
+_P2P: Final = frozenset({Collective.SEND, Collective.RECV, Collective.RECV_ANY_SOURCE})
 
 
 def capacity() -> int:
-    """Entries the recorder keeps, from the environment; 0 when it is off (the default: see the module's docstring).
+    """Entries the recorder keeps, from the environment; 0 when it is off (on by default: see the module's docstring).
 
     ``XCCL_TRACE`` wins over ``TORCH_FR_BUFFER_SIZE`` (``XCCL_TRACE=0`` turns xccl's recorder off even where
     torch's is on for another backend).
@@ -79,7 +86,7 @@ def capacity() -> int:
         if value < 0:
             raise InitError(f"environment variable {name}={raw!r} must be 0 (off) or a number of entries")
         return DEFAULT_ENTRIES if name == "XCCL_TRACE" and value == 1 else value
-    return 0
+    return DEFAULT_ENTRIES
 
 
 @final
@@ -109,7 +116,7 @@ class Entry:
                  created: int) -> None:
         #: Process-wide order of the call (torch's ``record_id``).
         self.record_id: Final = record_id
-        #: The group's dispatch state (name, members, description are read at dump time).
+        #: The group's state (name, members, description are read at dump time).
         self.group: Final = group
         #: The op as the user called it (``all_reduce``, ``reduce_scatter_tensor``...).
         self.op: Final = op
@@ -187,55 +194,54 @@ def _described(values: Sequence[Any]) -> tuple[Any, ...]:
 class Flight:
     """The process's ring of the last :attr:`size` calls (one per process, as torch's recorder)."""
 
-    __slots__ = ("_count", "_lock", "current", "ring", "size")
+    __slots__ = ("_count", "_local", "_lock", "ring", "size")
 
     def __init__(self, size: int) -> None:
         self.size: Final = size
         self.ring: Final[list[Entry | None]] = [None] * size
         self._count: Final = itertools.count()
-        #: The call being issued on this thread, whose emulation parts are appended to it.
-        self.current: Entry | None = None
+        #: Per thread, the call being issued, whose emulation parts are appended to it (a mixed group's calls run
+        #: on a thread of their own).
+        self._local: Final = threading.local()
         self._lock: Final = threading.Lock()
 
-    def begin(self, st: Any, spec: Any, kargs: Sequence[Any]) -> Entry:
-        """Record a call of ``spec`` on ``st`` with kernel arguments ``kargs``; returns its entry."""
+    @property
+    def current(self) -> Entry | None:
+        """The call this thread is issuing, if any."""
+        return getattr(self._local, "entry", None)
+
+    def begin(self, rec: _Recorder, spec: Any, kargs: Sequence[Any]) -> Entry:
+        """Record a call of ``spec`` on ``rec``'s group with kernel arguments ``kargs``; returns its entry."""
         ins: list[Any] = []
         outs: list[Any] = []
         for arg, value in zip(spec.args, kargs, strict=False):
             access = arg.access
             if access is None:
                 continue
-            described = _described((value,))
-            if access.value != "out":
+            if type(value) is _TENSOR:
+                described: tuple[Any, ...] = ((value.shape, value.dtype),)
+            else:
+                described = _described((value,))
+            if access is not _OUT:
                 ins.extend(described)
-            if access.value != "in":
+            if access is not _IN:
                 outs.extend(described)
-        is_p2p = spec.args[-1].kind.value == "tag" if spec.args else False
+        is_p2p = spec.key in _P2P
         if is_p2p:
-            st.fr_p2p += 1
+            rec.p2p += 1
         else:
-            st.fr_seq += 1
-        entry = Entry(next(self._count), st, spec.name, st.fr_seq, st.fr_p2p, is_p2p, tuple(ins), tuple(outs),
+            rec.seq += 1
+        entry = Entry(next(self._count), rec.st, spec.name, rec.seq, rec.p2p, is_p2p, tuple(ins), tuple(outs),
                       user_site(), _time_ns())
         if is_p2p:
             entry.peer = int(kargs[1]) if kargs[1] is not None else -1
         self.ring[entry.record_id % self.size] = entry
-        self.current = entry
-        return entry
-
-    def all_reduce(self, st: Any, tensor: torch.Tensor) -> Entry:
-        """:meth:`begin` for the flat ``all_reduce`` (one tensor, read and written)."""
-        st.fr_seq = seq = st.fr_seq + 1
-        described = ((tensor.shape, tensor.dtype),)
-        entry = Entry(next(self._count), st, "all_reduce", seq, st.fr_p2p, False, described, described, user_site(),
-                      _time_ns())
-        self.ring[entry.record_id % self.size] = entry
-        self.current = entry
+        self._local.entry = entry
         return entry
 
     def part(self, spec: Any, kargs: Sequence[Any] = ()) -> None:
-        """Note a building block of the emulation being issued, and its message size (``xccl preflight`` prices
-        an emulated call as the sum of its parts)."""
+        """Note a building block of the call this thread is issuing, and its message size (``xccl preflight``
+        prices an emulated call as the sum of its parts)."""
         entry = self.current
         if entry is not None:
             if entry.parts is None:
@@ -244,6 +250,10 @@ class Flight:
             entry.parts.append(spec.name)
             if entry.part_bytes is not None:
                 entry.part_bytes.append(message_bytes(spec, kargs))
+
+    def done(self) -> None:
+        """This thread's call was issued (its parts are all noted)."""
+        self._local.entry = None
 
     def entries(self) -> list[Entry]:
         """The entries still held, oldest first."""
@@ -255,8 +265,8 @@ class Flight:
 def finish(flight: Flight, entry: Entry, work: Any) -> None:
     """The call was issued: stamp it complete now (synchronous), or hand the entry to xccl's handle (which stamps
     it when it finds the work done), else when the backend's future completes."""
-    flight.current = None
-    if work is None:
+    flight.done()
+    if work is None or not isinstance(work, _WORK):  # done, or a fused op's result
         entry.completed = _time_ns()
         return
     if hasattr(work, "entry"):  # _faults.TypedWork: no callback unless someone asks for the future
@@ -267,3 +277,86 @@ def finish(flight: Flight, entry: Entry, work: Any) -> None:
     except (RuntimeError, AttributeError):  # a handle without a future: completion is unknown
         return
     fut.add_done_callback(entry.done)
+
+
+# ------------------------------------------------------------------------------------------ the process's ring
+
+
+@dataclass
+class FlightPart(Part):
+    """The flight recorder's part of the process state."""
+
+    #: The ring, once a group asked for it; None: not yet (or off, see ``off``).
+    ring: Flight | None = None
+    off: bool = False
+    #: The dump trigger watcher (``_flight_dump``), once started.
+    watch: Any = None
+
+
+FLIGHT: Final = Part.register(FlightPart())
+
+
+def recorder() -> Flight | None:
+    """The process's ring (created on first use from the environment: :func:`capacity`), or None when off."""
+    if FLIGHT.ring is None and not FLIGHT.off:
+        size = capacity()
+        if size:
+            FLIGHT.ring = Flight(size)
+        else:
+            FLIGHT.off = True
+    return FLIGHT.ring
+
+
+# ------------------------------------------------------------------------------------------------------ the hook
+
+
+class _Recorder:
+    """The flight recorder's hook of one group: its sequence numbers, and the stages that record its calls."""
+
+    __slots__ = ("flight", "p2p", "seq", "st")
+
+    def __init__(self, st: Any, flight: Flight) -> None:
+        self.st: Final = st
+        self.flight: Final = flight
+        #: The group's sequence numbers: collectives and point-to-point calls counted separately, as torch's
+        #: recorder does (the last one given is the group's ``last_enqueued_collective``).
+        self.seq = 0
+        self.p2p = 0
+
+    def stage(self, inner: Callable[..., Any]) -> Callable[..., Any]:
+        """Record the call, its times and its completion."""
+        flight, begin = self.flight, self.flight.begin
+
+        def recorded(spec: Any, kargs: Sequence[Any], kernel: Callable[..., Any], async_op: bool) -> Any:
+            entry = begin(self, spec, kargs)
+            entry.started = _time_ns()
+            try:
+                work = inner(spec, kargs, kernel, async_op)
+            except BaseException:
+                flight.done()
+                raise
+            finish(flight, entry, work)
+            return work
+
+        return recorded
+
+    def inner_stage(self, inner: Callable[..., Any]) -> Callable[..., Any]:
+        """Note an emulation's building blocks as parts of the call being issued."""
+        part = self.flight.part
+
+        def noted(spec: Any, kargs: Sequence[Any], kernel: Callable[..., Any], async_op: bool) -> Any:
+            part(spec, kargs)
+            return inner(spec, kargs, kernel, async_op)
+
+        return noted
+
+
+def hook(st: Any) -> _Recorder | None:
+    """The flight recorder's hook of a group (``_hooks.OBSERVERS``), None when the recorder is off."""
+    flight = recorder()
+    return None if flight is None else _Recorder(st, flight)
+
+
+def last_enqueued(st: Any) -> int:
+    """The last collective sequence number the recorder gave on ``st``'s group (0: none)."""
+    return next((h.seq for h in st.hooks if isinstance(h, _Recorder)), 0)

@@ -19,8 +19,9 @@ ignores: ``xccl`` (rank, reason, clock) at the top, ``xccl_op`` (the op as the u
 Each rank writes ``<TORCH_FR_DUMP_TEMP_FILE><rank>`` (torch's variable; default ``/tmp/nccl_trace_rank_``):
 
 * on :func:`xccl.dump_trace`;
-* on a typed fault xccl raises (``CollectiveTimeout``, ``PeerFailure``, ``CollectiveMismatch``): the rank that
-  raises it dumps, and sets a key in the rendezvous store that makes every other rank dump too, as torch's NCCL
+* on a typed fault xccl raises (``CollectiveTimeout``, ``PeerFailure``, ``CollectiveMismatch``), unless
+  ``TORCH_NCCL_DUMP_ON_TIMEOUT=0`` (torch's switch, on by default as in torch: ``ProcessGroupNCCL.cpp`` reads
+  ``getCvarBool(TORCH_NCCL_DUMP_ON_TIMEOUT, true)``): the rank that raises it dumps, and sets a key in the rendezvous store that makes every other rank dump too, as torch's NCCL
   watchdog does (``kStoreDumpKey = "exception_dump"`` in ``ProcessGroupNCCL.hpp``, polled by its heartbeat
   monitor): a watcher thread per process polls the key every :data:`POLL` seconds, so a rank stuck elsewhere
   (sleeping, computing, in another group's collective) dumps too;
@@ -48,8 +49,10 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore
 
 from ..ops import _specs as S
-from ._flight import Entry, Flight
-from ._state import STATE, GroupState
+from . import _faults
+from ._flight import FLIGHT, Entry, Flight, last_enqueued
+from ._liveness import ALIVE, probe
+from ._state import GROUPS, PROCESS, GroupState
 
 __all__ = ["AT_EXIT", "POLL", "VERSION", "dump", "dump_at_exit", "itemsize_of", "layout", "on_fault", "path",
            "start_watch", "stop_watch"]
@@ -64,6 +67,9 @@ DEFAULT_PREFIX: Final = "/tmp/nccl_trace_rank_"
 POLL: Final = float(os.environ.get("XCCL_TRACE_POLL", "1") or 1)
 #: Seconds a store connection or operation of the recorder may take.
 _CONNECT: Final = 2.0
+#: Seconds to wait for a thread inside a store connect at shutdown: a connect to a store that is gone retries with a
+#: back-off beyond its own timeout (seen: 2 s timeout, retried after 2.5 s).
+_JOIN: Final = 4 * _CONNECT + 2
 #: The store key a faulting rank sets (under the world's prefix): "<rank> <reason>".
 KEY: Final = "fr/dump"
 #: xccl's op -> the name torch's analyzer knows (``components/types.py``: ``COLLECTIVES | P2P``): the specs'
@@ -102,13 +108,13 @@ def itemsize_of(name: str) -> int | None:
 
 
 def _groups() -> list[GroupState]:
-    out: list[GroupState] = [] if STATE.default is None else [STATE.default]
-    out += [st for st in STATE.groups.values() if st is not STATE.default]
+    out: list[GroupState] = [] if GROUPS.default is None else [GROUPS.default]
+    out += [st for st in GROUPS.groups.values() if st is not GROUPS.default]
     return out
 
 
 def _desc(st: GroupState) -> str:
-    if st is STATE.default:
+    if st is GROUPS.default:
         return "default_pg"
     return str(getattr(st.group, "group_desc", "") or "undefined")
 
@@ -156,7 +162,7 @@ def _entry(e: Entry, pg_ids: dict[str, int], timeout_ms: int) -> dict[str, Any]:
 
 def layout(flight: Flight, reason: str = "dump_trace") -> dict[str, Any]:
     """This rank's record in torch's dump layout (see the module's docstring)."""
-    world = STATE.world
+    world = PROCESS.world
     timeout_ms = int((world.timeout if world is not None else _dt.timedelta(minutes=30)).total_seconds() * 1000)
     pg_ids: dict[str, int] = {}
     groups = _groups()
@@ -171,7 +177,7 @@ def layout(flight: Flight, reason: str = "dump_trace") -> dict[str, Any]:
                 and not x["is_p2p"]]
         started = [x["collective_seq_id"] for x in entries if x["process_group"][0] == str(st.name)
                    and x["state"] != "scheduled" and not x["is_p2p"]]
-        status[str(st.name)] = {"last_enqueued_collective": st.fr_seq,
+        status[str(st.name)] = {"last_enqueued_collective": last_enqueued(st),
                                 "last_started_collective": max(started, default=-1),
                                 "last_completed_collective": max(done, default=-1)}
     me = world.rank if world is not None else (dist.get_rank() if dist.is_initialized() else 0)
@@ -196,7 +202,7 @@ AT_EXIT: Final = "XCCL_TRACE_DUMP_AT_EXIT"
 def dump_at_exit() -> None:
     """Dump this rank's record because its world is ending, when :data:`AT_EXIT` asks for it (once: the state is
     forgotten right after, so a later teardown finds nothing to dump)."""
-    if STATE.flight is None or os.environ.get(AT_EXIT, "").strip() in ("", "0"):
+    if FLIGHT.ring is None or os.environ.get(AT_EXIT, "").strip() in ("", "0"):
         return
     try:
         dump("end of the world")
@@ -207,7 +213,7 @@ def dump_at_exit() -> None:
 def dump(reason: str = "dump_trace") -> str | None:
     """Write this rank's record to :func:`path` (atomically: a reader never sees half a file); its path, or None
     when the recorder is off."""
-    flight = STATE.flight
+    flight = FLIGHT.ring
     if flight is None:
         return None
     record = layout(flight, reason)
@@ -230,20 +236,24 @@ def dump(reason: str = "dump_trace") -> str | None:
 
 def _store() -> Any:
     """A store client of its own (the main thread may be blocked in the shared one), or None without a store."""
-    live = STATE.liveness
+    live = PROCESS.liveness
     if live is None:
         return None
     addr, port = live.store
+    # A store whose host is gone would make TCPStore retry its connect past its timeout (and a thread inside that
+    # connect at interpreter exit aborts the process): knock first, as the liveness check does.
+    if probe({-1: (addr, port)}, _CONNECT).get(-1) != ALIVE:
+        raise RuntimeError(f"the rendezvous store at {addr}:{port} cannot be reached")
     raw = dist.TCPStore(addr, port, is_master=False, timeout=_dt.timedelta(seconds=_CONNECT), wait_for_workers=False)
     return PrefixStore(live.prefix, raw)
 
 
 def on_fault(kind: str, rank: int, op: str, group: str) -> None:
     """A typed fault is being raised on this rank: dump here, and ask every rank of the world to dump."""
-    if STATE.flight is None:
+    if FLIGHT.ring is None or os.environ.get("TORCH_NCCL_DUMP_ON_TIMEOUT", "").strip() in ("0", "false"):
         return
     trigger = f"{rank} {kind} in {op} on group {group!r}"
-    watch = STATE.flight_watch
+    watch = FLIGHT.watch
     if watch is not None and watch.fired:
         return  # this process dumped for a fault already (its own or a peer's): the first record stands
     if watch is not None:
@@ -252,9 +262,14 @@ def on_fault(kind: str, rank: int, op: str, group: str) -> None:
         dump(f"{kind} on rank {rank}: {op} on group {group!r}")
     except OSError as exc:
         LOG.warning("xccl flight recorder: could not dump (%s)", exc)
-    if STATE.liveness is not None:
+    if PROCESS.liveness is not None:
         # In the background: a store whose host is gone must not delay the typed error.
-        threading.Thread(target=_ask_all, args=(trigger,), name="xccl-flight-ask", daemon=True).start()
+        asking = threading.Thread(target=_ask_all, args=(trigger,), name="xccl-flight-ask", daemon=True)
+        _ASKING.append(asking)  # joined at shutdown (stop_watch): it may be inside a store connect
+        asking.start()
+
+
+_ASKING: list[threading.Thread] = []
 
 
 def _ask_all(trigger: str) -> None:
@@ -297,10 +312,10 @@ class _Watch:
 
 def start_watch() -> None:
     """Start this process's dump watcher and the SIGUSR1 handler (``xccl.init``, when the recorder is on)."""
-    if STATE.flight is None or STATE.flight_watch is not None:
+    if FLIGHT.ring is None or FLIGHT.watch is not None:
         return
-    if STATE.liveness is not None:
-        watch = STATE.flight_watch = _Watch()
+    if PROCESS.liveness is not None:
+        watch = FLIGHT.watch = _Watch()
         watch.thread.start()
     if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1"):
         with contextlib.suppress(ValueError, OSError):
@@ -314,9 +329,15 @@ def _on_signal(signum: int, _frame: Any) -> None:
 
 
 def stop_watch(watch: Any) -> None:
-    """Stop a watcher (``xccl.shutdown``), and wait for it briefly: a thread left inside a store call while the
-    interpreter exits can abort the process."""
+    """Stop a watcher (``xccl.shutdown``), and wait briefly for it and for the threads asking the other ranks to dump:
+    a thread left inside a store call while the interpreter exits can abort the process."""
+    threads = [*(asking for asking in _ASKING), *([watch.thread] if isinstance(watch, _Watch) else [])]
+    _ASKING.clear()
     if isinstance(watch, _Watch):
         watch.stop.set()
-        if watch.thread.is_alive() and watch.thread is not threading.current_thread():
-            watch.thread.join(timeout=_CONNECT + 1)
+    for thread in threads:
+        if thread.is_alive() and thread is not threading.current_thread():
+            thread.join(timeout=_JOIN)
+
+
+_faults.LISTENERS.append(on_fault)

@@ -50,7 +50,7 @@ from typing import Any, Final, final
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore
 
-from ._state import STATE
+from ._state import PROCESS
 
 __all__ = [
     "VENDOR_FIELDS", "WORLD", "Facts", "Liveness", "close_quietly", "describe_ranks", "lost_peers", "look_wait", "open_port",
@@ -213,7 +213,7 @@ def _close_in_child(ref: weakref.ref[Liveness]) -> None:
 class Liveness:
     """This rank's liveness port, and what it needs at a fault: the store's address, and the ranks on its host.
 
-    Held in ``STATE.liveness`` from ``xccl.init`` to ``xccl.shutdown`` (which closes it).
+    Held in ``PROCESS.liveness`` from ``xccl.init`` to ``xccl.shutdown`` (which closes it).
 
     Args:
         sock: the liveness port (:func:`open_port`).
@@ -306,7 +306,7 @@ def _probeable(f: Facts) -> bool:
 def lost_peers(members: Sequence[int]) -> str | None:
     """A sentence naming the ranks of ``members`` (global ranks) that are gone, or None when xccl cannot look
     (a world it adopted, of one rank, or without a TCP store). Bounded by about three :func:`look_wait` steps."""
-    live = STATE.liveness
+    live = PROCESS.liveness
     if not isinstance(live, Liveness):
         return None
     key = tuple(sorted(members))

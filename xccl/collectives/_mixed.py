@@ -1,7 +1,8 @@
 """Collectives on a group whose members span islands of a mixed-vendor world (docs/mixed.md).
 
-Such a group is a :class:`MixedProcessGroup`: xccl's c10d group (so DDP, FSDP2 and ``dist.*`` reach it as any
-other) whose kernels are compositions of two parts:
+Such a group is its own kind: a :class:`MixedProcessGroup` (xccl's c10d group, so DDP, FSDP2 and ``dist.*`` reach it
+as any other) whose state is a :class:`MixedGroup`, with its islands, its derived capability table and its own
+fallback policy. Its kernels are compositions of two parts:
 
 * the *island group*: this rank's vendor group over the members of its island, an :class:`XcclProcessGroup` run
   through xccl's ordinary dispatch, so the vendor's table, its emulations (Sophgo's missing reduce_scatter is
@@ -19,16 +20,24 @@ is island all_gather then the peers' all_gather of island blocks (equal islands;
 *host-staged*: one gloo call over the host group (all_to_all(_single), all_gather (list), reduce_scatter (list),
 reduce, gather, scatter, send/recv, barrier, the coalesced forms).
 
-The plan for a call (:meth:`MixedProcessGroup.compose`) checks each island's part against that island's table on
-every rank (every rank knows every plugin's table), so a part one island cannot do is an
-:class:`~xccl.UnsupportedCollective` on every rank before any communication.
+The plan for a call (:meth:`MixedGroup.kernel_for`) checks each island's part against that island's table under the
+group's fallback policy on every rank (every rank knows every plugin's table), so a part one island cannot do is an
+:class:`~xccl.UnsupportedCollective` on every rank before any communication. The fused ops take their portable
+version on every rank (one island's fused kernel cannot reach the others), and graph mode is refused at trace time
+(the derived table's graph column): each rank's own compiler would lower the op for its own island.
+
+A composition runs on the group's own thread, one call after another in the order they were issued, so that
+``async_op=True`` returns before the collective completes (its handle's ``wait()`` completes it) while every rank
+still runs the group's calls in the same order.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as _dt
+import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
 import torch
@@ -37,76 +46,21 @@ from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, _Distribut
 
 from ..errors import UnsupportedCollective
 from ..ops import _specs as S
-from ..plugin._capabilities import CapabilityTable, Collective, Level, reduce_op_name
+from ..plugin._capabilities import CapabilityTable, Collective, Level, Support, reduce_op_name, table_from
 from ..plugin._contract import Runtime
 from ..plugin._registry import default_registry
-from ..plugin._work import Work
-from ._dispatch import dispatch
+from ._dispatch import invalid, run
+from ._hooks import install
 from ._islands import WorldMap
-from ._state import STATE, register
+from ._mixed_ops import COMPOSITIONS, HIERARCHICAL, REDUCE, LinkBytes, mixed_table
+from ._process_group import XcclProcessGroup
+from ._state import Fallback, GroupState
+from ._vendor import VendorGroup
 
-__all__ = ["HIERARCHICAL", "HOST_STAGED", "LinkBytes", "MixedProcessGroup", "members_of", "mixed_table"]
+__all__ = ["HIERARCHICAL", "Islands", "LinkBytes", "MixedGroup", "MixedProcessGroup", "members_of", "mixed_group", "mixed_table"]
 
+LOG = logging.getLogger("xccl")
 C = Collective
-_SUM: Final = dist.ReduceOp.SUM
-#: The reduce ops a composition can carry (AVG as SUM, divided at the end).
-_REDUCE: Final = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
-                  "min": dist.ReduceOp.MIN, "product": dist.ReduceOp.PRODUCT}
-
-#: The ops composed of island parts, and the island ops each needs.
-HIERARCHICAL: Final[dict[Collective, tuple[Collective, ...]]] = {
-    C.ALL_REDUCE: (C.REDUCE_SCATTER_TENSOR, C.ALL_GATHER_INTO_TENSOR, C.REDUCE, C.BROADCAST),
-    C.REDUCE_SCATTER_TENSOR: (C.REDUCE_SCATTER_TENSOR,),
-    C.ALL_GATHER_INTO_TENSOR: (C.ALL_GATHER_INTO_TENSOR,),
-    C.BROADCAST: (C.BROADCAST,),
-}
-#: The ops carried by the host group alone.
-HOST_STAGED: Final = (C.ALL_REDUCE_COALESCED, C.ALL_GATHER, C.ALL_GATHER_COALESCED, C.REDUCE_SCATTER, C.ALL_TO_ALL,
-                      C.ALL_TO_ALL_SINGLE, C.ALL_TO_ALL_SINGLE_UNEVEN, C.REDUCE, C.GATHER, C.SCATTER, C.BARRIER,
-                      C.SEND, C.RECV, C.RECV_ANY_SOURCE)
-
-
-@dataclass
-class LinkBytes:
-    """Bytes this rank put on each link, by the compositions (``MixedProcessGroup.links``)."""
-
-    #: Into island collectives (the vendor's own link).
-    island: int = 0
-    #: Into cross-island (host, gloo) collectives.
-    cross: int = 0
-
-
-def mixed_table(tables: dict[str, CapabilityTable], sizes: dict[str, int]) -> dict[Collective, str]:
-    """The derived table of a group spanning islands: op -> how it runs there, for ``xccl caps --group``.
-
-    ``"hierarchical"`` (island parts + the host between islands), ``"host-staged"`` (the host group alone) or
-    ``"unsupported: <why>"``; a hierarchical op names the island parts a vendor only emulates.
-
-    Args:
-        tables: each island's plugin -> its capability table.
-        sizes: each island's plugin -> its number of members in the group.
-    """
-    out: dict[Collective, str] = {}
-    for op, parts in HIERARCHICAL.items():
-        lacking, emulated = [], []
-        for plugin, table in tables.items():
-            # all_reduce: reduce_scatter + all_gather; where a vendor lacks them, reduce + broadcast (the leaders).
-            options = [parts[:2], parts[2:]] if op is C.ALL_REDUCE else [parts]
-            for option in options:
-                levels = {part: table.level(part, world_size=sizes[plugin]) for part in option}
-                if sizes[plugin] < 2 or all(lv is not Level.UNSUPPORTED for lv in levels.values()):
-                    emulated += [f"{plugin} emulates {part.value}" for part, lv in levels.items()
-                                 if lv is Level.EMULATED and sizes[plugin] > 1]
-                    break
-            else:
-                lacking.append(f"{plugin} cannot run {' + '.join(p.value for p in options[0])}")
-        out[op] = ("unsupported: " + "; ".join(lacking) if lacking else
-                   "hierarchical" + (f" ({'; '.join(emulated)})" if emulated else ""))
-    for op in HOST_STAGED:
-        out[op] = "host-staged"
-    return out
-
-
 def members_of(options: Any) -> list[int]:
     """The global ranks of a group being created, in group order (torch leaves them empty for the world)."""
     return list(options.global_ranks_in_group) or list(range(options.group_size))
@@ -116,19 +70,8 @@ def _gloo(store: Any, prefix: str, rank: int, size: int, timeout: _dt.timedelta)
     return ProcessGroupGloo(PrefixStore(prefix, store), rank, size, timeout)
 
 
-def _host(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in host memory (the tensor itself on CPU: no copy in simulation)."""
-    return t if t.is_cpu else t.cpu()
-
-
-def _back(dst: torch.Tensor, h: torch.Tensor) -> None:
-    if h is not dst:
-        dst.copy_(h)
-
-
-class MixedProcessGroup:
-    """The parts of a group spanning islands; its c10d face is an ``XcclProcessGroup`` whose ``mixed`` is this
-    (``_process_group._mixed_group``).
+class Islands:
+    """The parts of a group spanning islands: this rank's island group and the host transport.
 
     Args:
         options: torch's ``_DistributedBackendOptions`` for the group.
@@ -162,9 +105,9 @@ class MixedProcessGroup:
         timeout = options.timeout if host_timeout is None else host_timeout
         io.group_id = f"{options.group_id}.island{self.mine}"
         io.global_ranks_in_group = list(island)
+        self.island_name: Final = io.group_id
         #: This rank's vendor group over its island (xccl's dispatch runs on it).
         self.island: Final = island_group(io, runtime.process_group_options(list(island)))
-        register(self.island, runtime, ranks=tuple(island), name=io.group_id)
         # The same creation order on every rank (host, then own peers; peer groups are disjoint): gloo's connect
         # cannot deadlock.
         #: Every member, over the host.
@@ -178,29 +121,142 @@ class MixedProcessGroup:
         #: Each island's plugin -> its table; each island's size in this group.
         self.tables: Final = tables
         self.sizes: Final = {world_map.plugins[p[0]]: len(p) for p in self.parts}
-        #: all_reduce call shapes (dtype, reduce op) some island can only run through the leaders' path.
-        self.leaders_only: Final[set[tuple[torch.dtype | None, str | None]]] = set()
 
-    # ------------------------------------------------------------------------------------------------- planning
     def describe(self) -> str:
         """The group's islands, e.g. ``2 ascend + 2 sophgo``."""
         return " + ".join(f"{len(p)} {n}" for p, n in zip(self.parts, self.plugins, strict=True))
 
-    def table(self) -> dict[Collective, str]:
-        """The group's derived capability table (:func:`mixed_table`)."""
-        return mixed_table(self.tables, self.sizes)
+
+class MixedProcessGroup(XcclProcessGroup):
+    """xccl's c10d group over members of several islands: its host group serves what torch routes past Python, and
+    its state is a :class:`MixedGroup` (:meth:`make_state`)."""
+
+    def __init__(self, options: Any, islands: Islands, name: str, device_type: str, pg_options: Any = None) -> None:
+        super().__init__(options, islands.host, None, name, device_type, pg_options)
+        #: The group's parts (read by its state).
+        self.islands: Final = islands
+
+    def make_state(self, runtime: Runtime, fallback: Fallback, check: bool) -> GroupState:
+        """This group's state: a :class:`MixedGroup`."""
+        return MixedGroup(self, runtime, self.islands, fallback, check)
+
+    def __repr__(self) -> str:
+        return f"<MixedProcessGroup {self.islands.describe()} rank={self.rank()} size={self.size()}>"
+
+
+def mixed_group(runtime: Runtime, world_map: WorldMap, options: Any, pg_options: Any, name: str,
+                host_timeout: _dt.timedelta, vendor_group: Callable[..., Any]) -> MixedProcessGroup:
+    """xccl's group over members of several islands (``_process_group``'s creator): its island part is this rank's
+    vendor group (``vendor_group``, the vendor's timeout policy applied), its host groups keep ``host_timeout``, the
+    timeout given (no vendor watchdog watches them)."""
+    islands = Islands(options, runtime, world_map, partial(vendor_group, runtime, name), host_timeout)
+    LOG.debug("xccl mixed group %s: islands %s", options.group_id, islands.parts)
+    return MixedProcessGroup(options, islands, name, runtime.device_type, pg_options)
+
+
+def _derived_table(islands: Islands) -> CapabilityTable:
+    """The capability table of a group spanning ``islands``: how each op runs there (:func:`mixed_table`), the fused
+    ops' portable version, and no graph mode."""
+    eager: dict[Collective, Support] = {}
+    for op, how in mixed_table(islands.tables, islands.sizes).items():
+        eager[op] = (Support(Level.UNSUPPORTED, note=how.removeprefix("unsupported: ")) if how.startswith("unsupported")
+                     else Support(Level.NATIVE, note=f"{how} across islands"))
+    for op in S.FUSED:
+        eager[op] = Support(Level.EMULATED, via="pipelined", note="the portable pipelined version on every rank: one "
+                            "island's fused kernel cannot reach the others")
+    graph = Support(Level.UNSUPPORTED, note="graph mode is not composed across vendors: compile the collectives of "
+                    "groups inside one island (tensor parallelism) and run this group's eagerly, e.g. in a function "
+                    "under torch.compiler.disable")
+    return table_from(f"a group that spans islands ({islands.describe()})", eager,
+                      dict.fromkeys(Collective, graph),
+                      default=Support(Level.UNSUPPORTED, note="no composition across islands yet"))
+
+
+class MixedGroup(GroupState):
+    """The state of a group spanning islands of a mixed-vendor world (see the module docstring).
+
+    Its kernels are compositions over its :class:`Islands`; its island part runs through the island's own vendor
+    state (its table, emulations and hooks) under this group's fallback policy; its table is derived
+    (:func:`_derived_table`); its calls run one after another on the group's own thread.
+    """
+
+    __slots__ = ("_pool", "island_state", "islands", "leaders_only")
+
+    def __init__(self, group: Any, runtime: Runtime, islands: Islands, fallback: Fallback, check: bool) -> None:
+        super().__init__(group, islands.host, None, runtime, fallback, check, table=_derived_table(islands))
+        self.islands: Final = islands
+        #: This rank's island part: the vendor's own group state, under this group's policies.
+        self.island_state: Final = VendorGroup(islands.island, getattr(islands.island, "native", islands.island),
+                                              getattr(islands.island, "side", None), runtime, fallback, check,
+                                              ranks=islands.parts[islands.mine], name=islands.island_name)
+        install(self.island_state)
+        #: all_reduce call shapes (dtype, reduce op) some island can only run through the leaders' path.
+        self.leaders_only: Final[set[tuple[torch.dtype | None, str | None]]] = set()
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    # ------------------------------------------------------------------------------------------------- planning
+    def communicator_name(self) -> str:
+        """xccl's name for the group, the same on every member: it has no vendor communicator of its own (each
+        island has its own), and asks no vendor (HCCL's would broadcast over the whole group)."""
+        if self.comm_name is None:
+            self.comm_name = f"xccl-mixed:{self.name}"
+        return self.comm_name
+
+    @property
+    def communicator_group(self) -> Any:
+        """The group whose vendor communicator this rank connects: its island's."""
+        return self.islands.island
+
+    def kernel_for(self, op: Collective, dtype: torch.dtype | None, reduce_op: Any, block: Any,
+                   fallback: Callable[[], Any] | None = None) -> Any:
+        """The composition of ``op`` on this group, once every island can do its part (else UnsupportedCollective
+        on every rank); the fused ops' portable version (``fallback``)."""
+        if fallback is not None:
+            return fallback()
+        redop = None if reduce_op is None else reduce_op_name(reduce_op)
+        self._require(op, dtype, redop)
+        fn = COMPOSITIONS.get(op)
+        if fn is None:
+            raise UnsupportedCollective(op.value, self.plugin, "no composition across islands yet")
+
+        def kernel(*kargs: Any) -> Any:
+            *args, async_op = kargs
+            # Complete when done, holding the output (a DDP communication hook reads ``fut.value()[0]``).
+            first = args[0] if args else None
+            out = [first] if isinstance(first, torch.Tensor) else list(first) if isinstance(first, list) else []
+            future = self._submit(fn, args)
+            work = _ThreadWork(future, [t for t in out if isinstance(t, torch.Tensor)])
+            if async_op:
+                return work
+            work.wait()
+            return None
+
+        return kernel
+
+    def _submit(self, fn: Callable[..., None], args: Sequence[Any]) -> concurrent.futures.Future[None]:
+        """Run ``fn(self, *args)`` on the group's thread, after every call issued before it."""
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"xccl-mixed-{self.name}")
+        return self._pool.submit(fn, self, *args)
+
+    def close(self) -> None:
+        """The group is gone: its thread ends once its calls are done."""
+        super().close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+        self.island_state.close()
 
     def _refusal(self, parts: Sequence[Collective], dtype: torch.dtype | None, redop: str | None) -> str | None:
         """Why some island cannot run one of ``parts`` for this call shape (None: every island can), under the
-        fallback policy (an island part emulated under ``"error"`` is refused here, on every rank alike, rather
-        than in that island's dispatch while the other islands go on)."""
-        allow = STATE.fallback != "error"
+        group's fallback policy (an island part emulated under ``"error"`` is refused here, on every rank alike,
+        rather than in that island's dispatch while the other islands go on)."""
+        allow = self.fallback != "error"
         red = None if redop is None else "sum" if redop == "avg" else redop
         for part in parts:
-            for plugin, size in self.sizes.items():
+            for plugin, size in self.islands.sizes.items():
                 if size < 2:
                     continue  # an island of one runs no island part
-                t = self.tables[plugin]
+                t = self.islands.tables[plugin]
                 refused = t.refusal(part, t.resolve(part, dtype=dtype, reduce_op=red, world_size=size),
                                     allow_emulated=allow)
                 if refused is not None:
@@ -211,8 +267,8 @@ class MixedProcessGroup:
         """Every island can do its part of ``op`` for this call shape, else UnsupportedCollective (every rank
         decides alike: every rank checks every island's table). all_reduce takes the leaders' path where an
         island cannot reduce_scatter or all_gather but can reduce and broadcast."""
-        where = f"a mixed group of {self.describe()}"
-        if redop is not None and redop not in _REDUCE:
+        where = f"a mixed group of {self.islands.describe()}"
+        if redop is not None and redop not in REDUCE:
             raise UnsupportedCollective(op.value, where, f"reduce op {redop} cannot be composed across islands "
                                         "(sum, avg, max, min and product can)")
         parts = HIERARCHICAL.get(op, ())
@@ -223,210 +279,63 @@ class MixedProcessGroup:
         if why is not None:
             raise UnsupportedCollective(op.value, where, why)
 
-    def compose(self, op: Collective, dtype: torch.dtype | None, reduce_op: Any) -> Callable[..., Any]:
-        """The kernel for ``op`` on this group: called as ``kernel(*kernel_args, async_op)`` by dispatch."""
-        redop = None if reduce_op is None else reduce_op_name(reduce_op)
-        self._require(op, dtype, redop)
-        fn = getattr(self, f"_{op.value}", None)
-        if fn is None:
-            raise UnsupportedCollective(op.value, "a mixed group", "no composition across islands yet")
-
-        def kernel(*kargs: Any) -> Work:
-            fn(*kargs)
-            # Complete at once, holding the output (a DDP communication hook reads ``fut.value()[0]``).
-            first = kargs[0] if kargs else None
-            out = [first] if isinstance(first, torch.Tensor) else list(first) if isinstance(first, list) else []
-            return Work(result=[t for t in out if isinstance(t, torch.Tensor)])
-
-        return kernel
-
-    # ----------------------------------------------------------------------------------------- hierarchical
-    def _cross(self, group: Any, t: torch.Tensor) -> None:
-        self.links.cross += t.numel() * t.element_size()
-
-    def _all_reduce(self, t: torch.Tensor, op: Any, async_op: bool = False) -> None:
-        name = reduce_op_name(op)
-        red = _REDUCE[name]
-        flat = t if t.is_contiguous() else t.contiguous()
-        flat = flat.view(-1)
-        n, k = flat.numel(), self.k
-        if self.equal and k > 1 and n % k == 0 and (t.dtype, name) not in self.leaders_only:
-            shard = torch.empty(n // k, dtype=t.dtype, device=t.device)
-            self.links.island += flat.numel() * flat.element_size()
-            dispatch(S.REDUCE_SCATTER_TENSOR, self.island, False, shard, flat, red)
-            h = _host(shard)
-            self._cross(self.peers, h)
-            self.peers.allreduce([h], _opts(red)).wait()
-            _back(shard, h)
-            dispatch(S.ALL_GATHER_INTO_TENSOR, self.island, False, flat, shard)
-        else:
-            if k > 1:
-                self.links.island += flat.numel() * flat.element_size()
-                dispatch(S.REDUCE, self.island, False, flat, None, red, 0)
-            if self.local == 0:
-                h = _host(flat)
-                self._cross(self.peers, h)
-                self.peers.allreduce([h], _opts(red)).wait()
-                _back(flat, h)
-            if k > 1:
-                dispatch(S.BROADCAST, self.island, False, flat, None, 0)
-        if name == "avg":
-            flat.div_(len(self.members))
-        if flat.data_ptr() != t.data_ptr():
-            t.copy_(flat.view_as(t))
-
-    def _reduce_scatter_tensor(self, out: torch.Tensor, inp: torch.Tensor, op: Any, async_op: bool = False) -> None:
-        name = reduce_op_name(op)
-        red = _REDUCE[name]
-        n = out.numel()
-        chunks = inp.contiguous().view(len(self.members), n)
-        if self.equal and self.k > 1:
-            # Lay the chunks out island index first: island member l gets, reduced over its island, the chunks of
-            # the members with index l in every island; its peers then reduce-scatter those among themselves.
-            order = [p[i] for i in range(self.k) for p in self.parts]
-            staged = chunks[[self.index[r] for r in order]].reshape(-1)
-            block = torch.empty(len(self.parts) * n, dtype=out.dtype, device=out.device)
-            self.links.island += staged.numel() * staged.element_size()
-            dispatch(S.REDUCE_SCATTER_TENSOR, self.island, False, block, staged, red)
-            h = _host(block)
-            self._cross(self.peers, h)
-            mine = torch.empty(n, dtype=out.dtype)
-            self.peers.reduce_scatter([mine], [list(h.view(len(self.parts), n).unbind(0))], _rs_opts(red)).wait()
-            out.view(-1).copy_(mine)
-        else:
-            h = _host(chunks).clone()
-            self._cross(self.host, h)
-            self.host.allreduce([h], _opts(red)).wait()
-            out.view(-1).copy_(h[self._rank()])
-        if name == "avg":
-            out.div_(len(self.members))
-
-    def _all_gather_into_tensor(self, out: torch.Tensor, inp: torch.Tensor, async_op: bool = False) -> None:
-        n = inp.numel()
-        rows = out.view(len(self.members), n)
-        if self.equal and self.k > 1:
-            block = torch.empty(self.k * n, dtype=inp.dtype, device=inp.device)
-            self.links.island += inp.numel() * inp.element_size()
-            dispatch(S.ALL_GATHER_INTO_TENSOR, self.island, False, block, inp.contiguous().view(-1))
-            h = _host(block)
-            gathered = torch.empty(len(self.parts) * self.k * n, dtype=inp.dtype)
-            self._cross(self.peers, h)
-            self.peers._allgather_base(gathered, h).wait()
-            g = gathered.view(len(self.parts), self.k, n)
-            for j, part in enumerate(self.parts):
-                for i, r in enumerate(part):
-                    rows[self.index[r]].copy_(g[j, i])
-        else:
-            h = _host(inp.contiguous().view(-1))
-            got = torch.empty(len(self.members) * n, dtype=inp.dtype)
-            self._cross(self.host, h)
-            self.host._allgather_base(got, h).wait()
-            rows.copy_(got.view(len(self.members), n))
-
-    def _broadcast(self, t: torch.Tensor, root: int, async_op: bool = False) -> None:
-        src = self.members[root]
-        home = next(j for j, p in enumerate(self.parts) if src in p)
-        flat = t if t.is_contiguous() else t.contiguous()
-        if self.mine == home and self.k > 1:
-            dispatch(S.BROADCAST, self.island, False, flat, None, self.parts[home].index(src))
-        if self.local == 0:
-            h = _host(flat)
-            self._cross(self.peers, h)
-            self.peers.broadcast([h], _root(home)).wait()
-            _back(flat, h)
-        if self.mine != home and self.k > 1:
-            dispatch(S.BROADCAST, self.island, False, flat, None, 0)
-        if flat.data_ptr() != t.data_ptr():
-            t.copy_(flat)
-
-    # ------------------------------------------------------------------------------------------ host-staged
-    def _rank(self) -> int:
-        return self.host.rank()  # type: ignore[no-any-return]
-
-    def _staged(self, tensors: Sequence[torch.Tensor], call: Callable[[list[torch.Tensor]], Any],
-                written: Sequence[torch.Tensor] = ()) -> None:
-        """Run ``call`` on host copies of ``tensors`` (the tensors themselves on CPU), then copy back those in
-        ``written``."""
-        hs = [_host(t) for t in tensors]
-        for h in hs:
-            self.links.cross += h.numel() * h.element_size()
-        call(hs).wait()
-        for t, h in zip(tensors, hs, strict=True):
-            if any(t is w for w in written):
-                _back(t, h)
-
-    def _all_reduce_coalesced(self, ts: list[torch.Tensor], op: Any, async_op: bool = False) -> None:
-        for t in ts:
-            self._all_reduce(t, op)
-
-    def _all_gather(self, outs: list[torch.Tensor], inp: torch.Tensor, async_op: bool = False) -> None:
-        self._staged([inp, *outs], lambda h: self.host.allgather([h[1:]], [h[0]]), outs)
-
-    def _all_gather_coalesced(self, outs: list[list[torch.Tensor]], inps: list[torch.Tensor],
-                              async_op: bool = False) -> None:
-        for o, i in zip(outs, inps, strict=True):
-            self._all_gather(o, i)
-
-    def _reduce_scatter(self, out: torch.Tensor, inps: list[torch.Tensor], op: Any, async_op: bool = False) -> None:
-        self._reduce_scatter_tensor(out, torch.stack([i.reshape(-1) for i in inps]), op)
-
-    def _all_to_all(self, outs: list[torch.Tensor], inps: list[torch.Tensor], async_op: bool = False) -> None:
-        n = len(outs)
-        self._staged([*outs, *inps], lambda h: self.host.alltoall(h[:n], h[n:]), outs)
-
-    def _all_to_all_single(self, out: torch.Tensor, inp: torch.Tensor, osz: Any = None, isz: Any = None,
-                           async_op: bool = False) -> None:
-        self._staged([out, inp], lambda h: self.host.alltoall_base(h[0], h[1], list(osz or []), list(isz or [])),
-                     [out])
-
-    _all_to_all_single_uneven = _all_to_all_single
-
-    def _reduce(self, t: torch.Tensor, root: int, op: Any, async_op: bool = False) -> None:
-        keep = t.clone()
-        self._all_reduce(t, op)
-        if self._rank() != root:
-            t.copy_(keep)
-
-    def _gather(self, t: torch.Tensor, lst: Any, root: int, async_op: bool = False) -> None:
-        outs = [torch.empty_like(t) for _ in self.members]
-        self._all_gather(outs, t)
-        if self._rank() == root and lst is not None:
-            for o, g in zip(lst, outs, strict=True):
-                o.copy_(g)
-
-    def _scatter(self, t: torch.Tensor, lst: Any, root: int, async_op: bool = False) -> None:
-        stacked = torch.stack(list(lst)) if self._rank() == root else torch.empty((len(self.members), *t.shape),
-                                                                                 dtype=t.dtype, device=t.device)
-        self._broadcast(stacked, root)
-        t.copy_(stacked[self._rank()])
-
-    def _barrier(self, async_op: bool = False) -> None:
-        self.host.barrier().wait()
-
-    def _send(self, t: torch.Tensor, dst: int, tag: int, async_op: bool = False) -> None:
-        self._staged([t.contiguous()], lambda h: self.host.send(h, dst, tag))
-
-    def _recv(self, t: torch.Tensor, src: int, tag: int, async_op: bool = False) -> None:
-        self._staged([t], lambda h: self.host.recv(h, src, tag), [t])
-
-    def _recv_any_source(self, t: torch.Tensor, src: Any, tag: int, async_op: bool = False) -> None:
-        self._staged([t], lambda h: self.host.recv_anysource(h, tag), [t])
+    def island_call(self, spec: S.Spec, *public: Any) -> None:
+        """Run ``spec`` on this rank's island (validated, planned and observed as any call there), blocking."""
+        st = self.island_state
+        run(st, spec, spec.validate(st, invalid, *public), False)
 
 
-def _opts(op: Any) -> Any:
-    o = dist.AllreduceOptions()
-    o.reduceOp = op
-    return o
+class _ThreadWork(dist.Work):
+    """The handle of a composition running on its group's thread: ``wait()`` waits for it, its future holds the
+    outputs (a DDP communication hook reads ``fut.value()[0]``)."""
 
+    def __init__(self, future: concurrent.futures.Future[None], result: Sequence[torch.Tensor]) -> None:
+        super().__init__()
+        self._future: Final = future
+        self._result: Final = list(result)
 
-def _rs_opts(op: Any) -> Any:
-    o = dist.ReduceScatterOptions()
-    o.reduceOp = op
-    return o
+    def wait(self, timeout: _dt.timedelta | None = None) -> bool:
+        """Wait for the composition; its error (typed by the island's dispatch, or gloo's) is raised here. A wait
+        with a timeout that runs out raises as gloo's does (the mismatch detector waits in slices)."""
+        seconds = None if timeout is None or timeout == _dt.timedelta(0) else timeout.total_seconds()
+        try:
+            self._future.result(seconds)
+        except concurrent.futures.TimeoutError:
+            raise RuntimeError(f"Timed out waiting {int((seconds or 0) * 1000)}ms for the mixed group's "
+                               "composition") from None
+        return True
 
+    def is_completed(self) -> bool:
+        """Whether the composition finished (successfully or not)."""
+        return self._future.done()
 
-def _root(root: int) -> Any:
-    o = dist.BroadcastOptions()
-    o.rootRank = root
-    return o
+    def is_success(self) -> bool:
+        """Whether it finished without error."""
+        return self._future.done() and self._future.exception() is None
+
+    def exception(self) -> BaseException | None:
+        """Its failure, once finished."""
+        return self._future.exception() if self._future.done() else None
+
+    def result(self) -> list[torch.Tensor]:
+        """The output tensors."""
+        return self._result
+
+    def synchronize(self) -> None:
+        """``Work.synchronize``: the composition runs on the host, so this waits."""
+        self.wait()
+
+    def get_future(self) -> torch.futures.Future[list[torch.Tensor]]:
+        """A future of the outputs, completed when the composition is."""
+        fut: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
+
+        def complete(done: concurrent.futures.Future[None]) -> None:
+            error = done.exception()
+            if error is None:
+                fut.set_result(self._result)
+            else:
+                fut.set_exception(error)  # type: ignore[arg-type]  # torch's stub types it as the result
+
+        self._future.add_done_callback(complete)
+        return fut
 

@@ -29,25 +29,28 @@ from typing import Any
 import torch.distributed as dist
 
 from ..errors import CollectiveTimeout
-from ..plugin._fake_world import fake_world
+from ..ops._emulations import implements
+from ..ops._vocab import Collective
+from ..plugin._fake_world import transport
 from ._compose import Call
 
 __all__ = ["via_store"]
 
 
+@implements(Collective.MONITORED_BARRIER, "store")
 def via_store(st: Any, call: Call, timeout: _dt.timedelta | None, wait_all: bool, a: bool) -> None:
     """The monitored barrier on ``st``'s group (``a`` is ignored: like torch's, it always blocks).
 
     Raises:
         CollectiveTimeout: a rank did not arrive within ``timeout``; its ``ranks`` are the late global ranks.
     """
-    from ._state import STATE  # the collective timeout, read when the barrier runs
+    from ._state import PROCESS  # the collective timeout, read when the barrier runs
 
     started = time.monotonic()
-    collective = STATE.world.timeout if STATE.world is not None else _dt.timedelta(minutes=5)
+    collective = PROCESS.world.timeout if PROCESS.world is not None else _dt.timedelta(minutes=5)
     limit = timeout or collective
     st.barriers += 1
-    if st.size == 1 or fake_world() is not None:
+    if st.size == 1 or not transport().waits:
         return  # a fake world's other ranks arrive by assumption (and its store is this process's own)
     store = dist.distributed_c10d._get_default_store()
     prefix = f"xccl/monitored_barrier/{st.name}/{st.barriers}/"

@@ -23,6 +23,7 @@ Collectives without a ``c10d::*`` op (the uneven ones, all_to_all_v, monitored_b
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Final
 
 import torch
@@ -36,7 +37,7 @@ from ..ops._c10d import Tool
 from ..ops._specs import SPECS
 from ..ops._vocab import Collective
 
-__all__ = ["visible", "watched"]
+__all__ = ["hook", "visible", "watched"]
 
 C = Collective
 _C10D: Final = torch.ops.c10d
@@ -54,16 +55,21 @@ def _c10d_op(key: Collective, kargs: Sequence[Any]) -> Tool | None:
     return SPECS[key].tools.get(key)
 
 
+_CARRIERS: Final[dict[tuple[int, int, str], Any]] = {}
+
+
 def _carrier(st: Any) -> Any:
     """The group the tools see the op on: torch's ``FakeProcessGroup`` (no communication) as the backend for the
-    group's device type, with the group's rank and size; built once per group."""
-    if st.carrier is None:
+    group's device type, with the group's rank and size; built once per (rank, size, device type)."""
+    key = (st.rank, st.size, st.device_type)
+    carrier = _CARRIERS.get(key)
+    if carrier is None:
         pg = dist.ProcessGroup(HashStore(), st.rank, st.size)
         pg._register_backend(torch.device(st.device_type), dist.ProcessGroup.BackendType.CUSTOM,
                              FakeProcessGroup._create_internal(st.rank, st.size))
         pg._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
-        st.carrier = pg.boxed()
-    return st.carrier
+        carrier = _CARRIERS[key] = pg.boxed()
+    return carrier
 
 
 def visible(st: Any, key: Collective, name: str, kargs: Sequence[Any], issue: Callable[[], Any],
@@ -91,3 +97,29 @@ def visible(st: Any, key: Collective, name: str, kargs: Sequence[Any], issue: Ca
         else:
             getattr(_C10D, op[0]).default(*op[1](kargs, b))
     return result
+
+
+class _Tools:
+    """The hook that shows a group's calls to dispatcher-level tools while one watches (see the module docstring)."""
+
+    __slots__ = ("st",)
+
+    def __init__(self, st: Any) -> None:
+        self.st = st
+
+    def stage(self, inner: Callable[..., Any]) -> Callable[..., Any]:
+        """Two flag reads per call; the rest only while a tool may watch."""
+        st = self.st
+
+        def shown(spec: Any, kargs: Sequence[Any], kernel: Callable[..., Any], async_op: bool) -> Any:
+            if _python_dispatch._is_in_torch_dispatch_mode or _profiler._is_profiler_enabled:
+                return visible(st, spec.key_of(kargs), spec.name, kargs,
+                               partial(inner, spec, kargs, kernel, async_op))
+            return inner(spec, kargs, kernel, async_op)
+
+        return shown
+
+
+def hook(st: Any) -> _Tools:
+    """Every group's view for dispatcher-level tools (``_hooks.OBSERVERS``)."""
+    return _Tools(st)

@@ -16,7 +16,7 @@ import torch
 from ..errors import InvalidArgument, InvalidArgumentType
 from ..ops import _specs as S
 from ._dispatch import invalid, run
-from ._state import state_of
+from ._groups import state_of
 
 __all__ = ["P2POp", "batch_isend_irecv"]
 

@@ -30,7 +30,7 @@ import torch
 from ..errors import ConstraintFallbackWarning, ConstraintViolation, EmulationWarning
 from ..ops._warn import warn_at_user
 from ..plugin._capabilities import CapabilityTable, Collective, Level, Mode, Resolution
-from ._state import STATE, GroupState
+from ._state import GROUPS, GroupState
 
 __all__ = ["Plan", "guarded", "plan_call", "warn_once"]
 
@@ -132,7 +132,7 @@ def guarded(st: GroupState, op: Collective, native: Kernel, fallback: Callable[[
 
 def warn_once(key: tuple[str, ...], message: str, category: type[Warning] = EmulationWarning) -> None:
     """Warn ``message`` once per ``key`` (op and backend, say) in this world, naming the user's line."""
-    if key in STATE.warned:
+    if key in GROUPS.warned:
         return
-    STATE.warned.add(key)
+    GROUPS.warned.add(key)
     warn_at_user(message, category)

@@ -37,30 +37,25 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-import time
 from collections.abc import Sequence
-from functools import partial
 from typing import Any, Final
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
+from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
 
-from ..errors import InitError
 from ..ops._c10d import Method, d_allreduce, op_of
 from ..ops._specs import SPECS
 from ..plugin._capabilities import Collective
 from ..plugin._contract import Runtime
-from ..plugin._fake_world import fake_backend, fake_world
-from ..plugin._vendor_runtime import Completion
 from ..plugin._work import Work
 from . import _observe
-from ._dispatch import all_reduce, dispatch, warn_once
-from ._mixed import MixedProcessGroup, members_of
-from ._state import STATE, forget, state_of
-from ._watchdog import group_timeout
+from ._dispatch import all_reduce, dispatch
+from ._groups import forget, state_of
+from ._state import Fallback, GroupState
+from ._vendor import VendorGroup
 
-__all__ = ["PREFIX", "BackendName", "TimeoutWarning", "XcclProcessGroup", "backend_name", "register_backend"]
+__all__ = ["PREFIX", "BackendName", "XcclProcessGroup", "backend_name"]
 
 LOG = logging.getLogger("xccl")
 
@@ -74,15 +69,6 @@ _TORCH_OWN: Final = frozenset({"undefined", "gloo", "nccl", "ucc", "mpi", "xccl"
 def backend_name(runtime: Runtime) -> str:
     """The torch.distributed backend name of xccl's process group over ``runtime``'s vendor backend."""
     return f"{PREFIX}{runtime.backend}"
-
-
-def needs_host_side(runtime: Runtime) -> bool:
-    """Whether the plugin needs a host-side gloo group: its table stages point-to-point through one, or its works
-    complete at once, so the barrier blocks the host on one (``_host_barrier``)."""
-    if runtime.plugin.vendor_runtime().completion is Completion.AT_ONCE:
-        return True
-    table = runtime.capabilities()
-    return any(table.entry(op).via == "host_gloo" for op in (Collective.SEND, Collective.RECV))
 
 
 class BackendName(str):
@@ -115,105 +101,6 @@ class BackendName(str):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (BackendName, (str(self), self.vendor))
-
-
-def register_backend(runtime: Runtime) -> str:
-    """Register xccl's backend for ``runtime`` with torch.distributed (once per process); returns its name.
-
-    The creator reads the runtime from xccl's state when torch calls it, so one registration serves every
-    ``xccl.init`` of the process. Over a vendor backend torch does not know itself, ``dist.get_backend`` returns
-    the name as a :class:`BackendName`, equal to the vendor's name as well.
-    """
-    name = backend_name(runtime)
-    if name.upper() not in dist.Backend._plugins:
-        if runtime.backend not in _TORCH_OWN and not hasattr(dist.Backend, name.upper()):
-            # register_backend keeps an attribute that exists: this is what Backend(name) returns from now on.
-            setattr(dist.Backend, name.upper(), BackendName(name, runtime.backend))
-        dist.Backend.register_backend(name, _Creator(name), extended_api=True, devices=[runtime.device_type])
-    return name
-
-
-class _Creator:
-    """The creator torch calls for every group of an ``xccl_<backend>`` backend."""
-
-    def __init__(self, name: str) -> None:
-        self.name: Final = name
-
-    def __call__(self, options: Any, pg_options: Any) -> XcclProcessGroup:
-        runtime = STATE.runtime
-        if runtime is None or backend_name(runtime) != self.name:
-            raise InitError(
-                f"torch.distributed creates a group of xccl's backend {self.name!r}, but xccl has not prepared it in "
-                "this process: call xccl.init() (or xccl.process_group_backend()) before creating groups on it"
-            )
-        if STATE.job is None and STATE.job_at is not None:
-            _place_world(runtime, options)
-        if pg_options is None:
-            # A group created by third-party code (DeviceMesh, FSDP, Megatron-style builders): the vendor's options.
-            world = None if not dist.is_initialized() else list(options.global_ranks_in_group)
-            pg_options = runtime.process_group_options(world)
-        given = options.timeout  # a mixed group's host (gloo) groups keep it: no vendor watchdog watches them
-        watchdog = runtime.plugin.vendor_runtime().watchdog
-        if watchdog is not None:
-            # Every group, whoever creates it: the vendor's watchdog never gets a timeout at or below its floor.
-            decided = group_timeout(watchdog, options.timeout)
-            if decided.note is not None:
-                warn_once(("timeout", runtime.plugin.name), f"xccl: {decided.note}.", TimeoutWarning)
-            options.timeout = decided.timeout
-        world_map = STATE.world_map
-        if world_map is not None and len(world_map.split(members_of(options))) > 1:
-            return _mixed_group(runtime, world_map, options, pg_options, self.name, given)
-        return _vendor_group(runtime, self.name, options, pg_options)
-
-
-def _vendor_group(runtime: Runtime, name: str, options: Any, pg_options: Any) -> XcclProcessGroup:
-    """xccl's group over the vendor's own group of ``options``' members (and its host-side gloo group where the
-    plugin needs one): every group of one vendor, and each island's part of a mixed group."""
-    t = time.perf_counter()
-    native = runtime.create_native_group(options, pg_options)
-    t = STATE.lap("native group", t)
-    side = None
-    if needs_host_side(runtime):
-        side = fake_backend(options.group_rank, options.group_size) if fake_world() is not None else \
-            ProcessGroupGloo(PrefixStore("xccl.side", options.store), options.group_rank, options.group_size,
-                             options.timeout)
-        STATE.lap("host-side gloo group", t)
-    LOG.debug("xccl group %s (%s) of %d ranks over %s", options.group_id, name, options.group_size,
-              type(native).__name__)
-    return XcclProcessGroup(options, native, side, name, runtime.device_type, pg_options)
-
-
-def _mixed_group(runtime: Runtime, world_map: Any, options: Any, pg_options: Any, name: str,
-                 host_timeout: _dt.timedelta) -> XcclProcessGroup:
-    """xccl's group over members of several islands: its kernels are the compositions of ``_mixed``, over this
-    rank's island group (the vendor's timeout policy applied) and gloo groups over the host (``host_timeout``, the
-    one given: no vendor watchdog watches them); the host group serves what torch routes past Python."""
-    parts = MixedProcessGroup(options, runtime, world_map, partial(_vendor_group, runtime, name), host_timeout)
-    group = XcclProcessGroup(options, parts.host, None, name, runtime.device_type, pg_options)
-    #: Read by dispatch's planner (``_dispatch.plan``) and by ``xccl.mixed_table``.
-    group.mixed = parts  # type: ignore[attr-defined]
-    LOG.debug("xccl mixed group %s: islands %s", options.group_id, parts.parts)
-    return group
-
-
-def _place_world(runtime: Runtime, options: Any) -> None:
-    """Place this process when a framework creates the world on xccl's backend (after ``process_group_backend``).
-
-    The world's group is the first one torch creates, and its options carry this rank and the world's size, which
-    the framework may have given only as arguments (Lightning, Ray Train); the launcher's variables exist by now.
-    Placed before the vendor's group is created: vendors that bind a group to the current device (SCCL takes the
-    current TPU stream in its constructor) need the device set first.
-    """
-    job_at = STATE.job_at
-    if job_at is None:  # pragma: no cover - the caller checked
-        return
-    job = job_at(options.group_rank, options.group_size)
-    STATE.device = runtime.place(job)
-    STATE.job, STATE.job_at = job, None
-
-
-class TimeoutWarning(UserWarning):
-    """The timeout given to xccl is not what bounds a collective on this vendor (warned once per process)."""
 
 
 class XcclProcessGroup(dist.ProcessGroup):
@@ -254,6 +141,10 @@ class XcclProcessGroup(dist.ProcessGroup):
 
     def __repr__(self) -> str:
         return f"<XcclProcessGroup {self._backend_name} rank={self.rank()} size={self.size()}>"
+
+    def make_state(self, runtime: Runtime, fallback: Fallback, check: bool) -> GroupState:
+        """xccl's state of this group (``_state.register``): a group of one vendor."""
+        return VendorGroup(self, self.native, self.side, runtime, fallback, check)
 
     def shutdown(self) -> None:
         """What ``torch.distributed.destroy_process_group(group)`` calls: xccl's state of the group (its scratch
@@ -298,18 +189,31 @@ def _c10d_method(method: Method) -> Any:
     return call
 
 
+def _outside_dynamo(fn: Any) -> Any:
+    """``fn``, run outside Dynamo at no cost per call.
+
+    When a compiled function calls a torch.distributed function Dynamo cannot trace (dist.broadcast builds a pybind
+    options struct), Dynamo breaks the graph and, on torch 2.13, then traces on into this group's Python method,
+    where reading any attribute of the group (an opaque object to it) is a hard InternalTorchDynamoError instead of a
+    graph break. ``torch.compiler.disable`` avoids that with a wrapper that costs about a microsecond per call, as
+    much as the rest of a native call's dispatch. The same two marks, without the wrapper: the attribute Dynamo's
+    tracer reads to graph-break at a call (``symbolic_convert.py``: ``_torchdynamo_disable``), and the frame strategy
+    its frame evaluation reads to run the method, and every frame it calls, eagerly (``FrameAction.SKIP`` for the
+    frame and recursively, as ``torch._dynamo.skip`` sets for the frame alone).
+    """
+    fn._torchdynamo_disable = True
+    set_code_exec_strategy(fn.__code__, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
+    return fn
+
+
 # The signatures are the C++ virtuals' (tensors, opts), which torch.distributed and the trampoline call; every name
 # torch and the trampoline call a method by (``all_gather_single`` for ``_allgather_base``, ...) is set. Each runs
-# outside Dynamo: when a compiled function calls a torch.distributed function Dynamo cannot trace (dist.broadcast
-# builds a pybind options struct), Dynamo breaks the graph and, on torch 2.13, then traces on into this group's
-# Python method, where reading any attribute of the group (an opaque object to it) is a hard InternalTorchDynamoError
-# instead of a graph break. Disabled, the method is a graph break of its own and runs eagerly, as a C++ group's would.
+# outside Dynamo (``_outside_dynamo``): a graph break of its own, run eagerly, as a C++ group's would.
 for _spec in dict.fromkeys(SPECS.values()):
     for _m in _spec.c10d:
-        _fn = XcclProcessGroup.allreduce if _m.name == "allreduce" else _c10d_method(_m)
-        _eager = torch.compiler.disable(_fn)  # type: ignore[no-untyped-call]
+        _fn = _outside_dynamo(XcclProcessGroup.allreduce if _m.name == "allreduce" else _c10d_method(_m))
         for _name in _m.names:
-            setattr(XcclProcessGroup, _name, _eager)
+            setattr(XcclProcessGroup, _name, _fn)
 
 
 def _coalesced(group: XcclProcessGroup, method: Method, key: Collective, args: tuple[Any, ...], issue: Any) -> Any:

@@ -1,12 +1,19 @@
-"""All of xccl's state in a process: the world, the selected runtime, and one :class:`GroupState` per process group.
+"""xccl's state in a process, in parts, and the state of each process group.
 
-Everything that lives longer than a call is here, in :data:`STATE`, and :meth:`ProcessState.reset` (called by
-``xccl.shutdown``) forgets all of it: the groups' plan caches and mismatch-detector clocks, the once-per-op
-warnings, the graph path's order tokens and pending point-to-point work, the mismatch detector. No other
-module keeps state of its own.
+The process state is split into parts (``xccl.ops._parts.Part``), each owned by the floor that uses it and each with
+its own reset; ``xccl.shutdown`` resets every part. The parts here are the collectives floor's:
 
-It sits with dispatch, which reads it on every call; ``xccl.runtime`` (``init``, ``new_group``, ``shutdown``)
-is the lifecycle that fills and resets it.
+* :data:`PROCESS`: the world (``xccl.init``'s :class:`World`), the selected runtime, this process's place in the
+  job, the policies, the vendor's watchdog settings, the mixed-vendor world's map, the start-up laps;
+* :data:`GROUPS`: one :class:`GroupState` per process group, and the once-per-op warnings.
+
+The observers keep theirs where they live: the flight recorder's ring (``_flight.FLIGHT``), the mismatch detector
+(``_check._run.DETECTOR``); the graph path its order tokens (``xccl.graph._group.GRAPH``).
+
+A :class:`GroupState` is one process group as dispatch sees it. Its kind is its type: a group of one vendor is a
+:class:`~._vendor.VendorGroup` (its kernels planned from the vendor's capability table), a group spanning the islands
+of a mixed-vendor world a :class:`~._mixed.MixedGroup`. Each carries its own call pipeline (``issue``, built from the
+group's hooks by ``_hooks``). Which state a process group has is ``_groups``' business.
 """
 
 from __future__ import annotations
@@ -20,28 +27,31 @@ from typing import Any, Final, Literal, final
 import torch
 import torch.distributed as dist
 
-from ..errors import InitError, InvalidArgument, UnsupportedCollective
-from ..ops._validate import group_problem
+from ..errors import UnsupportedCollective
+from ..ops._parts import Part, reset
+from ..ops._vocab import Collective
 from ..plugin._capabilities import CapabilityTable
 from ..plugin._contract import Runtime
 from ..plugin._job import Job
 from ..plugin._kernels import KernelContext
-from ._flight import Flight, capacity
 from ._islands import WorldMap
 from ._scratch import Scratch
 from ._watchdog import WatchdogSettings
 
 __all__ = [
-    "ARRIVED", "DEFAULT_TIMEOUT", "STATE", "Fallback", "GroupState", "ProcessState", "World", "flight_recorder", "forget",
-    "mark_arrival",
-    "missing_members", "register", "state_of",
+    "ARRIVED", "DEFAULT_TIMEOUT", "GROUPS", "PROCESS", "Fallback", "GroupState", "Groups", "Part", "Process", "World",
+    "mark_arrival", "missing_members", "reset",
 ]
 
 Fallback = Literal["emulate", "warn", "error"]
+Kernel = Callable[..., Any]
 
 #: Default collective timeout: long enough for a slow first step, short enough that a hang becomes an error
 #: within minutes, not torch's 30. Override with ``timeout=`` or ``XCCL_TIMEOUT`` (seconds).
 DEFAULT_TIMEOUT: Final = _dt.timedelta(seconds=300)
+
+
+# --------------------------------------------------------------------------------------------------- the parts
 
 
 @final
@@ -80,96 +90,9 @@ class World:
     map: WorldMap | None = None
 
 
-@final
-class GroupState:
-    """One process group as dispatch sees it: plugin, table, ranks, the plan cache, the detector's clock.
-
-    Implements the validation facts (``size``, ``rank``, ``ranks``, ``device_type``, ``backend``); kernels of
-    plugins get the narrower :attr:`kernel_context`.
-    """
-
-    __slots__ = (
-        "backend", "barriers", "carrier", "check", "comm_name", "device_type", "fallback", "flight", "fr_p2p", "fr_seq",
-        "group", "kernel_context", "name", "native", "plans", "rank", "ranks", "runtime", "scratch", "seq", "side", "size",
-        "table",
-    )
-
-    def __init__(self, group: Any, native: Any, side: Any, runtime: Runtime, fallback: Fallback, check: bool,
-                 ranks: tuple[int, ...] | None = None, name: str | None = None) -> None:
-        #: The process group as torch.distributed knows it.
-        self.group: Final = group
-        #: The vendor's own process group (or c10d Backend): native kernels call its c10d methods.
-        self.native: Final = native
-        #: A gloo group over the same ranks for emulations staged through host memory, or None.
-        self.side: Final = side
-        self.runtime: Final = runtime
-        #: Device type of the tensors this group takes (a plain attribute: read on every call).
-        self.device_type: Final = runtime.device_type
-        self.table: Final[CapabilityTable] = runtime.capabilities()
-        #: The plugin's name, in messages.
-        self.backend: Final = self.table.backend
-        self.size: Final = group.size()
-        self.rank: Final = group.rank()
-        #: Global ranks of the members, in group-rank order.
-        #: (Given for a group torch does not know: a mixed group's island, ``_mixed``.)
-        self.ranks: Final = tuple(dist.get_process_group_ranks(group)) if ranks is None else ranks
-        self.name: Final = group.group_name if name is None else name
-        self.fallback: Final = fallback
-        self.check: Final = check
-        #: (op, dtype, reduce op) -> kernel; filled by dispatch on first use of each call shape.
-        self.plans: Final[dict[tuple[Any, ...], Callable[..., Any]]] = {}
-        #: Sequence number of collectives issued on this group (the mismatch detector's clock).
-        self.seq = 0
-        #: The flight recorder (``_flight``), or None when it is off; its per-group sequence numbers (collectives
-        #: and point-to-point calls, counted separately as torch's recorder does).
-        self.flight: Final = flight_recorder()
-        self.fr_seq = 0
-        self.fr_p2p = 0
-        #: Monitored barriers called on this group (numbers each call's keys in the store: ``_monitored``).
-        self.barriers = 0
-        #: The group dispatcher-level tools see this group's collectives on, once one watched (``_observe``).
-        self.carrier: Any = None
-        #: The emulations' reusable host buffers (``_scratch``), dropped with the group's state.
-        self.scratch: Final = Scratch()
-        #: The plugin's communicator name, once asked for (:meth:`communicator_name`).
-        self.comm_name: str | None = None
-        #: What a plugin's kernels see of the group.
-        self.kernel_context: Final = KernelContext(group, native, self.rank, self.size, self.ranks, self.backend,
-                                                   self.communicator_name)
-        if runtime.plugin.vendor_runtime().lazy_connect is not None:
-            mark_arrival(group, self.rank)
-
-    def communicator_name(self) -> str:
-        """The plugin's communicator name for the group, asked for once (on HCCL, asking creates it)."""
-        if self.comm_name is None:
-            # A group spanning islands has no vendor communicator of its own (each island has its own): its name is
-            # xccl's, the same on every member, and asks no vendor (HCCL's would broadcast over the whole group).
-            mixed = getattr(self.group, "mixed", None) is not None
-            self.comm_name = f"xccl-mixed:{self.name}" if mixed else self.runtime.comm_name(self.group)
-        return self.comm_name
-
-    def side_group(self) -> Any:
-        """The host-side gloo group over the same ranks.
-
-        Raises:
-            UnsupportedCollective: the group was not created by xccl's process-group backend.
-        """
-        if self.side is None:
-            raise UnsupportedCollective(
-                "point-to-point", self.backend,
-                "emulated send/recv needs a host-side gloo group, which xccl creates with each group of its own "
-                "process-group backend; this group was created outside xccl (create it with xccl.new_group, or "
-                "initialise torch.distributed with xccl.process_group_backend())",
-            )
-        return self.side
-
-    def __repr__(self) -> str:
-        return f"<GroupState {self.name!r} of {self.backend}: rank {self.rank} of {self.size}>"
-
-
 @dataclass
-class ProcessState:
-    """The process's state; one instance, :data:`STATE`."""
+class Process(Part):
+    """The world and how this process takes part in it (set by ``xccl.runtime``, read by every floor above)."""
 
     world: World | None = None
     #: The arguments of the ``xccl.init`` call that made ``world`` (a second call with others is refused).
@@ -181,96 +104,163 @@ class ProcessState:
     job: Job | None = None
     device: torch.device | None = None
     #: After ``process_group_backend``: ``(rank, world size) -> Job``, how the creator of the world's group
-    #: describes the job. A framework may call ``process_group_backend`` before its launcher's variables exist
-    #: (Lightning's launcher on rank 0, Ray Train's worker hook); when it creates the world, they and the world's
-    #: rank and size do.
+    #: describes the job (a framework may create the world before its launcher's variables exist).
     job_at: Callable[[int, int], Job] | None = None
     fallback: Fallback = "warn"
     check: bool = False
-    default: GroupState | None = None
-    groups: dict[Any, GroupState] = field(default_factory=dict)
-    #: (op, backend) pairs already warned about (emulation, fused-kernel fallback).
-    warned: set[tuple[str, ...]] = field(default_factory=set)
-    #: The graph path's order token per group name (``xccl.graph``).
-    tokens: dict[str, torch.Tensor] = field(default_factory=dict)
-    #: Point-to-point work started by graph ops and not yet waited for, per group name (``xccl.graph``).
-    pending: dict[str, list[Any]] = field(default_factory=dict)
-    #: The mismatch detector (its recorder, store channel and background thread), once started.
-    channel: Any = None
-    #: The flight recorder's ring (``_flight``), once a group asked for it; None: not yet (or off, see ``flight_off``).
-    flight: Flight | None = None
-    flight_off: bool = False
-    #: The flight recorder's dump trigger watcher (``_flight_dump``), once started.
-    flight_watch: Any = None
     #: This rank's liveness port and store address, to name the lost ranks at a fault (``_liveness.Liveness``).
     liveness: Any = None
-    #: Post-grad passes of the ``xccl`` compile backend: name -> (pass, uuid) (``xccl.graph``).
-    passes: dict[str, tuple[Callable[..., None], str]] = field(default_factory=dict)
     #: Seconds each phase of this process's ``xccl.init`` took, in order (``benchmarks/startup.py`` shows them).
     phases: dict[str, float] = field(default_factory=dict)
+    #: The vendor's watchdog settings in force (``_watchdog``), when the plugin declares a watchdog.
+    watchdog: WatchdogSettings | None = None
+    #: The mixed-vendor world's map (``_islands``), built by the world check; None unless the switch is on.
+    world_map: WorldMap | None = None
 
     def lap(self, name: str, since: float) -> float:
         """Add the time from ``since`` (``time.perf_counter()``) to now to phase ``name``; returns now."""
         now = time.perf_counter()
         self.phases[name] = self.phases.get(name, 0.0) + now - since
         return now
-    #: The vendor's watchdog settings in force (``_watchdog``), when the plugin declares a watchdog.
-    watchdog: WatchdogSettings | None = None
-    #: The mixed-vendor world's map (``_islands``), built by the world check; None unless the switch is on.
-    world_map: WorldMap | None = None
-
-    def reset(self) -> None:
-        """Forget everything (``xccl.shutdown``)."""
-        fresh = ProcessState()
-        for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(fresh, name))
 
 
-STATE: Final = ProcessState()
+@dataclass
+class Groups(Part):
+    """Every process group's :class:`GroupState`, and what was warned about once."""
+
+    default: GroupState | None = None
+    groups: dict[Any, GroupState] = field(default_factory=dict)
+    #: (op, backend) pairs already warned about (emulation, fused-kernel fallback).
+    warned: set[tuple[str, ...]] = field(default_factory=set)
 
 
-def flight_recorder() -> Flight | None:
-    """The process's flight recorder (created on first use from the environment: ``_flight.capacity``), or None."""
-    if STATE.flight is None and not STATE.flight_off:
-        size = capacity()
-        if size:
-            STATE.flight = Flight(size)
-        else:
-            STATE.flight_off = True
-    return STATE.flight
+PROCESS: Final = Part.register(Process())
+GROUPS: Final = Part.register(Groups())
 
 
-def state_of(group: Any = None) -> GroupState:
-    """The :class:`GroupState` of ``group`` (``None``: the world). Groups made outside xccl are adopted.
+# --------------------------------------------------------------------------------------------- a group's state
 
-    Raises:
-        InitError: xccl is not initialised.
-        InvalidArgument: ``group`` is not a process group of this rank.
+
+class GroupState:
+    """One process group as dispatch sees it: plugin, table, ranks, the plan cache, its call pipeline.
+
+    Implements the validation facts (``size``, ``rank``, ``ranks``, ``device_type``, ``backend``); kernels of
+    plugins get the narrower :attr:`kernel_context`. A kind of group is a subclass: it plans its kernels
+    (:meth:`kernel_for`).
     """
-    if group is None:
-        st = STATE.default
-        if st is None:
-            raise InitError("xccl is not initialised: call xccl.init() first")
-        return st
-    st = STATE.groups.get(group)
-    return st if st is not None else _adopt(group)
 
-
-def register(group: Any, runtime: Runtime, fallback: Fallback | None = None, check: bool | None = None, *,
-             ranks: tuple[int, ...] | None = None, name: str | None = None) -> GroupState:
-    """Track ``group`` with a runtime and policies of its own instead of the world's.
-
-    A test seam (one rank pool serves several fallback policies, or a test vendor's kernels over a real group);
-    applications get their groups' state from ``xccl.init`` and ``xccl.new_group``. ``ranks`` and ``name`` are
-    given for a group torch does not know (a mixed group's island group, ``_mixed``).
-    """
-    native = getattr(group, "native", group)
-    side = getattr(group, "side", None)
-    st = STATE.groups[group] = GroupState(
-        group, native, side, runtime, STATE.fallback if fallback is None else fallback,
-        STATE.check if check is None else check, ranks, name,
+    __slots__ = (
+        "barriers", "check", "comm_name", "device_type", "fallback", "group", "hooks", "issue", "issue_inner",
+        "kernel_context", "name", "native", "plans", "plugin", "rank", "ranks", "runtime", "scratch", "side", "size",
+        "table",
     )
-    return st
+
+    def __init__(self, group: Any, native: Any, side: Any, runtime: Runtime, fallback: Fallback, check: bool,
+                 ranks: tuple[int, ...] | None = None, name: str | None = None,
+                 table: CapabilityTable | None = None) -> None:
+        #: The process group as torch.distributed knows it.
+        self.group: Final = group
+        #: The vendor's own process group (or c10d Backend): native kernels call its c10d methods.
+        self.native: Final = native
+        #: A gloo group over the same ranks for emulations staged through host memory, or None.
+        self.side: Final = side
+        self.runtime: Final = runtime
+        #: Device type of the tensors this group takes (a plain attribute: read on every call).
+        self.device_type: Final = runtime.device_type
+        self.table: Final[CapabilityTable] = runtime.capabilities() if table is None else table
+        #: The plugin's name (in messages; a mixed group's names its islands).
+        self.plugin: Final = self.table.backend
+        self.size: Final = group.size()
+        self.rank: Final = group.rank()
+        #: Global ranks of the members, in group-rank order (given for a group torch does not know: a mixed group's
+        #: island, ``_mixed``).
+        self.ranks: Final = tuple(dist.get_process_group_ranks(group)) if ranks is None else ranks
+        self.name: Final = group.group_name if name is None else name
+        #: The group's own policies (a mixed group's govern its island parts too).
+        self.fallback: Final = fallback
+        self.check: Final = check
+        #: (op, dtype, reduce op) -> kernel; filled by dispatch on first use of each call shape.
+        self.plans: Final[dict[tuple[Any, ...], Kernel]] = {}
+        #: The group's call hooks (observers), outermost first, and the pipeline built from them (``_hooks``):
+        #: ``issue(spec, kernel_args, kernel, async_op)`` for a call, ``issue_inner`` for an emulation's building
+        #: block. With no hook both are the bare kernel call.
+        self.hooks: tuple[Any, ...] = ()
+        self.issue: Callable[..., Any] = _bare
+        self.issue_inner: Callable[..., Any] = _bare
+        #: Monitored barriers called on this group (numbers each call's keys in the store: ``_monitored``).
+        self.barriers = 0
+        #: The emulations' reusable host buffers (``_scratch``), dropped with the group's state.
+        self.scratch: Final = Scratch()
+        #: The plugin's communicator name, once asked for (:meth:`communicator_name`).
+        self.comm_name: str | None = None
+        #: What a plugin's kernels see of the group.
+        self.kernel_context: Final = KernelContext(group, native, self.rank, self.size, self.ranks, self.plugin,
+                                                   self.communicator_name)
+        if runtime.plugin.vendor_runtime().lazy_connect is not None:
+            mark_arrival(group, self.rank)
+
+    @property
+    def backend(self) -> str:
+        """The plugin's name (:attr:`plugin`): what validation messages call the backend."""
+        return self.plugin
+
+    def kernel_for(self, op: Collective, dtype: torch.dtype | None, reduce_op: Any, block: Kernel,
+                   fallback: Callable[[], Kernel] | None = None) -> Kernel:
+        """The kernel of one call shape on this group (planned once, cached by dispatch): what its kind does.
+
+        Args:
+            op: the capability key.
+            dtype, reduce_op: the call shape.
+            block: runs a building block on this group (``block(st, spec, kargs, async_op=False)``).
+            fallback: for a fused op, builds its portable version (what runs where the vendor has no kernel, or
+                its kernel refuses the call).
+
+        Raises:
+            UnsupportedCollective: the group cannot run it under its fallback policy.
+        """
+        raise NotImplementedError(f"{type(self).__name__} plans no kernel")
+
+    @property
+    def communicator_group(self) -> Any:
+        """The group whose vendor communicator this rank connects (``xccl.runtime.connect``): its own."""
+        return self.group
+
+    def communicator_name(self) -> str:
+        """The plugin's communicator name for the group, asked for once (on HCCL, asking creates it)."""
+        if self.comm_name is None:
+            self.comm_name = self.runtime.comm_name(self.group)
+        return self.comm_name
+
+    def side_group(self) -> Any:
+        """The host-side gloo group over the same ranks.
+
+        Raises:
+            UnsupportedCollective: the group was not created by xccl's process-group backend.
+        """
+        if self.side is None:
+            raise UnsupportedCollective(
+                "point-to-point", self.plugin,
+                "emulated send/recv needs a host-side gloo group, which xccl creates with each group of its own "
+                "process-group backend; this group was created outside xccl (create it with xccl.new_group, or "
+                "initialise torch.distributed with xccl.process_group_backend())",
+            )
+        return self.side
+
+    def close(self) -> None:
+        """The group is gone (destroyed, or xccl shut down): its buffers go, its hooks are told."""
+        self.scratch.clear(close=True)
+        for hook in self.hooks:
+            closing = getattr(hook, "close", None)
+            if closing is not None:
+                closing()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} of {self.plugin}: rank {self.rank} of {self.size}>"
+
+
+def _bare(spec: Any, kargs: Any, kernel: Kernel, async_op: bool) -> Any:
+    """The call with no hook: the kernel itself."""
+    return kernel(*kargs, async_op)
 
 
 #: The key under a group's store that says a member reached its first collective there (``mark_arrival``).
@@ -297,22 +287,3 @@ def missing_members(group: Any, ranks: tuple[int, ...]) -> list[int] | None:
         return [r for i, r in enumerate(ranks) if not store.check([f"{ARRIVED}{i}"])]
     except RuntimeError:
         return None
-
-
-def forget(group: Any) -> None:
-    """Drop what xccl keeps for ``group`` once torch destroys it: its state and its scratch buffers."""
-    st = STATE.groups.pop(group, None) if STATE.default is None or STATE.default.group is not group else STATE.default
-    if st is not None:
-        st.scratch.clear(close=True)
-
-
-def _adopt(group: Any) -> GroupState:
-    # The runtime is enough: a framework may create xccl's groups (xccl.process_group_backend) before xccl.init.
-    runtime = STATE.runtime
-    if runtime is None:
-        raise InitError("xccl is not initialised: call xccl.init() first")
-    problem = group_problem(group)
-    if problem is not None:
-        raise InvalidArgument("group", problem)
-    # xccl's process group carries the vendor's group and the host-side group; any other group is its own native.
-    return register(group, runtime)

@@ -23,6 +23,8 @@ import torch
 import torch.distributed as dist
 
 from ..ops import _specs as S
+from ..ops._emulations import implements
+from ..ops._vocab import Collective as C
 from ._compose import Call, last, local_reduce, nothing, take
 
 __all__ = ["ag_via_all_to_all", "ag_via_padding", "a2a_via_padding", "rs_via_all_to_all", "rs_via_padding"]
@@ -35,6 +37,7 @@ def _row(t: torch.Tensor) -> int:
     return math.prod(t.shape[1:])
 
 
+@implements(C.ALL_GATHER_INTO_TENSOR_UNEVEN, "all_to_all_single")
 def ag_via_all_to_all(st: Any, call: Call, out: torch.Tensor, inp: torch.Tensor, sizes: list[int], a: bool) -> Any:
     """Rank r's rows to every peer: send splits ``[sizes[r]] * n``, receive splits ``sizes``, straight into
     ``out``."""
@@ -45,6 +48,7 @@ def ag_via_all_to_all(st: Any, call: Call, out: torch.Tensor, inp: torch.Tensor,
     return last(call, S.ALL_TO_ALL_SINGLE, kargs, a, nothing, send)
 
 
+@implements(C.REDUCE_SCATTER_TENSOR_UNEVEN, "all_to_all_single")
 def rs_via_all_to_all(
     st: Any, call: Call, out: torch.Tensor, inp: torch.Tensor, sizes: list[int], op: Any, a: bool
 ) -> Any:
@@ -55,6 +59,7 @@ def rs_via_all_to_all(
     return last(call, S.ALL_TO_ALL_SINGLE, kargs, a, lambda: local_reduce(got.tensor.view(n, mine * row), op, out), got)
 
 
+@implements(C.ALL_GATHER_INTO_TENSOR_UNEVEN, "padding")
 def ag_via_padding(st: Any, call: Call, out: torch.Tensor, inp: torch.Tensor, sizes: list[int], a: bool) -> Any:
     """Rows padded to the largest split, an even all_gather_into_tensor, the padding dropped."""
     n, m, trail, mine = st.size, max(sizes), inp.shape[1:], sizes[st.rank]
@@ -73,6 +78,7 @@ def ag_via_padding(st: Any, call: Call, out: torch.Tensor, inp: torch.Tensor, si
     return last(call, S.ALL_GATHER_INTO_TENSOR, (pad_out.tensor, pad_in.tensor), a, unpad, pad_in, pad_out)
 
 
+@implements(C.REDUCE_SCATTER_TENSOR_UNEVEN, "padding")
 def rs_via_padding(st: Any, call: Call, out: torch.Tensor, inp: torch.Tensor, sizes: list[int], op: Any, a: bool) -> Any:
     """Chunks padded to the largest split, an even reduce_scatter_tensor, the padding dropped."""
     # Padding rows are reduced too, then dropped: their value never matters, whatever the reduce op.
@@ -87,6 +93,7 @@ def rs_via_padding(st: Any, call: Call, out: torch.Tensor, inp: torch.Tensor, si
                 lambda: out.copy_(pad_out.tensor.view(m, *trail)[:mine]), pad_in, pad_out)
 
 
+@implements(C.ALL_TO_ALL_SINGLE_UNEVEN, "padding")
 def a2a_via_padding(
     st: Any, call: Call, out: torch.Tensor, inp: torch.Tensor, osz: list[int] | None, isz: list[int] | None, a: bool
 ) -> Any:

@@ -17,7 +17,7 @@ The policy:
 * **one warning** per process when a timeout given by the user is not what bounds a collective (naming what does).
 
 Every group of xccl's backend goes through the policy in its creator (``_process_group``), world, sub-groups and
-groups third-party code creates alike. :class:`WatchdogSettings` (``STATE.watchdog``) is what ``World``, the
+groups third-party code creates alike. :class:`WatchdogSettings` (``PROCESS.watchdog``) is what ``World``, the
 typed faults and ``xccl doctor`` report.
 """
 

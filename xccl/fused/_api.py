@@ -98,7 +98,7 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
-from ..collectives._state import state_of
+from ..collectives._groups import state_of
 from ..errors import InvalidArgument
 from ..plugin._capabilities import reduce_op_name
 from . import _autograd  # noqa: F401 - registers the ops' gradients

@@ -5,11 +5,13 @@ hold it; ``group_size`` is passed explicitly (as in ``_c10d_functional``) so sha
 ``chunks`` is 0 for "choose from the shape". The public functions call these ops in eager mode too, so autograd
 has one formula for both (``_autograd``).
 
-Each op's implementation plans the call as every collective does (``xccl.collectives._plan``): the plugin's
-native kernel where the plan says native, and when that kernel refuses the call (a documented constraint failed,
-:class:`~xccl.ConstraintViolation`) the fallback policy decides between raising and the portable version, as for
-collectives (``_plan.guarded``); where the table says emulated, the portable version (``_portable``) under the
-fallback policy for emulations.
+Each op's implementation is a call like any other: planned once per call shape by its group (a vendor's group: the
+plugin's native kernel where the plan says native, and when that kernel refuses the call, a documented constraint
+failed, :class:`~xccl.ConstraintViolation`, the fallback policy decides between raising and the portable version,
+as for collectives; where the table says emulated, the portable version, ``_portable``, under the fallback policy
+for emulations; a group spanning islands: the portable version), then run through the group's hooks: one flight
+recorder entry under the fused op's name, seen by the mismatch detector, with typed faults. The portable version's
+collectives are that entry's parts.
 """
 
 from __future__ import annotations
@@ -21,10 +23,9 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
-from ..collectives._dispatch import dispatch, native_kernel
-from ..collectives._plan import guarded, plan_call, warn_once
-from ..collectives._state import GroupState, state_of
-from ..errors import ConstraintFallbackWarning, EmulationWarning, UnsupportedCollective
+from ..collectives._dispatch import block, dispatch, issue
+from ..collectives._groups import state_of
+from ..errors import ConstraintFallbackWarning
 from ..ops import _specs as S
 from ..plugin._capabilities import Collective
 from . import _portable
@@ -37,28 +38,21 @@ C = Collective
 _SUM: Final = dist.ReduceOp.SUM
 
 
-def _run(st: GroupState, op: Collective, dtype: torch.dtype, native_args: tuple[Any, ...],
-         portable: Callable[[], Any]) -> Any:
-    """The native kernel of ``op`` when the plan has one and it takes the call, else the portable version."""
-    if getattr(st.group, "mixed", None) is not None:
-        # A group spanning vendors' islands: one island's fused kernel cannot reach the others' ranks, and every
-        # rank must take the same path; the portable version's collectives are composed across the islands.
-        return portable()
-    p = plan_call(st.table, op, st.fallback, dtype=dtype, world_size=st.size, sdk_versions=st.runtime.sdk_versions())
-    if p.native:
-        kernel = native_kernel(st, op)
-        if kernel is None:
-            raise UnsupportedCollective(op.value, st.backend, "marked native but the plugin has no kernel")
-        # A refusal (ConstraintViolation) takes the fallback policy, in the one place collectives take it too.
-        return guarded(st, op, kernel, lambda: lambda *_: portable(), "the portable pipelined version")(*native_args)
-    if st.fallback == "warn":
-        warn_once(
-            (op.value, st.backend),
-            f"xccl: {op.value} is emulated on {st.backend}: via pipelined (chunked matmul overlapped with async "
-            "collectives). Pass fallback='emulate' to xccl.init to silence this.",
-            EmulationWarning,
-        )
-    return portable()
+def _run(group_name: str, spec: S.Spec, kargs: tuple[Any, ...], portable: Callable[..., Any]) -> Any:
+    """Run fused op ``spec`` on the group called ``group_name`` as any call runs: planned once per call shape by the
+    group (its native kernel where the plan has one and it takes the call, else ``portable``, the portable version),
+    then through the group's hooks, so the recorder, the detector and typed faults see it as one call."""
+    group = _resolve_group(group_name)
+    st = state_of(group)
+    dtype = kargs[0].dtype
+    key = (spec.key, dtype, None)
+    kernel = st.plans.get(key)
+    if kernel is None:
+        def portable_kernel(*args: Any) -> Any:
+            return portable(st, group, *args[:-1])  # without async_op
+
+        kernel = st.plans[key] = st.kernel_for(spec.key, dtype, None, block, lambda: portable_kernel)
+    return issue(st, spec, kargs, kernel, False)
 
 
 def _resolve_group(group_name: str) -> Any:
@@ -69,35 +63,21 @@ def _resolve_group(group_name: str) -> Any:
 def _mm_reduce_scatter_impl(
     a: torch.Tensor, b: torch.Tensor, group_name: str, reduce_op: str, bias: torch.Tensor | None, chunks: int
 ) -> torch.Tensor:
-    group = _resolve_group(group_name)
-    st = state_of(group)
-    return _run(  # type: ignore[no-any-return]
-        st, C.MM_REDUCE_SCATTER, a.dtype, (a, b, reduce_op, bias),
-        lambda: _portable.mm_reduce_scatter(st, a, b, group, reduce_op, bias, chunks),
-    )
+    return _run(group_name, S.MM_REDUCE_SCATTER, (a, b, reduce_op, bias, chunks),  # type: ignore[no-any-return]
+                _portable.mm_reduce_scatter)
 
 
 def _all_gather_mm_impl(
     a: torch.Tensor, b: torch.Tensor, group_name: str, gather_output: bool, chunks: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    group = _resolve_group(group_name)
-    st = state_of(group)
-    out, gathered = _run(
-        st, C.ALL_GATHER_MM, a.dtype, (a, b, gather_output),
-        lambda: _portable.all_gather_mm(st, a, b, group, gather_output, chunks),
-    )
+    out, gathered = _run(group_name, S.ALL_GATHER_MM, (a, b, gather_output, chunks), _portable.all_gather_mm)
     return out, gathered if gather_output else a.new_empty(0)
 
 
 def _mm_all_reduce_impl(
     a: torch.Tensor, b: torch.Tensor, group_name: str, bias: torch.Tensor | None, chunks: int
 ) -> torch.Tensor:
-    group = _resolve_group(group_name)
-    st = state_of(group)
-    return _run(  # type: ignore[no-any-return]
-        st, C.MM_ALL_REDUCE, a.dtype, (a, b, bias),
-        lambda: _portable.mm_all_reduce(st, a, b, group, bias, chunks),
-    )
+    return _run(group_name, S.MM_ALL_REDUCE, (a, b, bias, chunks), _portable.mm_all_reduce)  # type: ignore[no-any-return]
 
 
 def _all_gather_impl(x: torch.Tensor, group_name: str) -> torch.Tensor:

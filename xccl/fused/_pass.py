@@ -42,7 +42,8 @@ import torch
 import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
-from ..collectives._state import STATE, state_of
+from ..collectives._groups import state_of
+from ..collectives._state import PROCESS
 from ..errors import ConstraintViolation
 from ..plugin._capabilities import Collective
 from . import _ops  # noqa: F401 - defines torch.ops.xccl.mm_reduce_scatter & co., which the rewrites emit
@@ -408,7 +409,7 @@ _SOURCES: Final = (str(Path(__file__)), str(Path(__file__).with_name("_ops.py"))
 
 def _plugin_identity() -> str:
     try:
-        runtime = STATE.runtime
+        runtime = PROCESS.runtime
         if runtime is None:
             return "uninitialised"
         kernels = sorted(op.value for op in runtime.kernels() if op in (

@@ -1,7 +1,8 @@
 """The portable pipelined versions of the fused ops: chunked matmuls overlapped with asynchronous collectives.
 
-The matmul is split into ``c`` row chunks; chunk ``i``'s collective is issued asynchronously through xccl's
-dispatch (so emulated collectives work too: SCCL's reduce_scatter) and runs while chunk ``i + 1`` is multiplied.
+The matmul is split into ``c`` row chunks; chunk ``i``'s collective is issued asynchronously as a building block of
+the fused call (planned as any call, so emulated collectives work too: SCCL's reduce_scatter; recorded as parts of
+the fused op's one entry) and runs while chunk ``i + 1`` is multiplied.
 Every rank issues the same collectives in the same order, since ``c`` and the chunk bounds depend only on shapes
 and options (``_cost``). A chunk's result is read only after that chunk's ``wait()``, and no buffer a pending
 collective uses is written, so the versions are correct whether the backend's asynchronous work overlaps (gloo's
@@ -16,7 +17,7 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
-from ..collectives._dispatch import dispatch
+from ..collectives._dispatch import block as part
 from ..collectives._state import GroupState
 from ..ops import _specs as S
 from ..plugin._capabilities import Collective, reduce_op_of
@@ -41,7 +42,7 @@ def _pick(op: Collective, st: GroupState, chunks: int, dtype: torch.dtype, rows:
 
 
 def mm_reduce_scatter(
-    st: GroupState, a: torch.Tensor, b: torch.Tensor, group: Any, reduce_op: str, bias: torch.Tensor | None,
+    st: GroupState, group: Any, a: torch.Tensor, b: torch.Tensor, reduce_op: str, bias: torch.Tensor | None,
     chunks: int,
 ) -> torch.Tensor:
     w, (m, k), n = st.size, a.shape, b.shape[1]
@@ -51,7 +52,7 @@ def mm_reduce_scatter(
     op = reduce_op_of(reduce_op)
     if c == 1:
         y = torch.mm(a, b) if bias is None else torch.addmm(bias, a, b)
-        dispatch(S.REDUCE_SCATTER_TENSOR, group, False, out, y, op)
+        part(st, S.REDUCE_SCATTER_TENSOR, (out, y, op))
         return out
     # Chunk j holds rows [lo, hi) of every destination rank's block, so its reduce-scatter lands in rows [lo, hi)
     # of this rank's output: contiguous, written in place, no copy at the end. One matmul per destination block
@@ -66,31 +67,29 @@ def mm_reduce_scatter(
                 torch.mm(rows, b, out=y[r * s : (r + 1) * s])
             else:
                 torch.addmm(bias, rows, b, out=y[r * s : (r + 1) * s])
-        works.append(dispatch(S.REDUCE_SCATTER_TENSOR, group, True, out[lo:hi], y, op))
+        works.append(part(st, S.REDUCE_SCATTER_TENSOR, (out[lo:hi], y, op), True))
         keep.append(y)  # alive until its collective completed
     _wait_all(works)
     return out
 
 
 def all_gather_mm(
-    st: GroupState, a: torch.Tensor, b: torch.Tensor, group: Any, gather_output: bool, chunks: int
+    st: GroupState, group: Any, a: torch.Tensor, b: torch.Tensor, gather_output: bool, chunks: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     w, (m, k), n = st.size, a.shape, b.shape[1]
     a = a.contiguous()
     c = _pick(C.ALL_GATHER_MM, st, chunks, a.dtype, m, k, n)
     gathered = a.new_empty((w * m, k))
     if c == 1:
-        dispatch(S.ALL_GATHER_INTO_TENSOR, group, False, gathered, a)
+        part(st, S.ALL_GATHER_INTO_TENSOR, (gathered, a))
         return torch.mm(gathered, b), gathered if gather_output else a.new_empty(0)
     out = a.new_empty((w * m, n))
     spans = bounds(m, c)
     # Chunk j gathers rows [lo, hi) of every rank straight into their final places (the list form takes one
     # contiguous block per source rank: no staging buffer, no copy). Every gather is issued at once; the matmuls
     # consume them in order, so chunk j's matmul overlaps the gathers of chunks j+1...
-    works = [
-        dispatch(S.ALL_GATHER, group, True, [gathered[r * m + lo : r * m + hi] for r in range(w)], a[lo:hi])
-        for lo, hi in spans
-    ]
+    works = [part(st, S.ALL_GATHER, ([gathered[r * m + lo : r * m + hi] for r in range(w)], a[lo:hi]), True)
+             for lo, hi in spans]
     for (lo, hi), work in zip(spans, works, strict=True):
         if work is not None:
             work.wait()
@@ -100,7 +99,7 @@ def all_gather_mm(
 
 
 def mm_all_reduce(
-    st: GroupState, a: torch.Tensor, b: torch.Tensor, group: Any, bias: torch.Tensor | None, chunks: int
+    st: GroupState, group: Any, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, chunks: int
 ) -> torch.Tensor:
     k, n = b.shape
     flat = a.reshape(-1, k)
@@ -113,6 +112,6 @@ def mm_all_reduce(
             torch.mm(flat[lo:hi], b, out=out[lo:hi])
         else:
             torch.addmm(bias, flat[lo:hi], b, out=out[lo:hi])
-        works.append(dispatch(S.ALL_REDUCE, group, c > 1, out[lo:hi], _SUM))
+        works.append(part(st, S.ALL_REDUCE, (out[lo:hi], _SUM), c > 1))
     _wait_all(works)
     return out.view(*a.shape[:-1], n)

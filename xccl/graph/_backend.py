@@ -32,9 +32,10 @@ from typing import Any, Final
 
 import torch
 
-from ..collectives._state import STATE
+from ..collectives._state import PROCESS
 from ..errors import InvalidArgument
 from ..fused._pass import FusedMatmulPass
+from ._state import GRAPH
 
 __all__ = [
     "XcclBackend",
@@ -74,18 +75,18 @@ def register_post_grad_pass(name: str, fn: GraphPass, uuid: str) -> None:
     if not isinstance(uuid, str) or not uuid:
         raise InvalidArgument("register_post_grad_pass", "uuid must be a non-empty string")
     with _LOCK:
-        STATE.passes[name] = (fn, uuid)
+        GRAPH.passes[name] = (fn, uuid)
 
 
 def unregister_post_grad_pass(name: str) -> None:
     """Remove the pass called ``name`` (no error when there is none)."""
     with _LOCK:
-        STATE.passes.pop(name, None)
+        GRAPH.passes.pop(name, None)
 
 
 def post_grad_passes() -> dict[str, str]:
     """The registered passes: name -> uuid."""
-    return {name: uuid for name, (_, uuid) in sorted(STATE.passes.items())}
+    return {name: uuid for name, (_, uuid) in sorted(GRAPH.passes.items())}
 
 
 def _custom_pass(previous: Any, fuse: bool = False) -> Any:
@@ -93,7 +94,7 @@ def _custom_pass(previous: Any, fuse: bool = False) -> Any:
     then a snapshot of the registered passes."""
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
-    passes = tuple(sorted((n, fn, u) for n, (fn, u) in STATE.passes.items()))
+    passes = tuple(sorted((n, fn, u) for n, (fn, u) in GRAPH.passes.items()))
     if fuse:
         fusion = FusedMatmulPass()
         # "0" sorts before any registered name: the fusion pass runs first, the user's passes see fused ops.
@@ -159,7 +160,7 @@ def apply_converters(gm: torch.fx.GraphModule, converters: Mapping[str, Callable
 
 
 def _runtime() -> Any:
-    return STATE.runtime
+    return PROCESS.runtime
 
 
 #: The name of the fusion pass among the backend's post-grad passes.

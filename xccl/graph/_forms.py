@@ -28,12 +28,12 @@ from typing import Any, Final, final
 
 import torch
 
-from ..collectives._state import STATE
 from ..errors import UnsupportedCollective
 from ..ops import _specs as S
 from ..plugin._capabilities import Collective
 from ._group import GroupInfo, emittable, fail, group_info, order_joins, redop, resolve, trace_error
 from ._layers import carry
+from ._state import GRAPH
 
 __all__ = ["GraphWork", "run"]
 
@@ -100,7 +100,7 @@ def _waited(g: GroupInfo, t: torch.Tensor) -> torch.Tensor:
     """
     out: torch.Tensor = _F.wait_tensor(t)
     if order_joins():
-        token = STATE.tokens[g.name]
+        token = GRAPH.tokens[g.name]
         token.copy_(_X.order(token, [out.detach()]))
     return out
 
@@ -121,7 +121,7 @@ def _chained(g: GroupInfo, name: str, *args: Any) -> Any:
     requires grad would make the global token require grad.
     """
     emittable(g.name, name)
-    token = STATE.tokens[g.name]
+    token = GRAPH.tokens[g.name]
     out = getattr(_X, name)(*[_detached(a) for a in args], g.name, token)
     if isinstance(out, tuple):
         token.copy_(out[1])

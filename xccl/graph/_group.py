@@ -20,8 +20,9 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from ..collectives._groups import state_of
 from ..collectives._plan import plan_call
-from ..collectives._state import STATE, state_of
+from ..collectives._state import PROCESS
 from ..errors import InvalidArgument, InvalidArgumentType, UnsupportedCollective, XcclError
 from ..ops._validate import BARE_PREMUL, complex_refusal, group_problem
 from ..plugin._capabilities import (
@@ -32,6 +33,7 @@ from ..plugin._capabilities import (
     reduce_op_name,
 )
 from ..plugin._registry import default_registry
+from ._state import GRAPH
 
 F = TypeVar("F")
 
@@ -135,7 +137,7 @@ def _table_of(pg: Any) -> tuple[CapabilityTable, torch.device, str]:
     ``torch.distributed`` (code run under ``xccl.patch_collectives``) uses the installed plugin whose
     torch.distributed backend it is (gloo -> cpu, nccl -> cuda).
     """
-    world = STATE.world
+    world = PROCESS.world
     if world is not None:
         st = state_of(pg)
         return st.table, world.device, st.fallback
@@ -161,8 +163,8 @@ def _info(pg: Any) -> GroupInfo:
 
     table, device, _ = _table_of(pg)
     name = pg.group_name
-    if name not in STATE.tokens:
-        STATE.tokens[name] = torch.zeros(1, dtype=torch.int32, device=device)
+    if name not in GRAPH.tokens:
+        GRAPH.tokens[name] = torch.zeros(1, dtype=torch.int32, device=device)
     return GroupInfo(name, pg.size(), pg.rank(), tuple(dist.get_process_group_ranks(pg)), table.backend, device,
                      device.type, hasattr(pg, "native"))
 
@@ -228,16 +230,9 @@ def resolve(name: str, op: Collective, dtype: torch.dtype | None, reduce_op: str
         # What torch refuses itself, with its message and builtin (ValueError), as in eager mode.
         raise trace_error(InvalidArgument, op.value, complex_refusal(op.value, f"RedOpType.{reduce_op.upper()}"))
     pg = c10d._resolve_process_group(name)  # type: ignore[arg-type]
-    mixed = getattr(pg, "mixed", None)
-    if mixed is not None:
-        # A group spanning islands composes its collectives eagerly (collectives/_mixed.py). In a graph, each rank's
-        # own compiler would lower the op (TorchAir into an HCCL operator over the whole group, which cannot reach
-        # the other vendor's ranks) after its own island's graph layers, so the ranks would not meet. Refused here,
-        # at trace time, on every rank alike: every member sees the same group.
-        raise trace_error(UnsupportedCollective, op.value, f"a group that spans islands ({mixed.describe()})",
-                          "graph mode is not composed across vendors: compile the collectives of groups inside "
-                          "one island (tensor parallelism) and run this group's eagerly, e.g. in a function under "
-                          "torch.compiler.disable")
+    # A group spanning islands of a mixed-vendor world has a derived table with no graph column (``_mixed``): each
+    # rank's own compiler would lower the op for its own island, so the ranks would not meet; refused at trace time,
+    # on every rank alike.
     table, _, fallback = _table_of(pg)
     try:
         plan = plan_call(table, op, fallback, mode=Mode.GRAPH, dtype=dtype, reduce_op=reduce_op,
@@ -252,12 +247,12 @@ def resolve(name: str, op: Collective, dtype: torch.dtype | None, reduce_op: str
 
 
 def _sdk_versions() -> Mapping[str, str]:
-    runtime = STATE.runtime
+    runtime = PROCESS.runtime
     return runtime.sdk_versions() if runtime is not None else {}
 
 
 def _graph_ops() -> frozenset[str] | None:
-    runtime = STATE.runtime
+    runtime = PROCESS.runtime
     return runtime.graph_ops() if runtime is not None else None
 
 

@@ -24,9 +24,9 @@ import torch.distributed.distributed_c10d as c10d
 from torch.library import custom_op
 
 from ..collectives._dispatch import dispatch
-from ..collectives._state import STATE
 from ..ops import _specs as S
 from ..plugin._capabilities import reduce_op_of
+from ._state import GRAPH
 
 __all__ = ["OPS", "graph_ops"]
 
@@ -224,7 +224,7 @@ def isend(input: torch.Tensor, dst: int, group_name: str, token: torch.Tensor) -
     the next buffer it needed) while the send is still in flight.
     """
     pg = _pg(group_name)
-    STATE.pending.setdefault(group_name, []).append(
+    GRAPH.pending.setdefault(group_name, []).append(
         dispatch(S.ISEND, pg, True, input.contiguous().clone(), None, 0, dst)
     )
     return _next(token)
@@ -240,7 +240,7 @@ def irecv(input: torch.Tensor, src: int, group_name: str, token: torch.Tensor) -
     """Start receiving from group rank ``src`` into a new tensor, valid once ``xccl.wait`` returns it."""
     pg = _pg(group_name)
     out = torch.empty_like(input, memory_format=torch.contiguous_format)
-    STATE.pending.setdefault(group_name, []).append(dispatch(S.IRECV, pg, True, out, None, 0, src))
+    GRAPH.pending.setdefault(group_name, []).append(dispatch(S.IRECV, pg, True, out, None, 0, src))
     return out, _next(token)
 
 
@@ -252,7 +252,7 @@ def _(input: torch.Tensor, src: int, group_name: str, token: torch.Tensor) -> tu
 @custom_op(f"{NS}::wait", mutates_args=())
 def wait(received: Sequence[torch.Tensor], group_name: str, token: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Complete every pending isend/irecv of the group; returns ``received`` (irecv results) now valid."""
-    for work in STATE.pending.pop(group_name, []):
+    for work in GRAPH.pending.pop(group_name, []):
         work.wait()
     return [t.clone() for t in received], _next(token)
 

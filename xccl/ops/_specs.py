@@ -96,6 +96,8 @@ class Arg:
     name: str
     kind: Kind
     access: Access | None = None
+    #: Whether a plugin's kernel receives it (a fused op's ``chunks`` is xccl's own: its portable version's).
+    kernel: bool = True
 
     @property
     def holds_tensors(self) -> bool:
@@ -200,7 +202,7 @@ class Spec:
     def signature(self) -> tuple[str, ...]:
         """The arguments a plugin's kernel of this op takes after its context: the kernel arguments' names, then
         ``async_op`` (a fused op's kernel takes none)."""
-        names = tuple(a.name for a in self.args)
+        names = tuple(a.name for a in self.args if a.kernel)
         return names if self.fused else (*names, "async_op")
 
     @property
@@ -419,17 +421,21 @@ def _fused(args: Any, *public: Any) -> tuple[Any, ...]:
     return public
 
 
+# A fused op's kernel arguments end with ``chunks`` (its portable version's split, 0: chosen from the shape), which
+# a plugin's kernel does not take.
 _A, _B, _BIAS = Arg("a", _T, _R), Arg("b", _T, _R), Arg("bias", _T, _R)
+_CHUNKS = Arg("chunks", Kind.OPTION, kernel=False)
 MM_REDUCE_SCATTER: Final = Spec(
-    "mm_reduce_scatter", C.MM_REDUCE_SCATTER, (_A, _B, Arg("reduce_op", Kind.OPTION), _BIAS), _fused,
-    fingerprint=("a", "b"), torch_name="mm_reduce_scatter", bus=_RING, fused=True,
+    "mm_reduce_scatter", C.MM_REDUCE_SCATTER, (_A, _B, Arg("reduce_op", Kind.OPTION), _BIAS, _CHUNKS), _fused,
+    fingerprint=("a", "b"), bus=_RING, fused=True,
 )
 ALL_GATHER_MM: Final = Spec(
-    "all_gather_mm", C.ALL_GATHER_MM, (_A, _B, Arg("gather_output", Kind.OPTION)), _fused, fingerprint=("a", "b"),
-    bus=_RING, fused=True,
+    "all_gather_mm", C.ALL_GATHER_MM, (_A, _B, Arg("gather_output", Kind.OPTION), _CHUNKS), _fused,
+    fingerprint=("a", "b"), bus=_RING, fused=True,
 )
 MM_ALL_REDUCE: Final = Spec(
-    "mm_all_reduce", C.MM_ALL_REDUCE, (_A, _B, _BIAS), _fused, fingerprint=("a", "b"), bus="2(n-1)/n", fused=True,
+    "mm_all_reduce", C.MM_ALL_REDUCE, (_A, _B, _BIAS, _CHUNKS), _fused, fingerprint=("a", "b"), bus="2(n-1)/n",
+    fused=True,
 )
 
 #: Every collective's spec by capability key (the even form; ``isend``/``irecv`` are the send/recv specs renamed).

@@ -17,6 +17,7 @@ from typing import Final, final
 import torch
 
 from ..errors import UnsupportedCollective
+from ..ops._emulations import BY_KEY, Block
 from ..ops._vocab import (
     ALL_DTYPES,
     ALL_REDUCE_OPS,
@@ -107,33 +108,12 @@ NATIVE: Final = Support(Level.NATIVE)
 UNSUPPORTED: Final = Support(Level.UNSUPPORTED)
 
 C = Collective
-#: What each of xccl's emulations calls, by (op, ``via``): (building block, dtype, reduce op). A dtype of None
-#: means the caller's (after any cast), a reduce op of "=" the caller's (after avg-via-sum and the bool mapping).
-#: :meth:`CapabilityTable.resolve` checks them, so an emulation whose building block cannot run the call shape is
-#: unsupported before any rank communicates (the compositions themselves are ``xccl.collectives._emulate``).
-EMULATION_BLOCKS: Final[Mapping[tuple[Collective, str], tuple[tuple[Collective, torch.dtype | None, str | None], ...]]] = {
-    (C.REDUCE_SCATTER_TENSOR, "all_to_all"): ((C.ALL_TO_ALL_SINGLE, None, None),),
-    (C.REDUCE_SCATTER_TENSOR, "all_reduce"): ((C.ALL_REDUCE, None, "="),),
-    (C.REDUCE_SCATTER, "reduce_scatter_tensor"): ((C.REDUCE_SCATTER_TENSOR, None, "="),),
-    (C.ALL_TO_ALL, "all_to_all_single"): ((C.ALL_TO_ALL_SINGLE_UNEVEN, None, None),),
-    (C.ALL_TO_ALL_SINGLE_UNEVEN, "padding"): ((C.ALL_REDUCE, torch.int64, "max"), (C.ALL_TO_ALL_SINGLE, None, None)),
-    (C.ALL_GATHER_INTO_TENSOR_UNEVEN, "padding"): ((C.ALL_GATHER_INTO_TENSOR, None, None),),
-    (C.REDUCE_SCATTER_TENSOR_UNEVEN, "padding"): ((C.REDUCE_SCATTER_TENSOR, None, "="),),
-    (C.ALL_GATHER_INTO_TENSOR_UNEVEN, "all_to_all_single"): ((C.ALL_TO_ALL_SINGLE_UNEVEN, None, None),),
-    (C.REDUCE_SCATTER_TENSOR_UNEVEN, "all_to_all_single"): ((C.ALL_TO_ALL_SINGLE_UNEVEN, None, None),),
-    (C.ALL_TO_ALL_V, "all_to_all_single"): ((C.ALL_TO_ALL_SINGLE, None, None), (C.ALL_TO_ALL_SINGLE_UNEVEN, None, None)),
-    (C.ALL_REDUCE_COALESCED, "all_reduce"): ((C.ALL_REDUCE, None, "="),),
-    (C.ALL_GATHER_COALESCED, "all_gather"): ((C.ALL_GATHER, None, None),),
-    (C.ALL_GATHER, "all_gather_into_tensor_uneven"): ((C.ALL_GATHER_INTO_TENSOR_UNEVEN, None, None),),
-    (C.GATHER, "all_gather"): ((C.ALL_GATHER_INTO_TENSOR, None, None),),
-    (C.ALL_REDUCE, "all_gather"): ((C.ALL_GATHER_INTO_TENSOR, None, None),),
-    (C.REDUCE, "all_gather"): ((C.ALL_GATHER_INTO_TENSOR, None, None),),
-}
+#: What each of xccl's emulations calls, by (op, ``via``): (building block, dtype, reduce op), from its record
+#: (``xccl.ops._emulations``). :meth:`CapabilityTable.resolve` checks them, so an emulation whose building block
+#: cannot run the call shape is unsupported before any rank communicates.
+EMULATION_BLOCKS: Final[Mapping[tuple[Collective, str], tuple[Block, ...]]] = {k: e.blocks for k, e in BY_KEY.items()}
 #: Emulations that reduce on the host (``local_reduce``), and the reduce ops a host reduction has.
-LOCAL_REDUCTIONS: Final = frozenset({
-    (C.REDUCE_SCATTER_TENSOR, "all_to_all"), (C.REDUCE_SCATTER_TENSOR_UNEVEN, "all_to_all_single"),
-    (C.ALL_REDUCE, "all_gather"), (C.REDUCE, "all_gather"),
-})
+LOCAL_REDUCTIONS: Final = frozenset(k for k, e in BY_KEY.items() if e.local_reduction)
 LOCAL_REDUCE_OPS: Final = frozenset({"sum", "avg", "premul_sum", "product", "min", "max", "band", "bor", "bxor"})
 _BITWISE: Final = frozenset({"band", "bor", "bxor"})
 

@@ -1,25 +1,31 @@
-"""A fake world: this process plays rank ``r`` of a world of ``N`` that does not exist (``XCCL_FAKE_WORLD=r/N``).
+"""What moves bytes and who waits for peers: a real world, or a fake one, chosen once (``XCCL_FAKE_WORLD=r/N``).
 
-``xccl preflight --mode fake`` sets it to check a world far larger than this machine can run as processes. Every
-vendor rule still applies as in a simulated run (capability table, constraints, fallback policy: native, emulated
-by its parts, or the same typed error), because the simulated vendor group and xccl's dispatch above it are the
-same objects; only what moves bytes changes: each group's inner gloo backend is torch's ``FakeProcessGroup``
-(``torch.testing._internal.distributed.fake_pg``), which issues no communication and returns outputs of the right
-shapes with garbage values, and the store is a local ``HashStore`` (torch's ``FakeStore`` has no key-value
-methods; xccl keeps keys of its own). The places that wait for the other ranks (the world check, the liveness
-ports, the vendor's lazy-connect arrival check, the store-based monitored barrier) ask :func:`fake_world` and skip
-the wait: nobody else will ever arrive.
+``xccl preflight --mode fake`` makes a process play rank ``r`` of a world of ``N`` that does not exist, to check a
+world far larger than this machine can run as processes. Every vendor rule still applies as in a simulated run
+(capability table, constraints, fallback policy: native, emulated by its parts, or the same typed error), because
+the simulated vendor group and xccl's dispatch above it are the same objects; only the :class:`Transport`
+differs: each group's gloo backend is torch's ``FakeProcessGroup`` (``torch.testing._internal.distributed.fake_pg``),
+which issues no communication and returns outputs of the right shapes with garbage values, the store is a local
+``HashStore`` (torch's ``FakeStore`` has no key-value methods; xccl keeps keys of its own), and nobody waits for the
+other ranks (the world check, the liveness ports, the vendor's lazy-connect arrival check, the store-based monitored
+barrier): nobody else will ever arrive.
+
+The transport is chosen once, when xccl prepares a world (``xccl.init``, ``process_group_backend``: :func:`choose`),
+and asked for by the places that build a gloo group or wait for peers (:func:`transport`); ``xccl.shutdown``
+forgets the choice.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 from dataclasses import dataclass
 from typing import Any, Final, final
 
 from ..errors import InvalidArgument
+from ..ops._parts import Part
 
-__all__ = ["ENV", "FakeWorld", "fake_backend", "fake_world"]
+__all__ = ["ENV", "FakeWorld", "Transport", "choose", "fake_backend", "fake_world", "transport"]
 
 #: The variable that makes this process a rank of a fake world: ``RANK/N``.
 ENV: Final = "XCCL_FAKE_WORLD"
@@ -34,19 +40,72 @@ class FakeWorld:
     size: int
 
 
-def fake_world() -> FakeWorld | None:
-    """The fake world ``XCCL_FAKE_WORLD`` names (None: a real world).
+@final
+@dataclass(frozen=True, slots=True)
+class Transport:
+    """How this process's groups move bytes: gloo over the network, or a fake world's nothing.
 
-    Raises:
-        InvalidArgument: the variable is not ``RANK/N`` with ``0 <= RANK < N``.
+    Attributes:
+        fake: the fake world this process plays in (None: a real world).
     """
-    value = os.environ.get(ENV, "").strip()
+
+    fake: FakeWorld | None = None
+
+    @property
+    def waits(self) -> bool:
+        """Whether waiting for the other ranks makes sense (not in a fake world: they never arrive)."""
+        return self.fake is None
+
+    def gloo(self, store: Any, rank: int, size: int, timeout: _dt.timedelta) -> Any:
+        """A gloo backend over ``store`` for one group (a fake world's: torch's fake backend, no communication)."""
+        if self.fake is not None:
+            return fake_backend(rank, size)
+        from torch._C._distributed_c10d import ProcessGroupGloo
+
+        return ProcessGroupGloo(store, rank, size, timeout)
+
+
+_REAL: Final = Transport()
+
+
+@dataclass
+class _Chosen(Part):
+    transport: Transport | None = None
+
+
+_CHOSEN: Final = Part.register(_Chosen())
+
+
+def _parse(value: str) -> FakeWorld | None:
+    value = value.strip()
     if not value:
         return None
     rank, sep, size = value.partition("/")
     if not sep or not rank.strip().isdigit() or not size.strip().isdigit() or not 0 <= int(rank) < int(size):
         raise InvalidArgument(ENV, f"{ENV}={value!r}: expected RANK/N with 0 <= RANK < N, e.g. 0/64")
     return FakeWorld(int(rank), int(size))
+
+
+def choose() -> Transport:
+    """Choose this process's transport from the environment (``xccl.init`` does, before any group exists).
+
+    Raises:
+        InvalidArgument: ``XCCL_FAKE_WORLD`` is not ``RANK/N`` with ``0 <= RANK < N``.
+    """
+    fake = _parse(os.environ.get(ENV, ""))
+    chosen = _CHOSEN.transport = _REAL if fake is None else Transport(fake)
+    return chosen
+
+
+def transport() -> Transport:
+    """The transport chosen for this process (chosen now, from the environment, if nothing chose yet)."""
+    chosen = _CHOSEN.transport
+    return chosen if chosen is not None else choose()
+
+
+def fake_world() -> FakeWorld | None:
+    """The fake world this process plays in (None: a real world)."""
+    return transport().fake
 
 
 def fake_backend(rank: int, size: int) -> Any:

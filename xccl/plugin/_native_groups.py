@@ -13,7 +13,7 @@ from typing import Any
 import torch.distributed as dist
 
 from ..errors import InitError
-from ._fake_world import fake_backend, fake_world
+from ._fake_world import transport
 
 __all__ = ["create_native_group"]
 
@@ -26,10 +26,11 @@ def create_native_group(backend: str, options: Any, pg_options: Any) -> Any:
     """
     c10d: Any = dist.distributed_c10d
     store, rank, size, timeout = options.store, options.group_rank, options.group_size, options.timeout
-    if fake_world() is not None and backend in ("gloo", "nccl"):
-        return fake_backend(rank, size)  # a fake world (preflight): no communication
+    net = transport()
+    if not net.waits and backend in ("gloo", "nccl"):
+        return net.gloo(store, rank, size, timeout)  # a fake world (preflight): no communication
     if backend == "gloo":
-        gloo = c10d.ProcessGroupGloo(store, rank, size, timeout=timeout)
+        gloo = net.gloo(store, rank, size, timeout)
         gloo.options.global_ranks_in_group = list(options.global_ranks_in_group)
         gloo.options.group_name = options.group_id
         return gloo

@@ -51,11 +51,11 @@ from typing import Any, Final, cast, final
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
+from torch._C._distributed_c10d import PrefixStore
 
 from ..ops._specs import SPECS
 from ..ops._vocab import ALL_REDUCE_OPS
-from ._fake_world import fake_backend, fake_world
+from ._fake_world import transport
 from ._sim_completion import complete
 from ._sim_dtypes import carried, widened
 from ._sim_runtime import GroupRuntime
@@ -305,12 +305,11 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         # Gloo gets its own key prefix so that its rendezvous cannot collide with keys a simulated plugin
         # writes to the same group store (HCCL root info, SCCL unique ids). It times out when the vendor's own
         # execution timeout would.
-        gloo: Any
-        if fake_world() is not None:
-            gloo = fake_backend(opts.group_rank, opts.group_size)  # the same checks, no communication
-        else:
-            gloo = ProcessGroupGloo(PrefixStore("xccl.sim.gloo", opts.store), opts.group_rank, opts.group_size,
-                                    self.simulated_runtime.gloo_timeout(opts.timeout))
+        # In a fake world: the same checks, no communication.
+        net = transport()
+        gloo = net.gloo(PrefixStore("xccl.sim.gloo", opts.store), opts.group_rank, opts.group_size,
+                        self.simulated_runtime.gloo_timeout(opts.timeout))
+        if net.waits:
             gloo.options.global_ranks_in_group = list(opts.global_ranks_in_group)
             gloo.options.group_name = opts.group_id
         cpu, custom = torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM

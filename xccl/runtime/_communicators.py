@@ -15,7 +15,7 @@ from typing import Any, final
 
 import torch.distributed as dist
 
-from ..collectives._state import STATE
+from ..collectives._state import PROCESS
 
 __all__ = ["Communicator", "communicators"]
 
@@ -48,7 +48,7 @@ def communicators() -> list[Communicator]:
         for c in xccl.runtime.communicators():
             print(c.group, c.ranks, c.kind, c.connected, c.memory_mb)
     """
-    runtime = STATE.runtime
+    runtime = PROCESS.runtime
     if runtime is None or not dist.is_initialized():
         return []
     memory = runtime.plugin.vendor_runtime().comm_memory

@@ -26,7 +26,7 @@ from dataclasses import asdict
 from typing import Any, Final
 
 from ..collectives._flight_dump import path as flight_path
-from ..collectives._state import STATE
+from ..collectives._state import PROCESS
 from ..plugin._graph_checks import COMPILED_AT_EXIT, graph_checks, recording_compiled
 
 __all__ = ["COMPILED_AT_EXIT", "compiled_path", "dump_compiled_at_exit", "start_compiled_record"]
@@ -97,7 +97,7 @@ def dump_compiled_at_exit() -> str | None:
     """Write this rank's compiled regions (when :data:`COMPILED_AT_EXIT` asks for it); the file, or None."""
     if not recording_compiled():
         return None
-    world = STATE.world
+    world = PROCESS.world
     rank = world.rank if world is not None else int(os.environ.get("RANK", "0"))
     with _LOCK:
         breaks = list(_BREAKS)

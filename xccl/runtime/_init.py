@@ -25,15 +25,18 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
+from ..collectives._backend import PREFIX, backend_name, register_backend
 from ..collectives._flight_dump import start_watch
+from ..collectives._groups import state_of
 from ..collectives._islands import islands_of
 from ..collectives._liveness import close_quietly
-from ..collectives._process_group import PREFIX, backend_name, register_backend
-from ..collectives._state import DEFAULT_TIMEOUT, STATE, Fallback, World, state_of
+from ..collectives._state import DEFAULT_TIMEOUT, GROUPS, PROCESS, Fallback, World
+from ..collectives._state import reset as reset_state
 from ..errors import BackendUnavailable, InitError, InvalidArgument, XcclError
 from ..ops._warn import set_adaptor_modules
 from ..plugin._capabilities import CapabilityTable
 from ..plugin._contract import Plugin, Runtime
+from ..plugin._fake_world import choose as choose_transport
 from ..plugin._job import Job
 from ..plugin._jobenv import job_env
 from ..plugin._registry import Registry, default_registry
@@ -101,23 +104,24 @@ def _prepare(runtime: Runtime, fallback: Fallback, check: bool) -> str:
     """Register the simulated vendor backend (when simulating) and xccl's backend; make ``runtime`` current; choose
     the vendor watchdog's mode before any of the vendor's groups exists (``xccl.collectives._watchdog``)."""
     vendor = runtime.plugin.vendor_runtime()
+    choose_transport()  # a real world, or a fake one (XCCL_FAKE_WORLD): chosen once, before any group exists
     if runtime.simulate:
         profile = runtime.plugin.simulation()
         if profile is not None:
             register_simulated_backend(profile, runtime=vendor)
     # The vendor's adaptor is not the user's code: call sites and warnings name the line that called it.
     set_adaptor_modules(runtime.plugin.adaptor_modules())
-    STATE.runtime, STATE.fallback, STATE.check = runtime, fallback, check
-    STATE.job = STATE.device = STATE.job_at = None
-    STATE.watchdog = watchdog_settings(runtime, choose=True)
+    PROCESS.runtime, PROCESS.fallback, PROCESS.check = runtime, fallback, check
+    PROCESS.job = PROCESS.device = PROCESS.job_at = None
+    PROCESS.watchdog = watchdog_settings(runtime, choose=True)
     return register_backend(runtime)
 
 
 def _place(runtime: Runtime, job: Job, *, adopted: bool = False) -> torch.device:
     """Place this process for ``job`` (:meth:`Runtime.place`) and remember where."""
-    STATE.device = runtime.place(job, adopted=adopted)
-    STATE.job = job
-    return STATE.device
+    PROCESS.device = runtime.place(job, adopted=adopted)
+    PROCESS.job = job
+    return PROCESS.device
 
 
 def process_group_backend(
@@ -162,7 +166,7 @@ def process_group_backend(
     plugin, sim = _select(vendor, simulate, registry or default_registry())
     runtime = _runtime_of(plugin, sim)
     name = _prepare(runtime, fallback, check)
-    STATE.job_at = partial(job_of, local_rank=local_rank)
+    PROCESS.job_at = partial(job_of, local_rank=local_rank)
     # The framework creates the world and, like most training scripts, may never destroy it (Lightning does not):
     # its groups are xccl's backend all the same, torn down at exit as init's are (see _shutdown_at_exit).
     _at_exit()
@@ -229,11 +233,11 @@ def init(
     check = _check_policy(fallback, check)
     mixed = heterogeneous_of(heterogeneous)
     args = (vendor, rank, world_size, local_rank, init_method, timeout, simulate, fallback, check, mixed)
-    if STATE.world is not None:
-        if STATE.args == args:
-            return STATE.world
+    if PROCESS.world is not None:
+        if PROCESS.args == args:
+            return PROCESS.world
         raise InitError(
-            f"xccl is already initialised as {STATE.world}; a second init with different arguments is refused. "
+            f"xccl is already initialised as {PROCESS.world}; a second init with different arguments is refused. "
             "Call xccl.shutdown() first"
         )
     if dist.is_initialized():
@@ -244,12 +248,12 @@ def init(
     else:
         world = _create_world(vendor, rank, world_size, local_rank, init_method, timeout, simulate, fallback, check,
                               registry or default_registry(), mixed)
-    STATE.world, STATE.args = world, args
+    PROCESS.world, PROCESS.args = world, args
     t = time.perf_counter()
-    STATE.default = state_of(dist.group.WORLD)
+    GROUPS.default = state_of(dist.group.WORLD)
     start_watch()  # the flight recorder's dump watcher and SIGUSR1 handler, when it is on
     start_compiled_record()  # graph breaks, for xccl preflight (XCCL_COMPILED_DUMP_AT_EXIT)
-    STATE.lap("group state", t)
+    PROCESS.lap("group state", t)
     if not world.adopted:
         connect_world()
     return world
@@ -260,18 +264,18 @@ def _create_world(
     timeout: _dt.timedelta | float | None, simulate: bool | None, fallback: Fallback, check: bool, registry: Registry,
     mixed: bool = False,
 ) -> World:
-    STATE.phases.clear()
+    PROCESS.phases.clear()
     t = time.perf_counter()
     launcher = job_env()
     rank_, size, _, _ = resolve_ranks(rank, world_size, local_rank, launcher)
     job = job_of(rank_, size, local_rank, launcher)
     tmo = timeout_of(timeout)
-    t = STATE.lap("launcher variables", t)
+    t = PROCESS.lap("launcher variables", t)
     plugin, sim = _select(vendor, simulate, registry)
-    t = STATE.lap("plugin discovery", t)
+    t = PROCESS.lap("plugin discovery", t)
     runtime = _runtime_of(plugin, sim)
     name = _prepare(runtime, fallback, check)
-    t = STATE.lap("runtime and backend registration", t)
+    t = PROCESS.lap("runtime and backend registration", t)
     device = _place(runtime, job)
     watchdog = plugin.vendor_runtime().watchdog
     given = timeout is not None or "XCCL_TIMEOUT" in os.environ
@@ -282,14 +286,14 @@ def _create_world(
     options = runtime.process_group_options(None)
     if options is not None:
         kwargs["pg_options"] = options
-    t = STATE.lap("device setup", t)
+    t = PROCESS.lap("device setup", t)
     started = time.monotonic()
     live = None
     try:
         if init_method is None and size == 1 and "MASTER_ADDR" not in os.environ:
             kwargs["store"] = dist.HashStore()  # a world of one needs no rendezvous
             if mixed:
-                STATE.world_map = islands_of([(0, plugin.name, runtime.backend, socket.gethostname())])
+                PROCESS.world_map = islands_of([(0, plugin.name, runtime.backend, socket.gethostname())])
         else:
             # xccl makes the store, and checks there that every rank was told the same world (_rendezvous).
             kwargs["store"], live = rendezvous(
@@ -298,14 +302,14 @@ def _create_world(
                 heterogeneous=mixed)
         t = time.perf_counter()
         dist.init_process_group(backend=name, **kwargs)
-        STATE.lap("process group", t)
+        PROCESS.lap("process group", t)
     except XcclError:
         close_quietly(live)
-        STATE.reset()
+        reset_state()
         raise
     except Exception as exc:
         close_quietly(live)
-        STATE.reset()
+        reset_state()
         raise rendezvous_error(exc, rank_, size, time.monotonic() - started, launcher.master_port) from exc
     got = str(dist.get_backend())
     if got != name:
@@ -314,15 +318,15 @@ def _create_world(
         error = wrong_backend(name, got, plugin)  # while the replacement is in place, to name it
         all_arrived(kwargs["store"], rank_, size, tmo)
         close_quietly(live)
-        STATE.reset()
+        reset_state()
         dist.destroy_process_group()
         runtime.shutdown()
         raise error
-    STATE.liveness = live
+    PROCESS.liveness = live
     _at_exit()
     group_tmo = getattr(dist.group.WORLD, "timeout", tmo)
     return World(rank_, size, job.local_rank, device, plugin.name, runtime.backend, sim, fallback, check, group_tmo, name,
-                 False, collective_timeout(group_tmo), STATE.world_map)
+                 False, collective_timeout(group_tmo), PROCESS.world_map)
 
 
 def _adopt_world(
@@ -331,12 +335,12 @@ def _adopt_world(
 ) -> World:
     """A :class:`World` over the torch.distributed world someone else created; sets nothing that is set."""
     backend = str(dist.get_backend())
-    runtime = STATE.runtime
-    if runtime is not None and STATE.job_at is not None and backend != backend_name(runtime):
+    runtime = PROCESS.runtime
+    if runtime is not None and PROCESS.job_at is not None and backend != backend_name(runtime):
         # process_group_backend gave the framework xccl's name, yet the world is on another backend and xccl's
         # creator never ran: something between them chose the backend. The world is the framework's: left alone.
         error = wrong_backend(backend_name(runtime), backend, runtime.plugin)
-        STATE.reset()
+        reset_state()
         runtime.shutdown()
         raise error
     ours = runtime is not None and backend == backend_name(runtime)
@@ -346,12 +350,12 @@ def _adopt_world(
         runtime = _runtime_of(plugin, sim)
     # Group states made before this call (a framework's collectives on xccl's group) were planned under the
     # settings of process_group_backend; rebuild them under init's.
-    STATE.groups.clear()
-    STATE.runtime, STATE.fallback, STATE.check = runtime, fallback, check
-    if STATE.watchdog is None:  # set by process_group_backend when xccl prepared the backend; else as found
-        STATE.watchdog = watchdog_settings(runtime, choose=False)
+    GROUPS.groups.clear()
+    PROCESS.runtime, PROCESS.fallback, PROCESS.check = runtime, fallback, check
+    if PROCESS.watchdog is None:  # set by process_group_backend when xccl prepared the backend; else as found
+        PROCESS.watchdog = watchdog_settings(runtime, choose=False)
     # A world created on xccl's backend placed this process when its group was created (_process_group._Creator).
-    job, device = STATE.job, STATE.device
+    job, device = PROCESS.job, PROCESS.device
     if not ours or job is None or device is None:
         job = job_of(dist.get_rank(), dist.get_world_size(), local_rank)
         device = _place(runtime, job, adopted=True)
@@ -400,7 +404,7 @@ def capabilities(plugin: str | None = None) -> CapabilityTable:
     """
     if plugin is None:
         plugin = get_world().plugin
-    runtime = STATE.runtime
+    runtime = PROCESS.runtime
     if runtime is not None and runtime.plugin.name == plugin:
         return runtime.capabilities()
     return default_registry().get(plugin).capabilities()
@@ -412,9 +416,9 @@ def get_world() -> World:
     Raises:
         InitError: ``xccl.init`` has not been called.
     """
-    if STATE.world is None:
+    if PROCESS.world is None:
         raise InitError("xccl is not initialised: call xccl.init() first")
-    return STATE.world
+    return PROCESS.world
 
 
 def new_group(ranks: Sequence[int] | None = None, *, timeout: _dt.timedelta | float | None = None) -> Any:
@@ -435,7 +439,7 @@ def new_group(ranks: Sequence[int] | None = None, *, timeout: _dt.timedelta | fl
         tp = xccl.new_group([0, 1])
     """
     world = get_world()
-    runtime = STATE.runtime
+    runtime = PROCESS.runtime
     if runtime is None:  # pragma: no cover - set together with world
         raise InitError("xccl is not initialised: call xccl.init() first")
     members = list(range(world.world_size)) if ranks is None else [int(r) for r in ranks]
@@ -464,7 +468,7 @@ def vendor_group(ranks: Sequence[int] | None = None) -> Any:
         torch.distributed.all_reduce(t, group=raw)     # the vendor's kernel, no xccl in between
     """
     world = get_world()
-    runtime = STATE.runtime
+    runtime = PROCESS.runtime
     if runtime is None:  # pragma: no cover - set together with world
         raise InitError("xccl is not initialised: call xccl.init() first")
     members = list(range(world.world_size)) if ranks is None else [int(r) for r in ranks]

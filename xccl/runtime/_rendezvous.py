@@ -48,9 +48,9 @@ from ..collectives._liveness import (
     parse_lines,
     route_address,
 )
-from ..collectives._state import STATE
+from ..collectives._state import PROCESS
 from ..errors import InitError, RendezvousTimeout
-from ..plugin._fake_world import fake_world
+from ..plugin._fake_world import transport
 from ..plugin._jobenv import JobEnv, job_env
 
 __all__ = ["Endpoint", "check_world", "facts_of", "open_store", "rendezvous", "world_map"]
@@ -321,23 +321,23 @@ def rendezvous(
     :class:`~xccl.collectives._liveness.Liveness` (None for a world of one, or a store xccl did not make).
 
     With ``heterogeneous`` the ranks may differ in plugin, backend and simulation; every rank's Facts then give
-    the world's map (:func:`world_map`), kept in ``STATE.world_map``.
+    the world's map (:func:`world_map`), kept in ``PROCESS.world_map``.
 
     Raises:
         InitError, RendezvousTimeout: see :func:`check_world`.
         RuntimeError: the store could not be made (``rendezvous_error`` explains it).
     """
-    if fake_world() is not None:
+    if not transport().waits:
         # Nobody else will arrive: a local store for xccl's own keys, no world check, no liveness port.
         return dist.HashStore(), None
     t = time.perf_counter()
     store, endpoint = open_store(url, rank, size, timeout)
-    t = STATE.lap("store", t)
+    t = PROCESS.lap("store", t)
     if heterogeneous and endpoint is None and size > 1:
         raise InitError(f"a mixed-vendor world (heterogeneous) needs xccl's own rendezvous, where every rank's "
                         f"vendor is published: use env:// (torchrun) or tcp://host:port, not {url!r}")
     if heterogeneous and size == 1:
-        STATE.world_map = islands_of([(rank, plugin, backend, socket.gethostname())])
+        PROCESS.world_map = islands_of([(rank, plugin, backend, socket.gethostname())])
     if endpoint is None or size == 1:
         return store, None
     try:
@@ -345,19 +345,19 @@ def rendezvous(
         sock = open_port(family)
     except OSError:
         sock = None  # no liveness port: faults will not name the lost ranks, everything else works
-    t = STATE.lap("liveness port", t)
+    t = PROCESS.lap("liveness port", t)
     try:
         port = sock.getsockname()[1] if sock is not None else 0
         facts = facts_of(rank, size, local_rank, plugin, backend, simulate, check, fallback, endpoint, port, job,
                          heterogeneous)
         prefix, peers = check_world(store, facts, endpoint, started, started + timeout.total_seconds())
         if heterogeneous:
-            STATE.world_map = world_map(store, prefix, size)
+            PROCESS.world_map = world_map(store, prefix, size)
     except BaseException:
         if sock is not None:
             sock.close()
         raise
-    STATE.lap("world check", t)
+    PROCESS.lap("world check", t)
     if sock is None:
         return store, None
     return store, Liveness(sock, rank, (endpoint.addr, endpoint.port), prefix, endpoint.hosted_by, peers,

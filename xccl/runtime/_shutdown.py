@@ -8,10 +8,12 @@ import gc
 
 import torch.distributed as dist
 
+from ..collectives._flight import FLIGHT
 from ..collectives._flight_dump import dump_at_exit, stop_watch
 from ..collectives._liveness import close_quietly
 from ..collectives._process_group import backend_name
-from ..collectives._state import STATE
+from ..collectives._state import GROUPS, PROCESS
+from ..collectives._state import reset as reset_state
 from ._compiled import dump_compiled_at_exit
 
 __all__ = ["at_exit", "shutdown"]
@@ -38,7 +40,7 @@ def _shutdown_at_exit() -> None:
     :func:`process_group_backend` named (Lightning's strategies and torchrun scripts, where CI saw it now and then
     on simulated Sophgo and Ascend). A world on another backend that xccl adopted is left to its creator.
     """
-    world, runtime = STATE.world, STATE.runtime
+    world, runtime = PROCESS.world, PROCESS.runtime
     ours = world is not None and not world.adopted
     if not ours and runtime is not None and dist.is_initialized():
         with contextlib.suppress(Exception):
@@ -57,20 +59,23 @@ def shutdown() -> None:
 
     A world xccl adopted is left to whoever created it.
     """
-    world = STATE.world
+    world = PROCESS.world
     _teardown(destroy=world is not None and not world.adopted)
 
 
 def _teardown(*, destroy: bool) -> None:
     """Forget xccl's state; with ``destroy``, destroy the world and shut the vendor's runtime down."""
-    runtime, world = STATE.runtime, STATE.world
+    runtime, world = PROCESS.runtime, PROCESS.world
     dump_at_exit()
     dump_compiled_at_exit()
-    close_quietly(STATE.liveness)
-    stop_watch(STATE.flight_watch)
+    close_quietly(PROCESS.liveness)
+    stop_watch(FLIGHT.watch)
     # Drop our references to the process groups first, so that destroy_process_group releases the last ones
     # and the backends are torn down there, in order, rather than later by whoever drops a reference last.
-    STATE.reset()
+    for st in dict.fromkeys([GROUPS.default, *GROUPS.groups.values()]):
+        if st is not None:
+            st.close()
+    reset_state()
     if destroy and dist.is_initialized():
         dist.destroy_process_group()
     if runtime is not None and (destroy or world is None):

@@ -9,8 +9,7 @@ import statistics
 from typing import Any
 
 from ..collectives import _flight_dump
-from ..collectives._flight import Entry
-from ..collectives._state import STATE
+from ..collectives._flight import FLIGHT, Entry
 
 __all__ = ["dump_trace", "trace_summary"]
 
@@ -49,7 +48,7 @@ def trace_summary(last: int = 100) -> dict[str, dict[str, Any]]:
         Group name -> ``{"ranks", "entered", "completed", "calls", "wait_ms", "max_wait_ms"}``; empty when the
         recorder is off.
     """
-    flight = STATE.flight
+    flight = FLIGHT.ring
     if flight is None:
         return {}
     out: dict[str, dict[str, Any]] = {}

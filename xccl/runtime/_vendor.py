@@ -7,7 +7,8 @@ import datetime as _dt
 import os
 from typing import Any
 
-from ..collectives._state import STATE, state_of
+from ..collectives._groups import state_of
+from ..collectives._state import GROUPS, PROCESS
 from ..collectives._watchdog import choose_mode, settings_of
 from ..errors import InitError
 from ..plugin._contract import Runtime
@@ -34,7 +35,7 @@ def watchdog_settings(runtime: Runtime, *, choose: bool) -> Any:
 
 def collective_timeout(group_timeout: _dt.timedelta) -> _dt.timedelta:
     """How long a collective waits on a group with this timeout: the vendor's execution timeout may come first."""
-    settings = STATE.watchdog
+    settings = PROCESS.watchdog
     if settings is None:
         return group_timeout
     return _dt.timedelta(seconds=settings.collective_bound(group_timeout.total_seconds()))
@@ -44,11 +45,10 @@ def connect_world() -> None:
     """Connect the world's communicator now, where the vendor connects lazily: every rank is here, right after the
     rendezvous, so a rank that reaches its first collective late (a slow checkpoint load, a first compile) is
     bounded by the execution timeout instead of the much shorter connect timeout (HCCL_CONNECT_TIMEOUT)."""
-    runtime, world = STATE.runtime, STATE.default
+    runtime, world = PROCESS.runtime, GROUPS.default
     if runtime is not None and world is not None and runtime.plugin.vendor_runtime().lazy_connect is not None:
         # A mixed world's vendor communicator is its island's (``_mixed``): every island member is here too.
-        mixed = getattr(world.group, "mixed", None)
-        runtime.connect(world.group if mixed is None else mixed.island)
+        runtime.connect(world.communicator_group)
 
 
 def connect(group: Any = None) -> None:
@@ -64,4 +64,4 @@ def connect(group: Any = None) -> None:
         xccl.runtime.connect(tp)
     """
     st = state_of(group)
-    st.runtime.connect(st.group)
+    st.runtime.connect(st.communicator_group)

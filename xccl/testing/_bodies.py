@@ -98,10 +98,10 @@ def _report() -> dict[str, list[str]]:
 
 def kernel_signature_problems(progress: str | None = None) -> list[str]:
     """What is wrong with the signatures of the selected runtime's kernels (empty: each takes what xccl passes)."""
-    from xccl.collectives._state import STATE
+    from xccl.collectives._state import PROCESS
     from xccl.plugin._kernels import kernels_problems
 
-    runtime = STATE.runtime
+    runtime = PROCESS.runtime
     return [] if runtime is None else kernels_problems(runtime.kernels())
 
 

@@ -38,7 +38,7 @@ KNOWN_SDKS: Final = frozenset({
 
 def table_problems(plugin: Plugin, table: object) -> list[str]:
     """Everything wrong with a plugin's capability table as data (empty when it is well-formed)."""
-    from xccl.collectives._emulate import EMULATIONS
+    from xccl.ops._emulations import EMULATIONS
 
     if not isinstance(table, CapabilityTable):
         return [f"capabilities() returned {type(table).__name__}, not an xccl.CapabilityTable"]
@@ -51,7 +51,8 @@ def table_problems(plugin: Plugin, table: object) -> list[str]:
         if not isinstance(sup, Support) or not isinstance(sup.level, Level):
             problems.append(f"{where}: entry is {sup!r}, not a Support with a Level")
             continue
-        problems += [f"{where}: {p}" for p in _entry_problems(op, mode, sup, EMULATIONS) + claim_problems(op, mode, sup)]
+        vias = {e.via for e in EMULATIONS if e.op is op}
+        problems += [f"{where}: {p}" for p in _entry_problems(op, mode, sup, vias) + claim_problems(op, mode, sup)]
         if mode is Mode.GRAPH and sup.level is not Level.UNSUPPORTED and table.entry(op).level is Level.UNSUPPORTED:
             problems.append(f"{where}: supported in graph mode but unsupported in eager mode")
     try:
@@ -61,7 +62,7 @@ def table_problems(plugin: Plugin, table: object) -> list[str]:
     return problems
 
 
-def _entry_problems(op: Collective, mode: Mode, sup: Support, emulations: Mapping[Any, Any]) -> list[str]:
+def _entry_problems(op: Collective, mode: Mode, sup: Support, vias: set[str]) -> list[str]:
     import torch
 
     out = []
@@ -97,7 +98,7 @@ def _entry_problems(op: Collective, mode: Mode, sup: Support, emulations: Mappin
         if dtypes is not None and src in dtypes:
             out.append(f"cast_to maps {src}, which the kernel already accepts")
     if sup.level is Level.EMULATED and mode is Mode.EAGER:
-        known = sorted(emulations.get(op, {}))
+        known = sorted(vias)
         if op in (Collective.MM_REDUCE_SCATTER, Collective.ALL_GATHER_MM, Collective.MM_ALL_REDUCE):
             pass  # the portable pipelined version needs no named emulation
         elif not sup.via:

@@ -16,7 +16,9 @@ import torch.distributed as dist
 
 import xccl
 
-from ..collectives._state import STATE, state_of
+from ..collectives._flight import FLIGHT
+from ..collectives._groups import state_of
+from ..collectives._mixed import MixedGroup
 
 __all__ = ["collectives", "fault", "links_of_reduce_scatter", "refusals", "sub_groups", "time_all_reduce", "world_map"]
 
@@ -108,14 +110,15 @@ def links_of_reduce_scatter(numel: int) -> dict[str, Any]:
     """One reduce_scatter_tensor of ``numel`` floats per rank on the world: the bytes this rank put on each link,
     and the flight recorder's island entries (op and emulation parts) of the call."""
     n = dist.get_world_size()
-    parts = getattr(dist.group.WORLD, "mixed", None)
-    if parts is None:
+    world = state_of()
+    if not isinstance(world, MixedGroup):
         raise RuntimeError("the world is not a mixed group")
+    parts = world.islands
     island, cross = parts.links.island, parts.links.cross
     out = torch.empty(numel // n)
     dist.reduce_scatter_tensor(out, torch.ones(numel))
-    flight = STATE.flight
-    name = state_of(parts.island).name
+    flight = FLIGHT.ring
+    name = world.island_state.name
     entries = [(e.op, list(e.parts or [])) for e in (flight.entries() if flight is not None else [])
                if getattr(e.group, "name", None) == name and e.op == "reduce_scatter_tensor"]
     return {"island": parts.links.island - island, "cross": parts.links.cross - cross, "entries": entries[-1:],
@@ -144,9 +147,10 @@ def time_all_reduce(sizes: list[int], warmup: int, iters: int) -> dict[str, Any]
     """benchmarks/mixed.py: for each size (bytes), the hierarchical all_reduce on the world against one flat gloo
     all_reduce over every rank, interleaved round by round; per variant this rank's times (seconds) and the bytes
     it put into cross-island collectives per call."""
-    parts = getattr(dist.group.WORLD, "mixed", None)
-    if parts is None:
+    world = state_of()
+    if not isinstance(world, MixedGroup):
         raise RuntimeError("the world is not a mixed group")
+    parts = world.islands
     flat = dist.new_group(backend="gloo")
     out: dict[str, Any] = {}
     for nbytes in sizes:
@@ -182,7 +186,7 @@ def sub_groups() -> dict[str, Any]:
         if r in members:
             t = torch.full((6,), float(r + 1))
             dist.all_reduce(t, group=g)
-            out[name] = {"composed": getattr(g, "mixed", None) is not None, "value": t[0].item()}
+            out[name] = {"composed": isinstance(state_of(g), MixedGroup), "value": t[0].item()}
     return out
 
 

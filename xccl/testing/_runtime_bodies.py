@@ -73,9 +73,9 @@ def resolve(target: str) -> Any:
 def runtime_batch(progress: str | None = None) -> dict[str, list[str]]:
     """Every declared behaviour's checks on this rank: ``{check: failures}`` (absent: not declared, or not
     checkable here; a skipped check says why in ``"skipped: ..."``)."""
-    from xccl.collectives._state import STATE
+    from xccl.collectives._state import PROCESS
 
-    runtime = STATE.runtime
+    runtime = PROCESS.runtime
     if runtime is None:
         return {"setup": ["xccl is not initialised on this rank"]}
     declared = runtime.plugin.vendor_runtime()

@@ -36,7 +36,7 @@ import torch
 
 import xccl
 
-from ..collectives._state import state_of as context
+from ..collectives._groups import state_of as context
 from ._bench_config import COLLECTIVE, DTYPES, BenchConfig, busbw_factor, human_size, sweep_sizes
 from ._bench_ops import Case, build_case
 from ._bench_report import format_row, print_header, summarize, summary_lines

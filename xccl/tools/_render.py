@@ -84,12 +84,13 @@ def cell(sup: Support, dash: str = DASH) -> str:
 
 
 def _cost(op: Collective, sup: Support) -> str:
-    """The emulation's traffic note from ``xccl.collectives._emulate`` (what using it costs)."""
+    """The emulation's traffic note, from its record (what using it costs)."""
     if sup.level is not Level.EMULATED or not sup.via:
         return ""
-    from ..collectives._emulate import EMULATIONS
+    from ..ops._emulations import BY_KEY
 
-    return EMULATIONS.get(op, {}).get(sup.via, (None, ""))[1]
+    record = BY_KEY.get((op, sup.via))
+    return "" if record is None else record.note
 
 
 def emulated_reductions(op: Collective, sup: Support, mode: Mode = Mode.EAGER) -> str:

@@ -58,7 +58,7 @@ def _xccl_compile(fn: Callable[..., Any], graphs: list[set[str]] | None = None) 
     torch._dynamo.reset()
     if graphs is None:
         return xccl.compile(fn, fullgraph=True)  # type: ignore[no-any-return]
-    rt = xccl.collectives._state.STATE.runtime  # type: ignore[attr-defined]
+    rt = xccl.collectives._state.PROCESS.runtime  # type: ignore[attr-defined]
     ops = rt.sdk.graph_ops()
     from xccl_ascend._runtime import MC2_DOMAIN
     from xccl_ascend._torchair_lower import lowering

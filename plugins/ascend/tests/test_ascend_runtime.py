@@ -37,7 +37,7 @@ CONNECT = {**SIM, "HCCL_CONNECT_TIMEOUT": "2", "HCCL_EXEC_TIMEOUT": "8"}
 
 def _planned(group: Any, op: Collective) -> bool:
     """Whether xccl's dispatch planned ``op`` on ``group`` (it does on the first call it sees)."""
-    from xccl.collectives._state import state_of
+    from xccl.collectives._groups import state_of
 
     return any(key[0] is op for key in state_of(group).plans)
 
@@ -86,7 +86,7 @@ def watchdog_pool() -> Any:
 
 def body_slow_peer(delay: float) -> dict[str, Any]:
     """On a group created with timeout=2 s, rank 1 reaches an all_reduce ``delay`` seconds after rank 0."""
-    from xccl.collectives._state import STATE
+    from xccl.collectives._state import GROUPS, PROCESS
     from xccl.plugin import simulated_group_of
 
     g = xccl.new_group(timeout=2)
@@ -95,11 +95,11 @@ def body_slow_peer(delay: float) -> dict[str, Any]:
         time.sleep(delay)
     t = torch.ones(4)
     xccl.all_reduce(t, group=g)
-    w, settings, sim = xccl.get_world(), STATE.watchdog, simulated_group_of(g)
+    w, settings, sim = xccl.get_world(), PROCESS.watchdog, simulated_group_of(g)
     return {"sum": t.tolist(), "timeout": w.timeout.total_seconds(),
             "collective_timeout": w.collective_timeout.total_seconds(),
             "group watchdog": None if sim is None else sim.simulated_runtime.settings.timeout,
-            "mode": None if settings is None else settings.mode.name, "warned": sorted(STATE.warned)}
+            "mode": None if settings is None else settings.mode.name, "warned": sorted(GROUPS.warned)}
 
 
 def test_a_slow_peer_below_the_execution_timeout_does_not_kill_the_process(watchdog_pool: RankPool) -> None:

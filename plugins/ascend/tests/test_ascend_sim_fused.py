@@ -14,7 +14,8 @@ import torch
 import xccl_ascend
 
 import xccl
-from xccl.collectives._state import STATE, register, state_of
+from xccl.collectives._groups import register, state_of
+from xccl.collectives._state import GROUPS, PROCESS
 
 SIM = {"XCCL_SIMULATE": "ascend"}
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
@@ -50,7 +51,7 @@ def run_ops(dtype: torch.dtype, m: int, k: int, n: int, group: Any = None, ranks
 
 def warned(fn: Callable[[], Any]) -> tuple[Any, list[str]]:
     """Run ``fn``, returning its result and the fallback warnings it issued (dedup state cleared first)."""
-    STATE.warned.clear()
+    GROUPS.warned.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = fn()
@@ -92,7 +93,7 @@ def policy_group(fallback: str) -> Any:
     as in xccl's own fused tests), so one pool serves every policy."""
     if fallback not in _POLICY_GROUPS:
         group = xccl.new_group()
-        register(group, STATE.runtime, fallback)
+        register(group, PROCESS.runtime, fallback)
         _POLICY_GROUPS[fallback] = group
     return _POLICY_GROUPS[fallback]
 

@@ -26,7 +26,7 @@ from xccl_ascend._torchair_lower import LOWERED, lowering
 from xccl_ascend._torchair_sim import NS, simulated_torchair
 
 import xccl
-from xccl.collectives._state import STATE
+from xccl.collectives._state import PROCESS
 from xccl.plugin import Collective as C
 from xccl.plugin import Level, Mode
 
@@ -41,7 +41,7 @@ TIMEOUT = 400.0
 def _compile(fn: Callable[..., Any], *, check: bool = True) -> tuple[Callable[..., Any], list[tuple[str, set[str]]]]:
     """``xccl.compile(fn)`` through the simulated TorchAir the runtime builds, recording each checked graph's
     targets by TorchAir's names."""
-    rt = STATE.runtime
+    rt = PROCESS.runtime
     ops = rt.sdk.graph_ops()
     graphs: list[tuple[str, set[str]]] = []
 
@@ -347,7 +347,7 @@ def body_rejections() -> dict[str, tuple[str, str]]:
     torch._dynamo.reset()  # xccl.compile as users call it: the runtime's own backend runs the check too
     out["default"] = (_error(lambda: xccl.compile(_lgamma, fullgraph=True)(x)), "")
     # Straight to the simulated TorchAir, without xccl's graph converters (which would rewrite avg).
-    rt = STATE.runtime
+    rt = PROCESS.runtime
     ops = rt.sdk.graph_ops()
     for check in (True, False):
         torch._dynamo.reset()

@@ -12,7 +12,9 @@ What is simulated, and how faithfully:
   (``ProcessGroupHCCL`` sets ``pg_name_`` to it and copies it into ``hcclCommName``; ``hccl_config["group_name"]``
   goes to ``hcclUdi`` instead). Rank 0 of the group broadcasts it, so, as on the hardware (which creates the
   communicator there), the call is collective: a rank that skips it leaves the others waiting until the timeout.
-  The name is cached per group, as HCCL keeps its communicator;
+  The broadcast runs on the vendor's group itself (``c10d_kernel`` over the simulated HCCL group), not through
+  ``torch.distributed`` on xccl's group: on the hardware it happens inside HCCL, which no layer above records. The
+  name is cached per group, as HCCL keeps its communicator;
 * the torch_npu release: ``XCCL_SIM_TORCH_NPU`` (default ``2.13.0``) decides which APIs exist.
   ``torch_npu.distributed.all_to_all_vc`` exists on the v2.7.1-v2.12.0 branches only (Ascend/pytorch@a63ae3a
   branch v2.12.0 ``torch_npu/distributed/__init__.py:2,29``); the three 2.13.0 tags (462f4e1, 94c0533, 46936d1)
@@ -22,8 +24,10 @@ What is simulated, and how faithfully:
   the stand-ins of ``_torch_npu_sim`` and :meth:`SimSdk.close` undoes them;
 * uneven collectives: the same semantics through padding (all_gather, reduce_scatter) and ``all_to_all_single``
   with split sizes (HCCL's ``alltoall_base`` honours them, and so does the simulated group);
-* fused kernels: the matmul in float32 on CPU, the collective over the group, the result cast back to the input
-  dtype; the kernel finds its group from ``hcom`` as HCCL does, and an unknown name fails;
+* fused kernels: the matmul in float32 on CPU, the collective over the vendor's group (its c10d method: inside the
+  MC2 kernel on the hardware, which neither torch.distributed nor xccl's recorder sees, so the simulation must not
+  add a call they would record), the result cast back to the input dtype; the kernel finds its group from ``hcom``
+  as HCCL does, and an unknown name fails;
 * graph mode: TorchAir, up to its conversion to GE (``_torchair_sim``): graphs are traced as TorchAir traces them,
   lowered to stand-ins for the vendor's graph ops, checked node by node against TorchAir's converters and run on
   CPU.
@@ -73,9 +77,13 @@ ALL_TO_ALL_VC_RELEASES: Final = ((2, 7, 1), (2, 13, 0))
 _CHIPS: Final = {"A2": "Ascend910B1", "A3": "Ascend910_9391"}
 _NAME_BYTES: Final = 128  # HCCL's communicator names are char[128]
 
-# torch 2.13 deprecates the old names of the tensor collectives (a warning per call); use the new ones if present.
-_all_gather_single: Final = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter_single: Final = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_SUM: Final = dist.ReduceOp.SUM
+
+
+def _vendor_group(group: Any) -> Any:
+    """The simulated HCCL group under ``group`` (xccl's, or the vendor's own): where HCCL's own communication runs."""
+    found = simulated_group_of(group)
+    return group if found is None else found
 
 
 def sim_torch_npu(env: Mapping[str, str] | None = None) -> tuple[str, tuple[int, int, int]]:
@@ -171,7 +179,7 @@ class SimSdk:
             # torch_npu (ProcessGroupHCCL.cpp, tag compatibility_release-pytorch2.13.0 :1132 and :3803-3811).
             raw = f"group_name_{group.group_name}".encode()[: _NAME_BYTES - 1]
             buf[: len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-        dist.broadcast(buf, group=group, group_src=0)
+        c10d_kernel(Collective.BROADCAST, _vendor_group(group))(buf, 0, False)  # type: ignore[misc]
         name = bytes(buf.tolist()).rstrip(b"\0").decode()
         self._names[group] = name
         self._groups[name] = weakref.ref(group)
@@ -243,7 +251,7 @@ class SimSdk:
         group = self._group_of(hcom, world_size)
         local = a.float() @ b.float()
         out = torch.empty((a.shape[0] // world_size, b.shape[1]), dtype=torch.float32)
-        _reduce_scatter_single(out, local, group=group)
+        c10d_kernel(Collective.REDUCE_SCATTER_TENSOR, _vendor_group(group))(out, local, _SUM, False)  # type: ignore[misc]
         return out.to(a.dtype)
 
     def all_gather_base_mm(
@@ -252,7 +260,7 @@ class SimSdk:
         _check_mc2_world_size(world_size)
         group = self._group_of(hcom, world_size)
         gathered = a.new_empty((a.shape[0] * world_size, a.shape[1]))
-        _all_gather_single(gathered, a, group=group)
+        c10d_kernel(Collective.ALL_GATHER_INTO_TENSOR, _vendor_group(group))(gathered, a.contiguous(), False)  # type: ignore[misc]
         out = (gathered.float() @ b.float()).to(a.dtype)
         return out, gathered if gather_output else a.new_empty((0,))
 
@@ -263,7 +271,7 @@ class SimSdk:
         local = a.float() @ b.float()
         if bias is not None:
             local += bias.float()  # per the kernel's formula allreduce(x1 @ x2 + bias): on every rank
-        dist.all_reduce(local, group=group)
+        c10d_kernel(Collective.ALL_REDUCE, _vendor_group(group))(local, _SUM, False)  # type: ignore[misc]
         return local.to(a.dtype)
 
     def graph_ops(self) -> GraphOps:

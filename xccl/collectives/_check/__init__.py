@@ -32,7 +32,6 @@ receiving process aborts: the survivors see the peer fail). Costs are measured b
 """
 
 from ._fingerprint import Call, decode, disagreement, encode
-from ._run import CheckedWork, checked
-from ._run import all_reduce as checked_all_reduce
+from ._run import CheckedWork, checked, hook
 
-__all__ = ["Call", "CheckedWork", "checked", "checked_all_reduce", "decode", "disagreement", "encode"]
+__all__ = ["Call", "CheckedWork", "checked", "decode", "disagreement", "encode", "hook"]

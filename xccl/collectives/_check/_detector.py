@@ -30,10 +30,10 @@ from typing import Any, Final, final
 
 import torch.distributed as dist
 
-from .._state import STATE
+from .._state import GROUPS
 from . import _analysis as A
 from ._channel import Channel
-from ._record import Config, Recorder, Stall, Verdict
+from ._record import DETECTOR, Config, Recorder, Stall, Verdict
 
 __all__ = ["Detector"]
 
@@ -49,7 +49,7 @@ class Detector:
     """The mismatch detector of this process (one per world): recorders, verdicts, and the background thread.
 
     Args:
-        world: the world it serves (the thread stops when ``STATE`` has another, or none).
+        world: the world it serves (the thread stops when the process has another detector, or none).
         rank: this process's global rank.
         cfg: timing.
     """
@@ -195,7 +195,7 @@ class Detector:
                 r.urgent > r.settled for r in list(self.recs.values()))
             self.wake.wait(self.cfg.fast if busy else self.cfg.interval)
             self.wake.clear()
-            if self._stopped or STATE.channel is not self:
+            if self._stopped or DETECTOR.channel is not self:
                 return  # exiting, xccl.shutdown, or another world
             try:
                 self._round()
@@ -216,7 +216,7 @@ class Detector:
 
     def _round(self) -> None:
         chan = self.chan
-        live = {id(st) for st in list(STATE.groups.values())} | {id(STATE.default)}
+        live = {id(st) for st in list(GROUPS.groups.values())} | {id(GROUPS.default)}
         for st in [st for st in list(self.recs) if id(st) not in live]:  # destroyed groups
             self.by_name.pop(self.recs.pop(st).name, None)
         recs = [r for r in list(self.recs.values()) if r.size > 1 and r.verdict is None and not r.blind]

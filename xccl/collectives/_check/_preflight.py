@@ -14,9 +14,7 @@ import time
 from typing import Any, Final
 
 from ...errors import CollectiveTimeout, PeerFailure, XcclError
-from .._faults import classify
-from .._flight_dump import on_fault
-from .._state import STATE
+from .._faults import classify, notify
 from . import _fingerprint as F
 from ._analysis import call_at, parse_digest, reason_for
 from ._channel import Channel
@@ -36,8 +34,7 @@ def behind(rec: Recorder, seq: int) -> list[int]:
 def silent(rec: Recorder, seq: int, op: str, started: float, detail: str,
             ranks: list[int] | None = None) -> CollectiveTimeout:
     ranks = ranks if ranks is not None else behind(rec, seq) or [q for q in rec.members if q != rec.me]
-    if STATE.flight is not None:  # the flight recorder dumps, here and on every rank
-        on_fault("CollectiveTimeout", rec.me, op, rec.name)
+    notify("CollectiveTimeout", rec.me, op, rec.name)  # the flight recorder dumps, here and on every rank
     return CollectiveTimeout(
         f"ranks {ranks} did not reach step #{seq} of this group ({detail}): they are hung, slow, dead, or busy in "
         "a collective of a group this rank is not in. Look at their logs and stacks (py-spy dump --pid ...)",

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final, final
 
 from ...errors import CollectiveMismatch, InitError
-from .._flight_dump import on_fault
-from .._state import STATE
+from .._faults import notify
+from .._state import PROCESS, Part
 from . import _fingerprint as F
 
-__all__ = ["RING", "Config", "Recorder", "Stall", "Verdict", "config"]
+__all__ = ["DETECTOR", "RING", "Config", "DetectorPart", "Recorder", "Stall", "Verdict", "config"]
 
 LOG = logging.getLogger("xccl")
 #: Calls kept per group (a power of two): how far back a mismatch can be located, how far ranks' published
@@ -120,8 +120,8 @@ class Verdict:
         """The exception to raise for it."""
         again = (" (reported earlier: the group cannot be used any more; restart the job or create a new group)"
                  if self.raised else "")
-        if not self.raised and STATE.flight is not None:  # the flight recorder dumps, here and on every rank
-            on_fault("CollectiveMismatch", -1 if STATE.world is None else STATE.world.rank, "", self.groups[0])
+        if not self.raised:  # the flight recorder dumps, here and on every rank
+            notify("CollectiveMismatch", -1 if PROCESS.world is None else PROCESS.world.rank, "", self.groups[0])
         self.raised = True
         return CollectiveMismatch(f"{self.reason}{again}. {ADVICE}", group=self.groups[0], calls=self.calls)
 
@@ -156,12 +156,14 @@ class Recorder:
 
     __slots__ = (
         "agreed", "alias", "blind", "canon", "cps", "fps", "h", "hashed", "hashes", "lock", "me", "members", "name",
-        "neighbours", "published", "ring", "seen", "settled", "size", "st", "urgent", "verdict",
+        "neighbours", "published", "ring", "seen", "seq", "settled", "size", "st", "urgent", "verdict",
     )
 
     def __init__(self, st: Any) -> None:
-        #: The group's dispatch state: ``seq`` is the step counter, advanced by the main thread.
+        #: The group's dispatch state.
         self.st: Final = st
+        #: The step counter (the group's calls recorded so far), advanced by the main thread.
+        self.seq = 0
         self.name: Final[str] = str(st.name)
         self.size: Final[int] = st.size
         #: Global ranks of the members, in group-rank order, and this rank's.
@@ -217,10 +219,9 @@ class Recorder:
 
     def record(self, fp: F.Fp) -> int:
         """Record a call (what the hot path does inline); returns its step."""
-        st = self.st
-        seq: int = st.seq
+        seq = self.seq
         self.ring[seq & RMASK] = fp
-        st.seq = seq + 1  # after the ring write: a reader that sees the step sees its entry
+        self.seq = seq + 1  # after the ring write: a reader that sees the step sees its entry
         return seq
 
     # ---------------------------------------------------------------------- reads (any thread, after catch_up)
@@ -228,7 +229,7 @@ class Recorder:
     @property
     def latest(self) -> int:
         """The last recorded step (-1 before any)."""
-        return int(self.st.seq) - 1
+        return self.seq - 1
 
     def catch_up(self) -> int:
         """Hash the steps recorded since the last catch-up; the last step hashed."""
@@ -301,3 +302,14 @@ class Recorder:
                 rows.append([seq, f"{fp.digest:x}", texts.setdefault(fp.text, len(texts))])
         end = self.hash_at(hi)
         return {"e": rows, "t": list(texts), "s": hashed, "h": None if end is None else f"{end:x}"}
+
+
+@dataclass
+class DetectorPart(Part):
+    """The mismatch detector's part of the process state."""
+
+    #: The detector (its recorders, store channel and background thread), once started.
+    channel: Any = None
+
+
+DETECTOR: Final = Part.register(DetectorPart())

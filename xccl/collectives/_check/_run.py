@@ -29,80 +29,41 @@ import torch.distributed as dist
 from ...errors import CollectiveTimeout
 from ...ops import _specs as S
 from ...plugin._work import ForwardingWork
-from .._faults import TypedWork, classify, translate
-from .._state import DEFAULT_TIMEOUT, STATE
+from .._faults import TYPED, classify, translate
+from .._state import DEFAULT_TIMEOUT, PROCESS
 from . import _fingerprint as F
 from ._detector import Detector
 from ._preflight import behind, preflight, silent, store_fault
-from ._record import CPMASK, RMASK, Recorder, Stall, config
+from ._record import CPMASK, DETECTOR, RMASK, Recorder, Stall, config
 
-__all__ = ["CheckedWork", "all_reduce", "checked", "watch"]
+__all__ = ["CheckedWork", "checked", "hook", "watch"]
 
 _monotonic: Final = time.monotonic
 _PLANS: Final = F.PLANS
-_ALL_REDUCE: Final = S.ALL_REDUCE
 #: Seconds past the collective timeout after which a wait the backend never ends is given up.
 _GRACE: Final = 5.0
 
 
 def _start() -> Detector:
-    world = STATE.world
+    world = PROCESS.world
     timeout = (world.timeout if world is not None else DEFAULT_TIMEOUT).total_seconds()
     rank = world.rank if world is not None else dist.get_rank()
-    det = STATE.channel = Detector(world, rank, config(timeout))
+    det = DETECTOR.channel = Detector(world, rank, config(timeout))
     return det
 
 
-def all_reduce(st: Any, tensor: Any, op: Any, kernel: Any, async_op: bool) -> Any:
-    """:func:`checked` for dispatch's flat ``all_reduce`` (a plain tensor and ``ReduceOp``), written flat too: a
-    call the group has made before costs a dict lookup, a list store and a counter."""
-    det = STATE.channel
-    if det is not None and not det.alarm:
-        rec = det.recs.get(st)
-        fp = None if rec is None else rec.fps.get((tensor.dtype, tensor.shape, op))
-        if fp is not None:
-            seq = st.seq
-            rec.ring[seq & RMASK] = fp
-            st.seq = seq + 1
-            if not seq & CPMASK:
-                det.wake.set()  # let the thread hash long before the ring laps
-            if async_op:
-                return _issue(det, rec, kernel, (tensor, op), seq, fp, "all_reduce", True)
-            # _issue, inlined for the synchronous call: the path every training step takes.
-            work = None
-            try:
-                work = kernel(tensor, op, True)
-                if work is not None:
-                    work.wait(det.piece)
-            except RuntimeError as exc:
-                _slow(det, rec, work, exc, seq, fp)
-            except TypeError:  # a handle whose wait() takes no timeout
-                _finish(det, rec, work, seq, "all_reduce", _monotonic())
-            return None
-    return checked(st, _ALL_REDUCE, (tensor, op), kernel, async_op)
-
-
-def _slow(det: Detector, rec: Recorder, work: Any, exc: RuntimeError, seq: int, fp: F.Fp) -> None:
-    """The flat all_reduce's call raised (``work`` None) or its first slice ran out: as :func:`_issue` goes on."""
-    if work is None:
-        typed = explain(det, rec, seq, exc, "all_reduce", _monotonic())
-        if typed is exc:
-            raise exc
-        raise typed from exc
-    watch(det, rec, work, seq, fp, "all_reduce", _monotonic() - det.cfg.slice)
-
-
-def checked(st: Any, spec: S.Spec, kargs: Sequence[Any], kernel: Any, async_op: bool) -> Any:
-    """Run ``kernel`` for a call of ``spec`` on ``st`` with the detector on (``_dispatch.run`` calls this).
+def checked(st: Any, spec: S.Spec, kargs: Sequence[Any], inner: Any, kernel: Any, async_op: bool) -> Any:
+    """Run a call of ``spec`` on ``st`` with the detector on: the detector's stage of the group's pipeline, which
+    issues the call through ``inner`` (the rest of the pipeline, ending in ``kernel``).
 
     Raises:
         CollectiveMismatch: this call, or an earlier one on a group of this rank, differs from a peer's.
         PeerFailure, CollectiveTimeout: as without the detector (a dead or silent peer is never a mismatch).
     """
-    det = STATE.channel
+    det = DETECTOR.channel
     if det is None:  # the first checked call of this world (shutdown resets the channel)
-        if STATE.world is None or st.size == 1:  # nobody to compare with: no thread, no store traffic
-            return _plain(st, spec, kargs, kernel, async_op)
+        if PROCESS.world is None or st.size == 1:  # nobody to compare with: no thread, no store traffic
+            return inner(spec, kargs, kernel, async_op)
         try:
             det = _start()
         except RuntimeError as exc:  # the store (InitError, for bad settings, is not a RuntimeError)
@@ -116,7 +77,7 @@ def checked(st: Any, spec: S.Spec, kargs: Sequence[Any], kernel: Any, async_op: 
     if plan is None or plan.spec is not spec:
         plan = F.plan_of(spec)
     if plan.p2p or rec.size == 1:
-        return _plain(st, spec, kargs, kernel, async_op)
+        return inner(spec, kargs, kernel, async_op)
     key = plan.key(kargs)
     fp = rec.fps.get(key)
     if fp is None:
@@ -125,26 +86,27 @@ def checked(st: Any, spec: S.Spec, kargs: Sequence[Any], kernel: Any, async_op: 
         if novel:
             preflight(det, rec, seq, fp, spec.name, _monotonic())
     else:
-        seq = st.seq
+        seq = rec.seq
         rec.ring[seq & RMASK] = fp
-        st.seq = seq + 1
+        rec.seq = seq + 1
         if not seq & CPMASK:
-            det.wake.set()
-    return _issue(det, rec, kernel, kargs, seq, fp, spec.name, async_op)
+            det.wake.set()  # let the thread hash long before the ring laps
+    return _issue(det, rec, spec, kargs, inner, kernel, seq, fp, async_op)
 
 
-def _issue(det: Detector, rec: Recorder, kernel: Any, kargs: Sequence[Any], seq: int, fp: F.Fp, op: str,
-           async_op: bool) -> Any:
+def _issue(det: Detector, rec: Recorder, spec: S.Spec, kargs: Sequence[Any], inner: Any, kernel: Any, seq: int,
+           fp: F.Fp, async_op: bool) -> Any:
     """Issue the recorded call (always asynchronously) and, unless ``async_op``, wait for it, watched."""
+    op = spec.name
     try:
-        work = kernel(*kargs, True)
+        work = inner(spec, kargs, kernel, True)
     except RuntimeError as exc:
         typed = explain(det, rec, seq, exc, op, _monotonic())
         if typed is exc:
             raise
         raise typed from exc
-    if work is None:
-        return None
+    if work is None or spec.fused:
+        return work
     if async_op:
         return CheckedWork(det, rec, work, seq, fp, op, _monotonic())
     try:
@@ -159,19 +121,27 @@ def _issue(det: Detector, rec: Recorder, kernel: Any, kargs: Sequence[Any], seq:
     return None
 
 
-def _plain(st: Any, spec: S.Spec, kargs: Sequence[Any], kernel: Any, async_op: bool) -> Any:
-    """A call the detector does not record (point-to-point, a group of one): as dispatch runs it."""
-    started = _monotonic()
-    try:
-        work = kernel(*kargs, async_op)
-    except RuntimeError as exc:
-        typed = translate(exc, st, spec.name, started)
-        if typed is exc:
-            raise
-        raise typed from exc
-    if work is None or type(work) is TypedWork:
-        return work
-    return TypedWork(work, st, spec.name, started)
+class _Check:
+    """The mismatch detector's hook of one group (innermost: it issues the call and watches the wait)."""
+
+    __slots__ = ("st",)
+
+    def __init__(self, st: Any) -> None:
+        self.st = st
+
+    def stage(self, inner: Any) -> Any:
+        """Record, compare when new, issue, watch."""
+        st = self.st
+
+        def detected(spec: S.Spec, kargs: Sequence[Any], kernel: Any, async_op: bool) -> Any:
+            return checked(st, spec, kargs, inner, kernel, async_op)
+
+        return detected
+
+
+def hook(st: Any) -> _Check:
+    """The detector's hook for a group with ``check`` on (``_hooks.OBSERVERS``)."""
+    return _Check(st)
 
 
 # ------------------------------------------------------------------------------------------------------ waiting
@@ -285,3 +255,6 @@ class CheckedWork(ForwardingWork):
 
     def __repr__(self) -> str:
         return f"<xccl CheckedWork {self._op} #{self._seq} on group {self._rec.name!r}: {self.work!r}>"
+
+
+TYPED.add(CheckedWork)  # its wait() is typed: the typed-faults hook hands it out as it is

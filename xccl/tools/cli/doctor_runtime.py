@@ -118,11 +118,11 @@ def _first(sources: str) -> str:
 def _live(memory: Any, env: Mapping[str, str]) -> list[Finding]:
     """The communicators of this process and the runtime's refinements of the table, when xccl is initialised
     here (doctor called from a job)."""
-    from xccl.collectives._state import STATE
+    from xccl.collectives._state import PROCESS
     from xccl.runtime._communicators import communicators
 
-    runtime = STATE.runtime
-    if STATE.world is None or runtime is None:
+    runtime = PROCESS.runtime
+    if PROCESS.world is None or runtime is None:
         return []
     static, live = runtime.plugin.capabilities(), runtime.capabilities()
     out = [Finding(_SECTION, f"{op.value} ({mode.value})", "info",
