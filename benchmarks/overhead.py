@@ -1,16 +1,24 @@
-"""xccl.all_reduce against torch.distributed.all_reduce on the same gloo group, and xccl's pure dispatch cost.
+"""What xccl adds to a native call: ``dist.*`` on xccl's group and ``xccl.*``, against the vendor's own group.
 
-2 ranks, a 1-element float32 tensor. The two variants alternate in rounds (``--rounds`` of ``--calls`` calls
-each) so both see the same machine noise; we report the median per-call time of each and their ratio. The
-dispatch cost is measured by running ``xccl.all_reduce`` with the plan cache entry for this call shape pointed
-at a no-op kernel: everything xccl does per call (group lookup, plan lookup, validation), minus the collective.
+A world of ``--world`` ranks of the cpu plugin (gloo), a 1-element float32 ``all_reduce``. Four variants, interleaved
+in one process: every round runs a block of ``--calls`` calls of each, in an order that rotates from round to round,
+so that machine noise falls on all of them alike:
 
-Usage: ``python benchmarks/overhead.py [--rounds 40] [--calls 200] [--json benchmarks/results/overhead.json]``
+* ``gloo``: ``torch.distributed.all_reduce`` on a plain gloo group over the same ranks (the vendor's own group);
+* ``gloo again``: the same call again, an A/A control that shows how far noise alone moves a ratio;
+* ``dist on xccl``: ``torch.distributed.all_reduce`` on xccl's world group (its process group, its hooks);
+* ``xccl``: ``xccl.all_reduce`` on the world.
 
-``--baseline REV`` compares this checkout with another commit side by side: it checks ``REV`` out into a temporary
-git worktree and runs the same measurement ``--repeats`` times for each tree, alternating which goes first, each run
-in a fresh interpreter whose ``PYTHONPATH`` puts that tree's ``xccl`` first. It reports the median of each tree's
-figures and the ratios current/baseline (the dispatch cost before and after a refactoring, say).
+Reported: each variant's median per-call time and its median ratio to ``gloo`` over rounds, and xccl's dispatch alone
+(the same ``xccl.all_reduce`` with its planned kernel replaced by a no-op: group lookup, validation, plan cache, the
+group's hooks). Each tree runs in its default configuration (the flight recorder is on by default since the call
+pipeline; before it, off).
+
+``--baseline REV`` runs the same measurement on another commit side by side: it checks ``REV`` out into a temporary
+git worktree and alternates fresh interpreters of each tree (``--repeats`` each, which goes first alternating),
+``PYTHONPATH`` putting that tree's ``xccl`` first, and reports the median of each tree's figures.
+
+Usage: ``python benchmarks/overhead.py [--world 1|2] [--rounds 40] [--calls 200] [--baseline REV] [--json PATH]``
 """
 
 from __future__ import annotations
@@ -29,94 +37,107 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
+VARIANTS = ("gloo", "gloo again", "dist on xccl", "xccl")
+
+
+def _state_of() -> Any:
+    try:
+        from xccl.collectives._groups import state_of
+    except ImportError:  # a tree from before the call pipeline (--baseline)
+        from xccl.collectives._state import state_of  # type: ignore[no-redef]
+    return state_of(None)
+
 
 def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    if world > 1:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)
     import torch.distributed as dist
 
     import xccl
 
-    # Decided from the tree, not by trying an import: the editable install's finder would serve this checkout's
-    # modules to an older tree that lacks them.
-    if (Path(xccl.__file__).parent / "collectives").is_dir():
-        from xccl.collectives._groups import state_of as context
-        from xccl.plugin._capabilities import Collective
-    else:  # a tree from before the layer packages (--baseline); same plan-cache key
-        from xccl._capabilities import Collective  # type: ignore[no-redef]
-        from xccl._init import context  # type: ignore[no-redef]
-
     xccl.init("cpu")
+    gloo = dist.new_group(backend="gloo")
     t = torch.ones(1)
-    ar_x, ar_d = xccl.all_reduce, dist.all_reduce
+    op = dist.ReduceOp.SUM
+    calls = {
+        "gloo": lambda: dist.all_reduce(t, group=gloo),
+        "gloo again": lambda: dist.all_reduce(t, group=gloo),
+        "dist on xccl": lambda: dist.all_reduce(t),
+        "xccl": lambda: xccl.all_reduce(t, op),
+    }
 
-    def timed(fn: Any) -> float:
-        dist.barrier()
+    def block(fn: Any) -> float:
         t0 = time.perf_counter()
         for _ in range(args.calls):
-            fn(t)
+            fn()
         return (time.perf_counter() - t0) / args.calls
 
-    for _ in range(5):  # warm up both paths and the plan cache
-        ar_x(t)
-        ar_d(t)
-    xs, ds = [], []
-    for i in range(args.rounds):
-        # Alternate which goes first so neither always follows the barrier.
-        if i % 2:
-            xs.append(timed(ar_x))
-            ds.append(timed(ar_d))
-        else:
-            ds.append(timed(ar_d))
-            xs.append(timed(ar_x))
-    # Pure dispatch: the same call, with the cached kernel replaced by a no-op (collective-free, local only).
-    ctx = context(None)
-    key = (Collective.ALL_REDUCE, torch.float32, xccl.ReduceOp.SUM)
-    real = ctx.plans[key]
-    ctx.plans[key] = lambda *a: None
-    n = 200_000
+    for fn in calls.values():  # warm up every path and the plan caches
+        for _ in range(20):
+            fn()
+    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for r in range(args.rounds):
+        order = VARIANTS[r % 4:] + VARIANTS[:r % 4]
+        for v in order:
+            if world > 1:
+                dist.barrier(group=gloo)
+            times[v].append(block(calls[v]))
+    # Dispatch alone: the same call with its planned kernel replaced by a no-op (collective-free, local only).
+    st = _state_of()
+    key = next(k for k in st.plans if k[0] == xccl.Collective.ALL_REDUCE and k[1] == torch.float32)
+    real = st.plans[key]
+    st.plans[key] = lambda *a: None
+    n = 100_000
     t0 = time.perf_counter()
     for _ in range(n):
-        ar_x(t)
+        xccl.all_reduce(t, op)
     dispatch = (time.perf_counter() - t0) / n
     t0 = time.perf_counter()
     for _ in range(n):
         pass
-    loop = (time.perf_counter() - t0) / n
-    ctx.plans[key] = real
-    dist.barrier()
+    dispatch -= (time.perf_counter() - t0) / n
+    st.plans[key] = real
+    if world > 1:
+        dist.barrier(group=gloo)
     if rank == 0:
-        queue.put({"xccl_s": xs, "torch_s": ds, "dispatch_s": dispatch - loop})
+        queue.put({"times": times, "dispatch_s": dispatch})
     xccl.shutdown()
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    """One 2-rank run of this checkout (whatever ``xccl`` this interpreter imports)."""
+    """One run of this checkout (whatever ``xccl`` this interpreter imports)."""
     from xccl.testing import free_port
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_rank, args=(r, 2, port, args, queue)) for r in range(2)]
+    procs = [ctx.Process(target=_rank, args=(r, args.world, port, args, queue)) for r in range(args.world)]
     for proc in procs:
         proc.start()
-    res = queue.get(timeout=600)
+    res = queue.get(timeout=900)
     for proc in procs:
         proc.join(timeout=60)
-    mx, md = statistics.median(res["xccl_s"]), statistics.median(res["torch_s"])
-    ratios = [x / d for x, d in zip(res["xccl_s"], res["torch_s"], strict=True)]
+    times = res["times"]
+    base = times["gloo"]
     return {
-        "world_size": 2,
+        "world_size": args.world,
         "tensor": "1 x float32",
         "rounds": args.rounds,
         "calls_per_round": args.calls,
-        "torch_median_us": md * 1e6,
-        "xccl_median_us": mx * 1e6,
-        "ratio_of_medians": mx / md,
-        "median_of_paired_ratios": statistics.median(ratios),
+        "median_us": {v: statistics.median(times[v]) * 1e6 for v in VARIANTS},
+        "ratio_to_gloo": {v: statistics.median(x / b for x, b in zip(times[v], base, strict=True)) for v in VARIANTS},
         "dispatch_us": res["dispatch_s"] * 1e6,
         "torch": torch.__version__,
     }
+
+
+def _print(out: dict[str, Any]) -> None:
+    print(f"world of {out['world_size']}, {out['tensor']}, {out['rounds']} rounds of {out['calls_per_round']} calls")
+    print(f"{'variant':<16}{'median per call':>18}{'ratio to gloo':>16}")
+    for v in VARIANTS:
+        print(f"{v:<16}{out['median_us'][v]:>15.2f} us{out['ratio_to_gloo'][v]:>16.3f}")
+    print(f"xccl's dispatch alone (no-op kernel): {out['dispatch_us']:.2f} us per call")
 
 
 def compare(args: argparse.Namespace) -> dict[str, Any]:
@@ -133,31 +154,31 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
                 for name, tree in order if i % 2 == 0 else order[::-1]:
                     out = Path(tmp) / f"{name}-{i}.json"
                     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])}
-                    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--rounds", str(args.rounds),
-                                    "--calls", str(args.calls), "--json", str(out), "--quiet"],
-                                   check=True, env=env, cwd=tmp, timeout=900)
+                    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--world", str(args.world),
+                                    "--rounds", str(args.rounds), "--calls", str(args.calls), "--json", str(out),
+                                    "--quiet"], check=True, env=env, cwd=tmp, timeout=1800)
                     runs[name].append(json.loads(out.read_text()))
         finally:
             subprocess.run(["git", "-C", str(here), "worktree", "remove", "--force", str(base)], timeout=120,
                            check=False)
-    keys = ("dispatch_us", "xccl_median_us", "torch_median_us", "ratio_of_medians")
-    med = {name: {k: statistics.median(r[k] for r in rs) for k in keys} for name, rs in runs.items()}
-    return {
-        "baseline": args.baseline,
-        "repeats": args.repeats,
-        "median": med,
-        "current_over_baseline": {k: med["current"][k] / med["baseline"][k] for k in keys},
-        "runs": runs,
-    }
+
+    def med(rs: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"median_us": {v: statistics.median(r["median_us"][v] for r in rs) for v in VARIANTS},
+                "ratio_to_gloo": {v: statistics.median(r["ratio_to_gloo"][v] for r in rs) for v in VARIANTS},
+                "dispatch_us": statistics.median(r["dispatch_us"] for r in rs)}
+
+    return {"baseline": args.baseline, "world_size": args.world, "repeats": args.repeats,
+            "median": {name: med(rs) for name, rs in runs.items()}, "runs": runs}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--world", type=int, default=2, choices=(1, 2))
     p.add_argument("--rounds", type=int, default=40)
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--json", default="benchmarks/results/overhead.json")
     p.add_argument("--baseline", help="a git revision to compare with, side by side")
-    p.add_argument("--repeats", type=int, default=6, help="runs per tree with --baseline")
+    p.add_argument("--repeats", type=int, default=4, help="runs per tree with --baseline")
     p.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true", help="2 rounds of 10 calls: a smoke run (tests)")
     args = p.parse_args()
@@ -165,21 +186,18 @@ def main() -> int:
         args.rounds, args.calls, args.repeats = 2, 10, 1
     if args.baseline:
         out = compare(args)
-        print(f"{'median of ' + str(args.repeats) + ' runs':<34}{'baseline':>12}{'current':>12}{'current/base':>14}")
-        for k, label in (("dispatch_us", "dispatch cost, us/call"), ("xccl_median_us", "xccl.all_reduce, us/call"),
-                         ("torch_median_us", "dist.all_reduce, us/call"), ("ratio_of_medians", "xccl / torch")):
-            b, c = out["median"]["baseline"][k], out["median"]["current"][k]
-            print(f"{label:<34}{b:>12.3f}{c:>12.3f}{c / b:>14.3f}")
+        b, c = out["median"]["baseline"], out["median"]["current"]
+        print(f"world of {args.world}, median of {args.repeats} runs per tree; ratio: median over rounds of the "
+              "variant's time over gloo's in the same round")
+        print(f"{'variant':<16}{'baseline us':>13}{'ratio':>8}{'current us':>13}{'ratio':>8}")
+        for v in VARIANTS:
+            print(f"{v:<16}{b['median_us'][v]:>13.2f}{b['ratio_to_gloo'][v]:>8.3f}{c['median_us'][v]:>13.2f}"
+                  f"{c['ratio_to_gloo'][v]:>8.3f}")
+        print(f"{'dispatch alone':<16}{b['dispatch_us']:>13.2f}{'':>8}{c['dispatch_us']:>13.2f}")
     else:
         out = measure(args)
         if not args.quiet:
-            md, mx = out["torch_median_us"], out["xccl_median_us"]
-            print(f"{'variant':<28}{'median per call':>18}")
-            print(f"{'torch.distributed.all_reduce':<28}{md:>15.1f} us")
-            print(f"{'xccl.all_reduce':<28}{mx:>15.1f} us")
-            print(f"ratio xccl/torch (medians): {out['ratio_of_medians']:.3f}   median of paired round ratios: "
-                  f"{out['median_of_paired_ratios']:.3f}")
-            print(f"xccl dispatch cost (no-op kernel): {out['dispatch_us']:.2f} us per call")
+            _print(out)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(out, indent=2))
     return 0

@@ -33,7 +33,7 @@ CASES: dict[str, tuple[str, str]] = {
     "graph.py": (r"compiled step", "torchrun"),
     "import_time.py": (r"import xccl \(after torch\)", "python"),
     "mixed.py": (r"64 KiB hierarchical", "python"),
-    "overhead.py": (r"ratio xccl/torch", "python"),
+    "overhead.py": (r"dist on xccl\s+[\d.]+ us", "python"),
     "preflight.py": (r"sophgo 16, fake", "python"),
     "soak.py": (r"== kill: 2 ranks", "python"),
     "stacks.py": (r"ddp", "python"),

@@ -171,3 +171,66 @@ def test_fused_ops_on_a_group_spanning_islands_take_the_portable_path_and_equal_
     # Ascend's ranks have native MC2 kernels, Sophgo's do not: on a group spanning both every rank must take the
     # portable version, whose collectives are composed across the islands.
     assert mixed.run_ok(B.fused, timeout=120) == [[], [], [], []]
+
+
+# ------------------------------------------------------------------------------ a mixed group is its own kind
+
+
+def body_async_returns_before_the_composition_completes(late: float) -> dict[str, object]:
+    """Rank 3 enters an all_reduce ``late`` seconds after the others: their ``async_op=True`` call must return at
+    once, not done, and its ``wait()`` completes it with the right sum."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    dist.barrier()
+    if r == 3:
+        time.sleep(late)
+    t = torch.full((8,), float(r + 1))
+    t0 = time.monotonic()
+    work = dist.all_reduce(t, async_op=True)
+    returned, done = time.monotonic() - t0, work.is_completed()
+    work.wait()
+    return {"returned": returned, "done at return": done, "sum": t[0].item(), "want": n * (n + 1) / 2}
+
+
+def body_a_groups_own_policy_governs_its_parts() -> dict[str, object]:
+    """The world runs under the pool's fallback ("warn"); a group over the same ranks given its own ("error"):
+    reduce_scatter_tensor, which Sophgo's island can only emulate, is refused there and runs on the world."""
+    import torch
+    import torch.distributed as dist
+
+    import xccl
+    from xccl.collectives._groups import register
+    from xccl.collectives._state import PROCESS
+
+    n = dist.get_world_size()
+    strict = xccl.new_group(list(range(n)))
+    register(strict, PROCESS.runtime, fallback="error")
+    out: dict[str, object] = {}
+    try:
+        dist.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * n), group=strict)
+        out["strict"] = "ran"
+    except Exception as exc:
+        out["strict"] = [type(exc).__name__, str(exc)]
+    got = torch.empty(2)
+    dist.reduce_scatter_tensor(got, torch.ones(2 * n))
+    out["world"] = got.tolist()
+    return out
+
+
+def test_async_op_on_a_mixed_group_returns_before_it_completes_and_wait_completes_it(mixed):
+    got = mixed.run_ok(body_async_returns_before_the_composition_completes, 1.5, timeout=60)
+    for g in got:
+        assert g["sum"] == g["want"], g
+    for g in got[:3]:  # those that did not wait for the late rank before calling
+        assert g["returned"] < 0.5 and g["done at return"] is False, got
+
+
+def test_a_mixed_groups_own_fallback_policy_governs_its_island_parts(mixed):
+    for g in mixed.run_ok(body_a_groups_own_policy_governs_its_parts, timeout=60):
+        kind, message = g["strict"]
+        assert kind == "UnsupportedCollective" and "sophgo's island cannot do its part" in message, g
+        assert g["world"] == [4.0, 4.0], g

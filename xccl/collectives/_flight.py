@@ -100,6 +100,7 @@ class Entry:
         "inputs",
         "is_p2p",
         "op",
+        "operands",
         "outputs",
         "p2p_seq",
         "part_bytes",
@@ -131,6 +132,9 @@ class Entry:
         self.site: Final = site
         #: Peer group rank of a point-to-point call (-1 otherwise).
         self.peer = -1
+        #: A fused op's matmul operands, ``(shape, dtype)`` each (its ``inputs`` and ``outputs`` are its
+        #: communication's, as torch's analyzer matches them).
+        self.operands: tuple[Any, ...] = ()
         #: The emulation's parts, in issue order (None: a native call).
         self.parts: list[str] | None = None
         #: The bytes each part read or wrote, whichever is larger (nccl-tests' message size), in issue order.
@@ -231,10 +235,14 @@ class Flight:
             rec.p2p += 1
         else:
             rec.seq += 1
-        entry = Entry(next(self._count), rec.st, spec.name, rec.seq, rec.p2p, is_p2p, tuple(ins), tuple(outs),
-                      user_site(), _time_ns())
+        comm = spec.comm
+        inputs, outputs = (tuple(ins), tuple(outs)) if comm is None else comm(kargs, rec.st.size)
+        entry = Entry(next(self._count), rec.st, spec.name, rec.seq, rec.p2p, is_p2p, inputs, outputs, user_site(),
+                      _time_ns())
         if is_p2p:
             entry.peer = int(kargs[1]) if kargs[1] is not None else -1
+        elif comm is not None:
+            entry.operands = tuple(ins)
         self.ring[entry.record_id % self.size] = entry
         self._local.entry = entry
         return entry

@@ -14,7 +14,10 @@ xccl writes the same keys, so that ``python -m torch.distributed.flight_recorder
 directory of xccl's dumps unchanged (the ``pg_config`` keys are the groups' names, as the entries name them: torch
 2.13's gloo dumps key it ``''`` and its analyzer fails on them). xccl adds keys of its own, which the analyzer
 ignores: ``xccl`` (rank, reason, clock) at the top, ``xccl_op`` (the op as the user called it), ``xccl_parts``
-(an emulation's building blocks) and ``xccl_parts_bytes`` (each part's message size) per entry.
+(an emulation's building blocks), ``xccl_parts_bytes`` (each part's message size) and ``xccl_operands`` (a fused op's
+matmul operands) per entry. A fused op (``mm_reduce_scatter`` & co.) is one entry: ``xccl_op`` names it, and its
+``profiling_name`` and sizes are those of the collective inside it (``Spec.torch_name``, ``Spec.comm``), which is
+what torch's analyzer can match across ranks (it knows no fused op).
 
 Each rank writes ``<TORCH_FR_DUMP_TEMP_FILE><rank>`` (torch's variable; default ``/tmp/nccl_trace_rank_``):
 
@@ -157,6 +160,7 @@ def _entry(e: Entry, pg_ids: dict[str, int], timeout_ms: int) -> dict[str, Any]:
         "xccl_op": e.op,
         "xccl_parts": list(e.parts or ()),
         "xccl_parts_bytes": list(e.part_bytes or ()),
+        "xccl_operands": [[list(shape), _dtype_name(dtype)] for shape, dtype in e.operands],
     }
 
 

@@ -155,6 +155,10 @@ class Spec:
     torch_functions: tuple[str, ...] = ()
     #: A fused matmul + collective op: its kernel takes no ``async_op`` and returns its result.
     fused: bool = False
+    #: A fused op's communication as torch's flight recorder would see it (``torch_name``): ``(kernel_args, group
+    #: size) -> (inputs, outputs)``, each a tuple of ``(shape, dtype)``; its analyzer matches ranks on these.
+    comm: Callable[[Sequence[Any], int], tuple[tuple[Any, ...], tuple[Any, ...]]] | None = field(default=None,
+                                                                                                  repr=False)
     #: Position of the reduce op among the kernel arguments, or None (derived from ``args``).
     reduce_op_index: int | None = field(default=None, init=False)
 
@@ -425,17 +429,34 @@ def _fused(args: Any, *public: Any) -> tuple[Any, ...]:
 # a plugin's kernel does not take.
 _A, _B, _BIAS = Arg("a", _T, _R), Arg("b", _T, _R), Arg("bias", _T, _R)
 _CHUNKS = Arg("chunks", Kind.OPTION, kernel=False)
+
+
+def _product(k: Sequence[Any]) -> tuple[Any, ...]:
+    """``a @ b``'s (shape, dtype): what a fused op reduces."""
+    return ((torch.Size((*k[0].shape[:-1], k[1].shape[1])), k[0].dtype),)
+
+
+def _rs_comm(k: Sequence[Any], n: int) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    (shape, dtype), = _product(k)
+    return _product(k), ((torch.Size((shape[0] // n, shape[1])), dtype),)
+
+
+def _ag_comm(k: Sequence[Any], n: int) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    a = k[0]
+    return ((a.shape, a.dtype),), ((torch.Size((a.shape[0] * n, *a.shape[1:])), a.dtype),)
+
+
 MM_REDUCE_SCATTER: Final = Spec(
     "mm_reduce_scatter", C.MM_REDUCE_SCATTER, (_A, _B, Arg("reduce_op", Kind.OPTION), _BIAS, _CHUNKS), _fused,
-    fingerprint=("a", "b"), bus=_RING, fused=True,
+    fingerprint=("a", "b"), torch_name="_reduce_scatter_base", bus=_RING, fused=True, comm=_rs_comm,
 )
 ALL_GATHER_MM: Final = Spec(
     "all_gather_mm", C.ALL_GATHER_MM, (_A, _B, Arg("gather_output", Kind.OPTION), _CHUNKS), _fused,
-    fingerprint=("a", "b"), bus=_RING, fused=True,
+    fingerprint=("a", "b"), torch_name="_all_gather_base", bus=_RING, fused=True, comm=_ag_comm,
 )
 MM_ALL_REDUCE: Final = Spec(
-    "mm_all_reduce", C.MM_ALL_REDUCE, (_A, _B, _BIAS, _CHUNKS), _fused, fingerprint=("a", "b"), bus="2(n-1)/n",
-    fused=True,
+    "mm_all_reduce", C.MM_ALL_REDUCE, (_A, _B, _BIAS, _CHUNKS), _fused, fingerprint=("a", "b"),
+    torch_name="all_reduce", bus="2(n-1)/n", fused=True, comm=lambda k, n: (_product(k), _product(k)),
 )
 
 #: Every collective's spec by capability key (the even form; ``isend``/``irecv`` are the send/recv specs renamed).
