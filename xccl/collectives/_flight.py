@@ -41,7 +41,7 @@ import torch.distributed as dist
 
 from ..errors import InitError
 from ..ops import _warn
-from ..ops._specs import Access
+from ..ops._specs import Access, Kind
 from ..ops._vocab import Collective
 from ._state import Part
 
@@ -59,6 +59,7 @@ _TENSOR: Final = torch.Tensor
 _WORK: Final = dist.Work
 _IN: Final = Access.READ
 _OUT: Final = Access.WRITE
+_ONE: Final = Kind.TENSOR
 _P2P: Final = frozenset({Collective.SEND, Collective.RECV, Collective.RECV_ANY_SOURCE})
 
 
@@ -194,6 +195,39 @@ def _described(values: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(out)
 
 
+Describe = Callable[[Sequence[Any]], tuple[tuple[Any, ...], tuple[Any, ...]]]
+#: Per spec, what its calls read and write as ``(shape, dtype)`` tuples (built at the spec's first call).
+_DESCRIBERS: dict[Any, Describe] = {}
+
+
+def _describer(spec: Any) -> Describe:
+    """A function from ``spec``'s kernel arguments to the ``(shape, dtype)`` of the tensors it reads and writes;
+    written out for the common case of plain tensor arguments (the recorder's cost is per call)."""
+    reads = tuple(i for i, a in enumerate(spec.args) if a.access is not None and a.access is not _OUT)
+    writes = tuple(i for i, a in enumerate(spec.args) if a.access is not None and a.access is not _IN)
+    if all(spec.args[i].kind is _ONE for i in (*reads, *writes)):
+        if reads == writes and len(reads) == 1:  # all_reduce, broadcast, reduce: one tensor, read and written
+            (i,) = reads
+
+            def one(k: Sequence[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+                t = k[i]
+                both = ((t.shape, t.dtype),)
+                return both, both
+
+            return one
+
+        def plain(k: Sequence[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+            return (tuple((k[i].shape, k[i].dtype) for i in reads if k[i] is not None),
+                    tuple((k[i].shape, k[i].dtype) for i in writes if k[i] is not None))
+
+        return plain
+
+    def nested(k: Sequence[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        return _described([k[i] for i in reads]), _described([k[i] for i in writes])
+
+    return nested
+
+
 @final
 class Flight:
     """The process's ring of the last :attr:`size` calls (one per process, as torch's recorder)."""
@@ -216,33 +250,26 @@ class Flight:
 
     def begin(self, rec: _Recorder, spec: Any, kargs: Sequence[Any]) -> Entry:
         """Record a call of ``spec`` on ``rec``'s group with kernel arguments ``kargs``; returns its entry."""
-        ins: list[Any] = []
-        outs: list[Any] = []
-        for arg, value in zip(spec.args, kargs, strict=False):
-            access = arg.access
-            if access is None:
-                continue
-            if type(value) is _TENSOR:
-                described: tuple[Any, ...] = ((value.shape, value.dtype),)
-            else:
-                described = _described((value,))
-            if access is not _OUT:
-                ins.extend(described)
-            if access is not _IN:
-                outs.extend(described)
+        describe = _DESCRIBERS.get(spec)
+        if describe is None:
+            describe = _DESCRIBERS[spec] = _describer(spec)
+        inputs, outputs = describe(kargs)
         is_p2p = spec.key in _P2P
         if is_p2p:
             rec.p2p += 1
         else:
             rec.seq += 1
         comm = spec.comm
-        inputs, outputs = (tuple(ins), tuple(outs)) if comm is None else comm(kargs, rec.st.size)
+        operands = ()
+        if comm is not None:
+            operands = inputs
+            inputs, outputs = comm(kargs, rec.st.size)
         entry = Entry(next(self._count), rec.st, spec.name, rec.seq, rec.p2p, is_p2p, inputs, outputs, user_site(),
                       _time_ns())
         if is_p2p:
             entry.peer = int(kargs[1]) if kargs[1] is not None else -1
-        elif comm is not None:
-            entry.operands = tuple(ins)
+        elif operands:
+            entry.operands = operands
         self.ring[entry.record_id % self.size] = entry
         self._local.entry = entry
         return entry

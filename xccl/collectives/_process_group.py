@@ -155,16 +155,22 @@ class XcclProcessGroup(dist.ProcessGroup):
     # ---------------------------------------------------------------------------------------- the c10d methods
     # Every c10d method an op's spec names (``Spec.c10d``) is a method of this class, made from the spec's decoder
     # below (``_c10d_method``): the call becomes the public arguments of xccl's function and runs through xccl's
-    # dispatch with async_op=True (torch's wrappers wait on the returned Work themselves when the caller did not ask
-    # for it). ``allreduce`` takes the flat path xccl.all_reduce takes: DDP's reducer and dist.all_reduce land there
-    # on every bucket.
+    # dispatch. ``allreduce`` takes the path xccl.all_reduce takes: DDP's reducer and dist.all_reduce land there on
+    # every bucket.
+    #
+    # Synchronous or not: torch 2.13's collectives tell the group in the options struct (``opts.asyncOp =
+    # async_op``) and accept None from it ("the backend has sync'ed", ``distributed_c10d.py``: ``elif work is not
+    # None: work.wait()``). A caller that will wait at once gets the call run synchronously and None, so it gains no
+    # handle and no Python wait; every other caller (C++'s options default to asyncOp=True: DDP's reducer, the
+    # functional collectives) gets xccl's typed handle.
 
     def allreduce(self, tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
         """``ProcessGroup.allreduce`` (one tensor; several are an all_reduce_coalesced)."""
+        async_op = opts is None or getattr(opts, "asyncOp", True)
         if type(tensors) is list and len(tensors) == 1:
-            return _returned(all_reduce(tensors[0], op_of(opts), self, True))
+            return _returned(all_reduce(tensors[0], op_of(opts), self, async_op), async_op)
         key, public = d_allreduce(tensors, opts)
-        return _returned(dispatch(SPECS[key], self, True, *public))
+        return _returned(dispatch(SPECS[key], self, async_op, *public), async_op)
 
 
 def _c10d_method(method: Method) -> Any:
@@ -173,7 +179,9 @@ def _c10d_method(method: Method) -> Any:
     if not method.pairs:
         def call(self: XcclProcessGroup, *args: Any, **kwargs: Any) -> Any:
             key, public = decode(*args, **kwargs)
-            return _returned(dispatch(SPECS[key], self, True, *public))
+            # The options struct is the last argument, or ``opts=`` (send and recv take none: always a handle).
+            async_op = getattr(kwargs.get("opts", args[-1] if args else None), "asyncOp", True)
+            return _returned(dispatch(SPECS[key], self, async_op, *public), async_op)
     else:
         def call(self: XcclProcessGroup, *args: Any, **kwargs: Any) -> Any:
             key, calls = decode(*args, **kwargs)
@@ -223,8 +231,11 @@ def _coalesced(group: XcclProcessGroup, method: Method, key: Collective, args: t
     return _observe.visible(state_of(group), key, method.name, args[:2], issue, method.tool)
 
 
-def _returned(work: Any) -> Any:
-    """A ``torch.distributed.Work`` for torch (a completed one when the kernel finished synchronously)."""
+def _returned(work: Any, async_op: bool = True) -> Any:
+    """What a c10d method returns: a ``torch.distributed.Work`` for an asynchronous caller (a completed one when the
+    kernel finished synchronously), None for a caller that asked for a synchronous call (it already ran)."""
+    if not async_op:
+        return None
     return work if work is not None else Work()
 
 
