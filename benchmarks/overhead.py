@@ -1,13 +1,20 @@
 """What xccl adds to a native call: ``dist.*`` on xccl's group and ``xccl.*``, against the vendor's own group.
 
-A world of ``--world`` ranks of the cpu plugin (gloo), a 1-element float32 ``all_reduce``. Four variants, interleaved
+A world of ``--world`` ranks of the cpu plugin (gloo), a 1-element float32 ``all_reduce``. Five variants, interleaved
 in one process: every round runs a block of ``--calls`` calls of each, in an order that rotates from round to round,
 so that machine noise falls on all of them alike:
 
-* ``gloo``: ``torch.distributed.all_reduce`` on a plain gloo group over the same ranks (the vendor's own group);
+* ``gloo``: ``torch.distributed.all_reduce`` on a plain ``torch.distributed.ProcessGroup`` whose backend is the
+  vendor's own communicator under xccl's world (the same gloo backend object: the same connections and worker
+  thread), with no xccl code on its path;
 * ``gloo again``: the same call again, an A/A control that shows how far noise alone moves a ratio;
 * ``dist on xccl``: ``torch.distributed.all_reduce`` on xccl's world group (its process group, its hooks);
-* ``xccl``: ``xccl.all_reduce`` on the world.
+* ``xccl``: ``xccl.all_reduce`` on the world;
+* ``other gloo``: ``torch.distributed.all_reduce`` on a separate gloo group (``new_group``): shown, not the
+  reference. Each gloo backend has its own worker thread, and at a world of one a call is mostly the hand-off to
+  that thread and back; where the scheduler happens to place two backends' threads differs by tens of percent from
+  one process to the next on a 2-core VM, which would be measured as xccl's cost if the reference were another
+  backend.
 
 Reported: each variant's median per-call time and its median ratio to ``gloo`` over rounds, and xccl's dispatch alone
 (the same ``xccl.all_reduce`` with its planned kernel replaced by a no-op: group lookup, validation, plan cache, the
@@ -37,7 +44,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-VARIANTS = ("gloo", "gloo again", "dist on xccl", "xccl")
+VARIANTS = ("gloo", "gloo again", "dist on xccl", "xccl", "other gloo")
 
 
 def _state_of() -> Any:
@@ -57,7 +64,11 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
     import xccl
 
     xccl.init("cpu")
-    gloo = dist.new_group(backend="gloo")
+    other = dist.new_group(backend="gloo")
+    # The vendor's own group: torch's ProcessGroup over the very backend xccl's world calls (its kernels' target).
+    gloo = dist.ProcessGroup(dist.HashStore(), rank, world)
+    gloo._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, _state_of().native)
+    gloo._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
     t = torch.ones(1)
     op = dist.ReduceOp.SUM
     calls = {
@@ -65,6 +76,7 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
         "gloo again": lambda: dist.all_reduce(t, group=gloo),
         "dist on xccl": lambda: dist.all_reduce(t),
         "xccl": lambda: xccl.all_reduce(t, op),
+        "other gloo": lambda: dist.all_reduce(t, group=other),
     }
 
     def block(fn: Any) -> float:
@@ -78,10 +90,10 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
             fn()
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for r in range(args.rounds):
-        order = VARIANTS[r % 4:] + VARIANTS[:r % 4]
+        order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
         for v in order:
             if world > 1:
-                dist.barrier(group=gloo)
+                dist.barrier(group=other)
             times[v].append(block(calls[v]))
     # Dispatch alone: the same call with its planned kernel replaced by a no-op (collective-free, local only).
     st = _state_of()
@@ -99,7 +111,7 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
     dispatch -= (time.perf_counter() - t0) / n
     st.plans[key] = real
     if world > 1:
-        dist.barrier(group=gloo)
+        dist.barrier(group=other)
     if rank == 0:
         queue.put({"times": times, "dispatch_s": dispatch})
     xccl.shutdown()

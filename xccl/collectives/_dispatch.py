@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 from ..errors import EmulationWarning, InvalidArgument, InvalidArgumentType
 from ..ops import _specs as S
+from ..ops._c10d import PLAIN_OP_KEY
 from ..ops._validate import BARE_PREMUL, complex_refusal
 from ..plugin._capabilities import COMPLEX_REDUCE_OPS, Collective, reduce_op_name
 from ._faults import translate
@@ -45,6 +46,7 @@ __all__ = ["EmulationWarning", "all_reduce", "block", "dispatch", "invalid", "is
 C = Collective
 Kernel = Callable[..., Any]
 _RED_OP_TYPE: Final = dist.ReduceOp.RedOpType
+_PLAIN: Final = PLAIN_OP_KEY
 _TENSOR: Final = torch.Tensor
 
 
@@ -57,9 +59,13 @@ def invalid(op: str, detail: str, wrong_type: bool = False) -> Any:
 
 
 def _plan_key(reduce_op: Any) -> Any:
-    # ReduceOp *instances* (premul_sum) are new objects per call: cache those under the op's name instead, or
-    # the cache would grow by one entry per call.
-    return reduce_op if reduce_op is None or type(reduce_op) is _RED_OP_TYPE else reduce_op_name(reduce_op)
+    # A plain op's value (its RedOpType object hashes through pybind: PLAIN_OP_KEY). ReduceOp *instances*
+    # (premul_sum) are new objects per call: cache those under the op's name instead, or the cache would grow by
+    # one entry per call.
+    key = _PLAIN.get(id(reduce_op))
+    if key is not None or reduce_op is None:
+        return key
+    return int(reduce_op) if type(reduce_op) is _RED_OP_TYPE else reduce_op_name(reduce_op)
 
 
 def plan(st: GroupState, op: Collective, dtype: torch.dtype | None, reduce_op: Any = None) -> Kernel:
@@ -144,5 +150,5 @@ def all_reduce(tensor: torch.Tensor, op: Any, group: Any, async_op: bool) -> Any
         or not tensor.is_contiguous()
     ):
         return run(st, _SPEC_ALL_REDUCE, _SPEC_ALL_REDUCE.validate(st, invalid, tensor, op), async_op)
-    kernel = st.plans.get((_ALL_REDUCE, tensor.dtype, op)) or plan(st, _ALL_REDUCE, tensor.dtype, op)
+    kernel = st.plans.get((_ALL_REDUCE, tensor.dtype, _PLAIN.get(id(op)))) or plan(st, _ALL_REDUCE, tensor.dtype, op)
     return st.issue(_SPEC_ALL_REDUCE, (tensor, op), kernel, async_op)

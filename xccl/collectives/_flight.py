@@ -303,13 +303,17 @@ def finish(flight: Flight, entry: Entry, work: Any) -> None:
     flight.done()
     if work is None or not isinstance(work, _WORK):  # done, or a fused op's result
         entry.completed = _time_ns()
-        return
-    if hasattr(work, "entry"):  # _faults.TypedWork: no callback unless someone asks for the future
+    elif hasattr(work, "entry"):  # _faults.TypedWork: no callback unless someone asks for the future
         work.entry = entry
-        return
+    else:
+        _on_completion(work, entry)
+
+
+def _on_completion(work: Any, entry: Entry) -> None:
+    """Stamp ``entry`` when the backend's future for ``work`` completes (unknown for a handle without one)."""
     try:
         fut = work.get_future()
-    except (RuntimeError, AttributeError):  # a handle without a future: completion is unknown
+    except (RuntimeError, AttributeError):
         return
     fut.add_done_callback(entry.done)
 
@@ -359,18 +363,57 @@ class _Recorder:
         self.p2p = 0
 
     def stage(self, inner: Callable[..., Any]) -> Callable[..., Any]:
-        """Record the call, its times and its completion."""
-        flight, begin = self.flight, self.flight.begin
+        """Record the call, its times and its completion.
+
+        :meth:`Flight.begin`, :func:`user_site` and :func:`finish` written out in one function: this stage runs on
+        every call of every group (the recorder is on by default), and a Python call costs about 0.1 us.
+        """
+        flight, st = self.flight, self.st
+        local, ring, size, count = flight._local, flight.ring, flight.size, flight._count
+        describers, p2p, work_type, known = _DESCRIBERS, _P2P, _WORK, _INTERNAL_CODE
 
         def recorded(spec: Any, kargs: Sequence[Any], kernel: Callable[..., Any], async_op: bool) -> Any:
-            entry = begin(self, spec, kargs)
-            entry.started = _time_ns()
+            describe = describers.get(spec)
+            if describe is None:
+                describe = describers[spec] = _describer(spec)
+            inputs, outputs = describe(kargs)
+            # The user's frame (user_site). This stage is the outermost: its caller is xccl's dispatch, skipped.
+            frame: types.FrameType | None = _getframe(2)
+            site = None
+            while frame is not None:
+                internal = known.get(frame.f_code)
+                if internal is None:
+                    internal = _internal(frame)
+                if not internal:
+                    site = frame.f_code, frame.f_lineno
+                    break
+                frame = frame.f_back
+            frame = None
+            if spec.key in p2p:
+                self.p2p += 1
+                entry = Entry(next(count), st, spec.name, self.seq, self.p2p, True, inputs, outputs, site, _time_ns())
+                entry.peer = int(kargs[1]) if kargs[1] is not None else -1
+            elif spec.comm is None:
+                self.seq += 1
+                entry = Entry(next(count), st, spec.name, self.seq, self.p2p, False, inputs, outputs, site, _time_ns())
+            else:  # a fused op: its communication as torch's analyzer matches it, and its matmul operands
+                self.seq += 1
+                entry = Entry(next(count), st, spec.name, self.seq, self.p2p, False, *spec.comm(kargs, st.size), site,
+                              _time_ns())
+                entry.operands = inputs
+            ring[entry.record_id % size] = entry
+            local.entry = entry
+            entry.started = entry.created
             try:
                 work = inner(spec, kargs, kernel, async_op)
-            except BaseException:
-                flight.done()
-                raise
-            finish(flight, entry, work)
+            finally:
+                local.entry = None
+            if work is None or (type(work) is not work_type and not isinstance(work, work_type)):
+                entry.completed = _time_ns()  # done, or a fused op's result
+            elif hasattr(work, "entry"):  # _faults.TypedWork: it stamps the entry when it finds the work done
+                work.entry = entry
+            else:
+                _on_completion(work, entry)
             return work
 
         return recorded

@@ -17,8 +17,9 @@ too (the flight recorder notes them as the emulated call's parts).
 The observers every group gets are :data:`OBSERVERS`, outermost first: **the one place to add an observer**. Each
 is a factory that gives the group's hook, or None where it does not apply:
 
+* the flight recorder (``_flight``), outermost: the fewer frames between it and the user's call, the cheaper its
+  walk to the user's frame;
 * what dispatcher-level tools are shown (CommDebugMode, the profiler: ``_observe``);
-* the flight recorder (``_flight``);
 * typed faults (``_faults``): backend errors become xccl's typed errors, in the call and in every wait on the
   handle it returns, including waits from C++;
 * the mismatch detector (``_check``), on groups with ``check`` on.
@@ -61,7 +62,7 @@ def _detector(st: GroupState) -> Any:
 
 
 #: The observers every group gets, outermost first: each ``factory(group_state) -> hook or None``.
-OBSERVERS: list[Callable[[GroupState], Any]] = [_observe.hook, _flight.hook, _faults.hook, _detector]
+OBSERVERS: list[Callable[[GroupState], Any]] = [_flight.hook, _observe.hook, _faults.hook, _detector]
 
 
 def install(st: GroupState) -> None:

@@ -52,6 +52,13 @@ Tool = tuple[str, Callable[[Sequence[Any], Any], tuple[Any, ...]]]
 _RED_OP_TYPE: Final = ReduceOp.RedOpType
 _SUM: Final = ReduceOp.SUM
 _PREMUL_SUM: Final = ReduceOp.RedOpType.PREMUL_SUM  # type: ignore[attr-defined]
+#: Each plain reduce op's one ``RedOpType`` object, by value (pybind hands out a new object on every read).
+_CANONICAL: Final = {int(v): v for v in ReduceOp.RedOpType.__members__.values()}
+_PREMUL: Final = int(_PREMUL_SUM)
+#: ``id`` of each of those objects -> its value. pybind's ``RedOpType.__hash__`` is a call into pybind (about
+#: 0.35 us), paid by every dict keyed on one; these objects live as long as the process, so their ids are theirs
+#: alone and key a dict for the price of an int's hash (the plan cache, the options caches).
+PLAIN_OP_KEY: Final = {id(v): int(v) for v in _CANONICAL.values()}
 
 
 @final
@@ -95,16 +102,20 @@ def tensors_of(value: Any) -> list[torch.Tensor]:
 def op_of(opts: Any) -> Any:
     """The reduce op of a c10d call: its options struct's, a ``ReduceOp`` passed directly, or SUM.
 
-    An options struct holds a ``ReduceOp`` *object* (a new one per read); a plain op is returned as its
-    ``RedOpType`` enum value, which the plan cache keys on directly, as it does for ``xccl.all_reduce(op=SUM)``.
-    Only premul_sum, whose object carries its factor, stays an object. pybind hands out a new ``RedOpType`` object
-    on every read too, so the kind is compared by value (``==``), never by identity.
+    An options struct holds a ``ReduceOp`` *object* (a new one per read); a plain op is returned as the one
+    ``RedOpType`` object of its kind (``ReduceOp.SUM``...), which the plan cache keys on, as it does for
+    ``xccl.all_reduce(op=SUM)``: pybind hands out a new ``RedOpType`` object on every read, and comparing two of them
+    is a call into pybind (about 0.4 us, on every plan lookup) where comparing one with itself is not. Only
+    premul_sum, whose object carries its factor, stays an object.
     """
     if opts is None:
         return _SUM
     op = getattr(opts, "reduceOp", opts)
     kind = getattr(op, "op", None)
-    return op if kind is None or kind == _PREMUL_SUM else kind
+    if kind is None:
+        return op
+    value = kind.value
+    return op if value == _PREMUL else _CANONICAL[value]
 
 
 def root_of(opts: Any) -> int:
@@ -225,17 +236,17 @@ def done(work: Any, async_op: bool) -> Any:
 def _with_op(cls: type, **fixed: Any) -> Callable[[Any], Any]:
     """Options of ``cls`` with ``reduceOp`` set: cached per plain reduce op, built per call for instances
     (``premul_sum`` carries its factor)."""
-    cache: dict[Any, Any] = {}
+    cache: dict[int, Any] = {}
 
     def options(op: Any) -> Any:
-        opts = cache.get(op) if type(op) is _RED_OP_TYPE else None
+        opts = cache.get(id(op))  # only the plain ops' own objects are cached (PLAIN_OP_KEY)
         if opts is None:
             opts = cls()
             for k, v in fixed.items():
                 setattr(opts, k, v)
             opts.reduceOp = op
-            if type(op) is _RED_OP_TYPE:
-                cache[op] = opts
+            if id(op) in PLAIN_OP_KEY:
+                cache[id(op)] = opts
         return opts
 
     return options
