@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 
+import mixed_bodies as B
 import pytest
 
 from xccl.collectives._islands import islands_of
-from xccl.testing import _mixed_bodies as B
 from xccl.testing._pool import RankPool
 from xccl.testing._stacks import training_steps
 

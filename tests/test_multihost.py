@@ -1,7 +1,7 @@
 """xccl across hosts: torchrun's multi-node rendezvous over a real network, with hosts that die, partition, lag,
 or disagree about the world.
 
-Each "host" is a network namespace with its own address and hostname (:mod:`xccl.testing._netns`); the hosts
+Each "host" is a network namespace with its own address and hostname (:mod:`netns`, tests/netns); the hosts
 reach one another only over a test bridge, so gloo, torchrun's c10d rendezvous and xccl see the network as they
 do between machines. Every rank runs ``PROGRAM`` through ``xccl.init(timeout=TIMEOUT)`` and writes what it saw
 (result, typed error, when) as JSON; each test asserts what every rank saw, and how fast.
@@ -15,6 +15,7 @@ create namespaces) and are skipped, with the reason, without it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -22,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from xccl.testing._netns import Hosts, Job, NetnsUnavailable, unavailable_reason
+from netns import Hosts, Job, NetnsUnavailable, unavailable_reason
 
 #: xccl.init(timeout=...) of every rank: the collective and rendezvous timeout.
 TIMEOUT = 10.0
@@ -126,7 +126,7 @@ def conformance():
 def mixed():
     from xccl.collectives._mixed import MixedGroup
     from xccl.collectives._groups import state_of
-    from xccl.testing._mixed_bodies import collectives
+    from mixed_bodies import collectives  # tests/, on PYTHONPATH for this mode
 
     failures = collectives()
     pg = xccl.parallel_groups(tp=int(os.environ["LOCAL_WORLD_SIZE"]))
@@ -247,6 +247,8 @@ def program(tmp_path: Path) -> Path:
 
 
 ENV = {"XCCL_NETNS_TIMEOUT": f"{TIMEOUT:g}"}
+#: The mixed mode imports tests/mixed_bodies.py.
+TESTS_ON_PATH = {"PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)}
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -636,7 +638,7 @@ def test_one_vendor_per_host_is_a_mixed_world_with_tp_inside_and_dp_across(make_
     # docs/mixed.md: host 0 simulates Ascend, host 1 Sophgo; every collective on the world across the islands, and
     # parallel_groups puts TP inside a host (one island: the vendor's group) and DP across (a mixed group).
     hosts = make_hosts(2)
-    job = hosts.run_torchrun(program, nproc=NPROC, args=["mixed"], env={**ENV, "XCCL_HETEROGENEOUS": "1"},
+    job = hosts.run_torchrun(program, nproc=NPROC, args=["mixed"], env={**ENV, "XCCL_HETEROGENEOUS": "1", **TESTS_ON_PATH},
                              host_env={0: {"XCCL_SIMULATE": "ascend"}, 1: {"XCCL_SIMULATE": "sophgo"}})
     codes = job.wait(timeout=240)
     res = job.results()

@@ -22,8 +22,8 @@ Everything is torn down on exit from the ``with`` block, on an exception, and at
 what an earlier run killed before its teardown left (its pid is in every name) is swept on the next start. Every
 wait is bounded. Needs root and iproute2; :class:`NetnsUnavailable` says why not.
 
-Standard library only, split in three: this module (the hosts, faults), :mod:`._netns_jobs` (launching, the
-:class:`Job`) and :mod:`._netns_sys` (commands and the delay relay, which also runs as a script).
+Standard library only, split in three: this module (the hosts, faults), :mod:`._jobs` (launching, the
+:class:`Job`) and :mod:`._sys` (commands and the delay relay, which also runs as a script).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from . import _netns_sys
-from ._netns_jobs import MASTER_PORT, RDZV_PORT, Job, killpg, run_ranks, run_torchrun
-from ._netns_sys import (
+from . import _sys
+from ._jobs import MASTER_PORT, RDZV_PORT, Job, killpg, run_ranks, run_torchrun
+from ._sys import (
     ETHTOOL_SGSO,
     ETHTOOL_STSO,
     ETHTOOL_STXCSUM,
@@ -462,7 +462,7 @@ class Hosts:
         log = open(self.workdir / f"relay{i}.log", "ab")  # noqa: SIM115 - the relay's own output, closed below
         try:
             relay = subprocess.Popen(
-                [sys.executable, "-S", str(Path(_netns_sys.__file__).resolve()), "relay", h.cable, near, str(control),
+                [sys.executable, "-S", str(Path(_sys.__file__).resolve()), "relay", h.cable, near, str(control),
                  "3600", str(os.getpid())],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )

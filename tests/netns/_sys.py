@@ -1,8 +1,8 @@
-"""The system plumbing under :mod:`xccl.testing._netns`: commands (``ip``), a namespace's processes, the address
+"""The system plumbing under :mod:`netns`: commands (``ip``), a namespace's processes, the address
 ranges in use, an ``ethtool`` feature switch, and the user-space delay relay that stands in for ``tc netem`` where
 the kernel has no ``sch_netem``.
 
-Standard library only: the relay runs this file as a script (``python -S _netns_sys.py relay ...``), outside the
+Standard library only: the relay runs this file as a script (``python -S _sys.py relay ...``), outside the
 package.
 """
 
@@ -206,7 +206,7 @@ def relay(inner: str, outer: str, control: str, lifetime: float, parent: int) ->
 def _main(argv: list[str]) -> int:
     if len(argv) == 6 and argv[0] == "relay":
         return relay(argv[1], argv[2], argv[3], float(argv[4]), int(argv[5]))
-    print("usage: _netns_sys.py relay INNER OUTER DELAY_FILE LIFETIME_S PARENT_PID", file=sys.stderr)
+    print("usage: _sys.py relay INNER OUTER DELAY_FILE LIFETIME_S PARENT_PID", file=sys.stderr)
     return 2
 
 

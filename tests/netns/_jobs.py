@@ -1,7 +1,7 @@
 """Jobs on namespaced hosts: torchrun (or bare ranks with torchrun's environment) started on each host of a
-:class:`~xccl.testing._netns.Hosts`, and the :class:`Job` that waits for them and collects what they wrote.
+:class:`~netns.Hosts`, and the :class:`Job` that waits for them and collects what they wrote.
 
-The launchers are :class:`~xccl.testing._netns.Hosts` methods (``hosts.run_torchrun``, ``hosts.run_ranks``).
+The launchers are :class:`~netns.Hosts` methods (``hosts.run_torchrun``, ``hosts.run_ranks``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-if TYPE_CHECKING:  # annotations only: _netns imports this module
-    from ._netns import Hosts
+if TYPE_CHECKING:  # annotations only: the package imports this module
+    from . import Hosts
 
 __all__ = ["MASTER_PORT", "RDZV_PORT", "Job", "killpg", "run_ranks", "run_torchrun"]
 

@@ -15,10 +15,9 @@ import torch
 import torch.distributed as dist
 
 import xccl
-
-from ..collectives._flight import FLIGHT
-from ..collectives._groups import state_of
-from ..collectives._mixed import MixedGroup
+from xccl.collectives._flight import FLIGHT
+from xccl.collectives._groups import state_of
+from xccl.collectives._mixed import MixedGroup
 
 __all__ = ["collectives", "fault", "links_of_reduce_scatter", "refusals", "sub_groups", "time_all_reduce", "world_map"]
 
