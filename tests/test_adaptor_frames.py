@@ -49,9 +49,9 @@ def adaptor(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
 
 
 def test_the_flight_recorders_call_site_skips_the_adaptor(adaptor: ModuleType) -> None:
-    # user_site() is called from xccl's recorder; here the adaptor's frame is the one that called it.
+    # The recorder walks out from its caller; here from the adaptor's frame, the one that called the lambda.
     here = sys._getframe().f_lineno + 1
-    site = adaptor.gather(functools.partial(user_site))
+    site = adaptor.gather(lambda: user_site(sys._getframe(1)))
     assert site is not None
     code, line = site
     assert (code.co_filename, code.co_name, line) == (

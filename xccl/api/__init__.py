@@ -4,59 +4,14 @@ Every function here has ``torch.distributed``'s signature and semantics and does
 ``torch.compile`` traces, it hands over to the op's graph form (``xccl.graph``); otherwise it dispatches
 (``xccl.collectives``). Both validate with the op's one description (``xccl.ops._specs``), so a bad call
 raises the same typed error in both modes.
+
+Each module's ``__all__`` lists its functions: torch's collectives, xccl's extensions (the coalesced and uneven
+forms), point-to-point.
 """
 
-from ._collectives import (
-    all_gather,
-    all_gather_into_tensor,
-    all_gather_single,
-    all_reduce,
-    all_to_all,
-    all_to_all_single,
-    barrier,
-    broadcast,
-    gather,
-    monitored_barrier,
-    reduce,
-    reduce_scatter,
-    reduce_scatter_single,
-    reduce_scatter_tensor,
-    scatter,
-)
-from ._extensions import (
-    all_gather_coalesced,
-    all_gather_into_tensor_uneven,
-    all_reduce_coalesced,
-    all_to_all_v,
-    reduce_scatter_tensor_uneven,
-)
-from ._p2p import P2POp, batch_isend_irecv, irecv, isend, recv, send
+from . import _collectives, _extensions, _p2p
+from ._collectives import *  # noqa: F403
+from ._extensions import *  # noqa: F403
+from ._p2p import *  # noqa: F403
 
-__all__ = [
-    "P2POp",
-    "all_gather",
-    "all_gather_coalesced",
-    "all_gather_into_tensor",
-    "all_gather_into_tensor_uneven",
-    "all_gather_single",
-    "all_reduce",
-    "all_reduce_coalesced",
-    "all_to_all",
-    "all_to_all_single",
-    "all_to_all_v",
-    "barrier",
-    "batch_isend_irecv",
-    "broadcast",
-    "gather",
-    "irecv",
-    "monitored_barrier",
-    "isend",
-    "recv",
-    "reduce",
-    "reduce_scatter",
-    "reduce_scatter_single",
-    "reduce_scatter_tensor",
-    "reduce_scatter_tensor_uneven",
-    "scatter",
-    "send",
-]
+__all__ = [*_collectives.__all__, *_extensions.__all__, *_p2p.__all__]

@@ -37,17 +37,17 @@ _INT_OPS: Final = frozenset({"sum", "product", "min", "max", "band", "bor", "bxo
 _FLOAT_DTYPES: Final = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
-#: gloo's reduce_scatter_tensor against all_to_all_single + a local reduction of the same bytes, from 1 MiB of
+#: gloo's native reduce-scatter (of a tensor) against all_to_all_single + a local reduction of the same bytes, from 1 MiB of
 #: input (``python benchmarks/emulation.py --sweep``, 2 runs, busbw ratio min-max, 2 shared vCPUs).
 RS_VIA_ALL_TO_ALL: Final = Prefer(
     "all_to_all", min_bytes=1 << 20,
-    why="benchmarks/emulation.py --sweep: 1.5-3.9x gloo's reduce_scatter_tensor from 1 MiB to 64 MiB at 2 ranks, "
+    why="benchmarks/emulation.py --sweep: 1.5-3.9x gloo's native reduce-scatter from 1 MiB to 64 MiB at 2 ranks, "
     "1.3-2.7x at 4",
 )
 #: ... and below 1 MiB at 4 ranks (at 2 ranks the two are within noise there: 0.56-4.1x from 1 KiB to 256 KiB).
 RS_VIA_ALL_TO_ALL_SMALL: Final = Prefer(
     "all_to_all", max_bytes=1 << 20, world_sizes=(4,),
-    why="benchmarks/emulation.py --sweep: 1.5-3.7x gloo's reduce_scatter_tensor from 1 KiB to 256 KiB at 4 ranks "
+    why="benchmarks/emulation.py --sweep: 1.5-3.7x gloo's native reduce-scatter from 1 KiB to 256 KiB at 4 ranks "
     "(at 2 ranks within noise: 0.56-4.1x)",
 )
 #: gloo's list all_to_all against one all_to_all_single with split sizes (benchmarks/emulation.py).

@@ -35,7 +35,6 @@ from ..ops import _specs as S
 from ..ops._c10d import PLAIN_OP_KEY
 from ..ops._validate import BARE_PREMUL, complex_refusal
 from ..plugin._capabilities import COMPLEX_REDUCE_OPS, Collective, reduce_op_name
-from ._faults import translate
 from ._groups import state_of
 from ._plan import warn_once
 from ._state import GROUPS, GroupState
@@ -65,7 +64,7 @@ def _plan_key(reduce_op: Any) -> Any:
     key = _PLAIN.get(id(reduce_op))
     if key is not None or reduce_op is None:
         return key
-    return int(reduce_op) if type(reduce_op) is _RED_OP_TYPE else reduce_op_name(reduce_op)
+    return reduce_op.value if type(reduce_op) is _RED_OP_TYPE else reduce_op_name(reduce_op)
 
 
 def plan(st: GroupState, op: Collective, dtype: torch.dtype | None, reduce_op: Any = None) -> Kernel:
@@ -118,13 +117,6 @@ def dispatch(spec: S.Spec, group: Any, async_op: bool, *args: Any) -> Any:
     """Validate ``args`` (the public arguments without ``group`` and ``async_op``) and run ``spec`` on ``group``."""
     st = state_of(group)
     return run(st, spec, spec.validate(st, invalid, *args), async_op)
-
-
-def raise_typed(exc: RuntimeError, st: GroupState, name: str, started: float | None = None) -> None:
-    """Raise the typed error for a backend fault (chaining it), or return when it is not a fault we know."""
-    typed = translate(exc, st, name, started)
-    if typed is not exc:
-        raise typed from exc
 
 
 # --------------------------------------------------------------------------------------------- all_reduce

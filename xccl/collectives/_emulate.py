@@ -52,7 +52,7 @@ Kernel = Callable[..., Any]
 
 @implements(C.REDUCE_SCATTER_TENSOR, "all_to_all")
 def _rs_tensor_via_all_to_all(st: Any, call: Call, out: torch.Tensor, inp: torch.Tensor, op: Any, a: bool) -> Any:
-    """reduce_scatter_tensor = all_to_all_single + local reduction: each rank receives only its own chunk from
+    """A tensor reduce-scatter = all_to_all_single + local reduction: each rank receives only its own chunk from
     every peer, (n-1)/n of the input, exactly what a ring reduce_scatter moves."""
     got = _take(st, inp.numel(), inp)
     return _last(call, S.ALL_TO_ALL_SINGLE, (got.tensor, inp.view(-1), None, None), a,
@@ -61,14 +61,14 @@ def _rs_tensor_via_all_to_all(st: Any, call: Call, out: torch.Tensor, inp: torch
 
 @implements(C.REDUCE_SCATTER_TENSOR, "all_reduce")
 def _rs_tensor_via_all_reduce(st: Any, call: Call, out: torch.Tensor, inp: torch.Tensor, op: Any, a: bool) -> Any:
-    """reduce_scatter_tensor = all_reduce + slice: moves twice a ring reduce_scatter's bytes; the last resort."""
+    """A tensor reduce-scatter = all_reduce + slice: moves twice a ring reduce_scatter's bytes; the last resort."""
     tmp = _take(st, inp.numel(), inp)
     tmp.tensor.copy_(inp.view(-1))
     return _last(call, S.ALL_REDUCE, (tmp.tensor, op), a,
                  lambda: out.view(-1).copy_(tmp.tensor.view(st.size, out.numel())[st.rank]), tmp)
 
 
-@implements(C.REDUCE_SCATTER, "reduce_scatter_tensor")
+@implements(C.REDUCE_SCATTER, C.REDUCE_SCATTER_TENSOR.value)
 def _rs_list_via_tensor(st: Any, call: Call, out: torch.Tensor, ins: Sequence[torch.Tensor], op: Any, a: bool) -> Any:
     flat = _take(st, out.numel() * len(ins), out)
     torch.cat([t.reshape(-1) for t in ins], out=flat.tensor)

@@ -49,6 +49,7 @@ import torch
 from ..errors import CollectiveTimeout, PeerFailure, XcclError
 from ..plugin._vendor_runtime import Fault, VendorFault
 from ..plugin._work import ForwardingWork
+from ._flight import stamp
 from ._liveness import lost_peers
 from ._state import PROCESS, missing_members
 
@@ -211,14 +212,13 @@ class TypedWork(ForwardingWork):
         self._ctx = ctx
         self._op = op
         self._started = started
-        #: The flight recorder's entry for the call (``_flight.Entry``), stamped complete when this handle finds
-        #: the work done: at ``wait()``, ``is_completed()``, or from the future once someone asks for it.
+        #: The flight recorder's record of the call (``_flight``), stamped complete when this handle finds the work
+        #: done: at ``wait()``, ``is_completed()``, or from the future once someone asks for it.
         self.entry: Any = None
 
     def _completed(self) -> None:
-        entry = self.entry
-        if entry is not None and not entry.completed:
-            entry.done()
+        if self.entry is not None:
+            stamp(self.entry)
 
     def is_completed(self) -> bool:
         """Whether the collective finished (successfully or not)."""
@@ -230,10 +230,9 @@ class TypedWork(ForwardingWork):
     def get_future(self) -> Any:
         """The backend's future (its errors are the backend's own: ``wait()`` is the typed path)."""
         fut = self.work.get_future()
-        entry = self.entry
-        if entry is not None and not entry.completed:
+        if self.entry is not None:
             # Who waits on the future (DDP's reducer) never calls wait(): its completion comes from the backend.
-            fut.add_done_callback(entry.done)
+            fut.add_done_callback(partial(stamp, self.entry))
         return fut
 
     def _fault(self, exc: RuntimeError) -> BaseException:

@@ -7,12 +7,12 @@ in a process-wide ring of the last N calls. An entry keeps:
 * the group (name, description, members) and its per-group sequence number (``collective_seq_id``; point-to-point
   calls count separately, ``p2p_seq_id``, as in torch's recorder);
 * the op as the user called it and, for an emulation (or a fused op's portable version), the names of its parts
-  (the hook's inner stage appends each building block to the entry this thread is issuing);
+  (the hook's inner stage appends each building block to the call the group is issuing);
 * dtypes and shapes (never the tensors: the ring must not keep memory alive);
 * the user's call site: the first frame outside xccl, torch and the vendor's or framework's adaptor (the rule of
   ``ops/_warn.py``);
-* timestamps (``time.time_ns()``, the clock torch's recorder uses): ``created`` when dispatch saw the call,
-  ``started`` when xccl handed it to the backend (xccl cannot see when a device starts a kernel: best effort),
+* timestamps (``time.time_ns()``, the clock torch's recorder uses): ``created`` when dispatch saw the call, which
+  is also ``started`` (xccl cannot see when a device starts a kernel: best effort),
   ``completed`` when a synchronous call returned; for an asynchronous call, when xccl's handle found it done
   (``wait()``, ``is_completed()``) or, for whoever waits on its future instead (DDP's reducer), from a callback on
   the backend's future: no host sync on the hot path, and no callback for a caller that waits on the handle.
@@ -34,6 +34,7 @@ import time
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final, final
 
 import torch
@@ -45,7 +46,7 @@ from ..ops._specs import Access, Kind
 from ..ops._vocab import Collective
 from ._state import Part
 
-__all__ = ["DEFAULT_ENTRIES", "FLIGHT", "Entry", "Flight", "capacity", "hook", "message_bytes", "recorder"]
+__all__ = ["DEFAULT_ENTRIES", "FLIGHT", "Entry", "Flight", "capacity", "hook", "message_bytes", "recorder", "stamp"]
 
 #: Entries kept when the recorder is on without a size (torch's default for ``TORCH_FR_BUFFER_SIZE`` is 2000).
 DEFAULT_ENTRIES: Final = 2000
@@ -92,71 +93,63 @@ def capacity() -> int:
 
 @final
 class Entry:
-    """One recorded call. Written by the thread that issued it; ``completed`` by the backend's callback."""
+    """One recorded call, as the ring's readers see it (built from the ring's record when read)."""
 
-    __slots__ = (
-        "completed",
-        "created",
-        "group",
-        "inputs",
-        "is_p2p",
-        "op",
-        "operands",
-        "outputs",
-        "p2p_seq",
-        "part_bytes",
-        "parts",
-        "peer",
-        "record_id",
-        "seq",
-        "site",
-        "started",
-    )
+    __slots__ = ("completed", "created", "group", "inputs", "is_p2p", "op", "operands", "outputs", "p2p_seq",
+                 "part_bytes", "parts", "peer", "record_id", "seq", "site", "started")
 
-    def __init__(self, record_id: int, group: Any, op: str, seq: int, p2p_seq: int, is_p2p: bool,
-                 inputs: tuple[Any, ...], outputs: tuple[Any, ...], site: tuple[types.CodeType, int] | None,
-                 created: int) -> None:
+    def __init__(self, rec: list[Any]) -> None:
+        spec = rec[_SPEC]
         #: Process-wide order of the call (torch's ``record_id``).
-        self.record_id: Final = record_id
+        self.record_id: int = rec[_ID]
         #: The group's state (name, members, description are read at dump time).
-        self.group: Final = group
-        #: The op as the user called it (``all_reduce``, ``reduce_scatter_tensor``...).
-        self.op: Final = op
+        self.group: Any = rec[_GROUP]
+        #: The op as the user called it (``all_reduce``, ``all_gather_into_tensor``...).
+        self.op: str = spec.name
         #: Per-group sequence numbers: collectives and point-to-point calls counted separately, from 1 (torch's).
-        self.seq: Final = seq
-        self.p2p_seq: Final = p2p_seq
-        self.is_p2p: Final = is_p2p
+        self.seq: int = rec[_SEQ]
+        self.p2p_seq: int = rec[_P2P_SEQ]
+        self.is_p2p: bool = spec.key in _P2P
         #: ``(shape, dtype)`` of each tensor read, and of each tensor written.
-        self.inputs: Final = inputs
-        self.outputs: Final = outputs
+        self.inputs: tuple[Any, ...] = rec[_INPUTS]
+        self.outputs: tuple[Any, ...] = rec[_OUTPUTS]
         #: The user's frame: its code object and line (formatted only when dumped).
-        self.site: Final = site
+        self.site: tuple[types.CodeType, int] | None = rec[_SITE]
         #: Peer group rank of a point-to-point call (-1 otherwise).
-        self.peer = -1
+        self.peer: int = rec[_EXTRA] if self.is_p2p else -1
         #: A fused op's matmul operands, ``(shape, dtype)`` each (its ``inputs`` and ``outputs`` are its
         #: communication's, as torch's analyzer matches them).
-        self.operands: tuple[Any, ...] = ()
-        #: The emulation's parts, in issue order (None: a native call).
-        self.parts: list[str] | None = None
-        #: The bytes each part read or wrote, whichever is larger (nccl-tests' message size), in issue order.
-        self.part_bytes: list[int] | None = None
-        #: ``time.time_ns()`` at the call, when handed to the backend, when known complete (0: not yet).
-        self.created: Final = created
-        self.started = 0
-        self.completed = 0
-
-    def done(self, _fut: Any = None) -> None:
-        """Stamp the completion (a synchronous call's return, or the backend future's callback)."""
-        self.completed = _time_ns()
+        self.operands: tuple[Any, ...] = rec[_EXTRA] if spec.comm is not None else ()
+        #: The emulation's parts, in issue order, and the bytes each read or wrote, whichever is larger (nccl-tests'
+        #: message size); None: a native call.
+        parts = rec[_PARTS]
+        self.parts: list[str] | None = None if parts is None else list(parts[0])
+        self.part_bytes: list[int] | None = None if parts is None else list(parts[1])
+        #: ``time.time_ns()`` at the call, when handed to the backend (the same moment: xccl cannot see when a
+        #: device starts a kernel), when known complete (0: not yet).
+        self.created: int = rec[_CREATED]
+        self.started: int = self.created
+        self.completed: int = rec[_COMPLETED]
 
     def __repr__(self) -> str:
         return f"<xccl flight entry #{self.record_id} {self.op} seq {self.seq} on group {self.group.name!r}>"
 
 
-def user_site() -> tuple[types.CodeType, int] | None:
-    """The first frame outside xccl, torch and the adaptors: the user's call (None when the call came from C++
-    alone). The rule is ``ops/_warn.py``'s :func:`~xccl.ops._warn.internal`; its cache is read here first."""
-    frame: types.FrameType | None = _getframe(2)
+# A record in the ring: one list per call (one allocation; the stage below is on every call's path), read through
+# Entry. Its fields, by index:
+_ID, _GROUP, _SPEC, _SEQ, _P2P_SEQ, _INPUTS, _OUTPUTS, _SITE, _CREATED, _COMPLETED, _PARTS, _EXTRA = range(12)
+
+
+def stamp(rec: list[Any], _fut: Any = None) -> None:
+    """Stamp a record complete, once (a handle that found the work done, or the backend future's callback)."""
+    if not rec[_COMPLETED]:
+        rec[_COMPLETED] = _time_ns()
+
+
+def user_site(frame: types.FrameType | None) -> tuple[types.CodeType, int] | None:
+    """The first frame from ``frame`` outwards outside xccl, torch and the adaptors: the user's call (None when the
+    call came from C++ alone). The rule is ``ops/_warn.py``'s :func:`~xccl.ops._warn.internal`; its cache is read
+    here first."""
     known = _INTERNAL_CODE
     while frame is not None:
         internal = known.get(frame.f_code)
@@ -232,90 +225,28 @@ def _describer(spec: Any) -> Describe:
 class Flight:
     """The process's ring of the last :attr:`size` calls (one per process, as torch's recorder)."""
 
-    __slots__ = ("_count", "_local", "_lock", "ring", "size")
+    __slots__ = ("_count", "_lock", "ring", "size")
 
     def __init__(self, size: int) -> None:
         self.size: Final = size
-        self.ring: Final[list[Entry | None]] = [None] * size
+        self.ring: Final[list[list[Any] | None]] = [None] * size
         self._count: Final = itertools.count()
-        #: Per thread, the call being issued, whose emulation parts are appended to it (a mixed group's calls run
-        #: on a thread of their own).
-        self._local: Final = threading.local()
         self._lock: Final = threading.Lock()
-
-    @property
-    def current(self) -> Entry | None:
-        """The call this thread is issuing, if any."""
-        return getattr(self._local, "entry", None)
-
-    def begin(self, rec: _Recorder, spec: Any, kargs: Sequence[Any]) -> Entry:
-        """Record a call of ``spec`` on ``rec``'s group with kernel arguments ``kargs``; returns its entry."""
-        describe = _DESCRIBERS.get(spec)
-        if describe is None:
-            describe = _DESCRIBERS[spec] = _describer(spec)
-        inputs, outputs = describe(kargs)
-        is_p2p = spec.key in _P2P
-        if is_p2p:
-            rec.p2p += 1
-        else:
-            rec.seq += 1
-        comm = spec.comm
-        operands = ()
-        if comm is not None:
-            operands = inputs
-            inputs, outputs = comm(kargs, rec.st.size)
-        entry = Entry(next(self._count), rec.st, spec.name, rec.seq, rec.p2p, is_p2p, inputs, outputs, user_site(),
-                      _time_ns())
-        if is_p2p:
-            entry.peer = int(kargs[1]) if kargs[1] is not None else -1
-        elif operands:
-            entry.operands = operands
-        self.ring[entry.record_id % self.size] = entry
-        self._local.entry = entry
-        return entry
-
-    def part(self, spec: Any, kargs: Sequence[Any] = ()) -> None:
-        """Note a building block of the call this thread is issuing, and its message size (``xccl preflight``
-        prices an emulated call as the sum of its parts)."""
-        entry = self.current
-        if entry is not None:
-            if entry.parts is None:
-                entry.parts = []
-                entry.part_bytes = []
-            entry.parts.append(spec.name)
-            if entry.part_bytes is not None:
-                entry.part_bytes.append(message_bytes(spec, kargs))
-
-    def done(self) -> None:
-        """This thread's call was issued (its parts are all noted)."""
-        self._local.entry = None
 
     def entries(self) -> list[Entry]:
         """The entries still held, oldest first."""
         with self._lock:
-            held = [e for e in list(self.ring) if e is not None]
+            held = [Entry(r) for r in list(self.ring) if r is not None]
         return sorted(held, key=lambda e: e.record_id)
 
 
-def finish(flight: Flight, entry: Entry, work: Any) -> None:
-    """The call was issued: stamp it complete now (synchronous), or hand the entry to xccl's handle (which stamps
-    it when it finds the work done), else when the backend's future completes."""
-    flight.done()
-    if work is None or not isinstance(work, _WORK):  # done, or a fused op's result
-        entry.completed = _time_ns()
-    elif hasattr(work, "entry"):  # _faults.TypedWork: no callback unless someone asks for the future
-        work.entry = entry
-    else:
-        _on_completion(work, entry)
-
-
-def _on_completion(work: Any, entry: Entry) -> None:
-    """Stamp ``entry`` when the backend's future for ``work`` completes (unknown for a handle without one)."""
+def _on_completion(work: Any, rec: list[Any]) -> None:
+    """Stamp ``rec`` when the backend's future for ``work`` completes (unknown for a handle without one)."""
     try:
         fut = work.get_future()
     except (RuntimeError, AttributeError):
         return
-    fut.add_done_callback(entry.done)
+    fut.add_done_callback(partial(stamp, rec))
 
 
 # ------------------------------------------------------------------------------------------ the process's ring
@@ -352,7 +283,7 @@ def recorder() -> Flight | None:
 class _Recorder:
     """The flight recorder's hook of one group: its sequence numbers, and the stages that record its calls."""
 
-    __slots__ = ("flight", "p2p", "seq", "st")
+    __slots__ = ("current", "flight", "p2p", "seq", "st")
 
     def __init__(self, st: Any, flight: Flight) -> None:
         self.st: Final = st
@@ -361,69 +292,71 @@ class _Recorder:
         #: recorder does (the last one given is the group's ``last_enqueued_collective``).
         self.seq = 0
         self.p2p = 0
+        #: The record of the call being issued on the group (its emulation's building blocks are noted on it).
+        self.current: list[Any] | None = None
 
     def stage(self, inner: Callable[..., Any]) -> Callable[..., Any]:
         """Record the call, its times and its completion.
 
-        :meth:`Flight.begin`, :func:`user_site` and :func:`finish` written out in one function: this stage runs on
-        every call of every group (the recorder is on by default), and a Python call costs about 0.1 us.
+        Written out in one function, touching as little as it can: this stage is on every call of every group
+        (the recorder is on by default), and measured between two processes on two shared cores, a few hundred
+        nanoseconds of work here (a thread-local store, an object with sixteen fields) cost microseconds per call
+        (``benchmarks/flight_recorder.py``).
         """
         flight, st = self.flight, self.st
-        local, ring, size, count = flight._local, flight.ring, flight.size, flight._count
-        describers, p2p, work_type, known = _DESCRIBERS, _P2P, _WORK, _INTERNAL_CODE
+        ring, size, count = flight.ring, flight.size, flight._count
+        describers, p2p, work_type = _DESCRIBERS, _P2P, _WORK
 
         def recorded(spec: Any, kargs: Sequence[Any], kernel: Callable[..., Any], async_op: bool) -> Any:
             describe = describers.get(spec)
             if describe is None:
                 describe = describers[spec] = _describer(spec)
             inputs, outputs = describe(kargs)
-            # The user's frame (user_site). This stage is the outermost: its caller is xccl's dispatch, skipped.
-            frame: types.FrameType | None = _getframe(2)
-            site = None
-            while frame is not None:
-                internal = known.get(frame.f_code)
-                if internal is None:
-                    internal = _internal(frame)
-                if not internal:
-                    site = frame.f_code, frame.f_lineno
-                    break
-                frame = frame.f_back
-            frame = None
+            extra: Any = None
             if spec.key in p2p:
                 self.p2p += 1
-                entry = Entry(next(count), st, spec.name, self.seq, self.p2p, True, inputs, outputs, site, _time_ns())
-                entry.peer = int(kargs[1]) if kargs[1] is not None else -1
-            elif spec.comm is None:
+                extra = int(kargs[1]) if kargs[1] is not None else -1
+            else:
                 self.seq += 1
-                entry = Entry(next(count), st, spec.name, self.seq, self.p2p, False, inputs, outputs, site, _time_ns())
-            else:  # a fused op: its communication as torch's analyzer matches it, and its matmul operands
-                self.seq += 1
-                entry = Entry(next(count), st, spec.name, self.seq, self.p2p, False, *spec.comm(kargs, st.size), site,
-                              _time_ns())
-                entry.operands = inputs
-            ring[entry.record_id % size] = entry
-            local.entry = entry
-            entry.started = entry.created
+                if spec.comm is not None:  # a fused op: its communication as torch's analyzer matches it
+                    extra = inputs
+                    inputs, outputs = spec.comm(kargs, st.size)
+            # This stage is the outermost: its caller is xccl's dispatch, whose caller is xccl's too (a public
+            # function, a c10d method, a fused or graph op): the walk to the user's frame starts past both (each
+            # frame it looks at is a new object to Python).
+            try:
+                site = user_site(_getframe(3))
+            except ValueError:  # called from C++ with no Python frame above xccl's (DDP's reducer)
+                site = None
+            rid = next(count)
+            rec = [rid, st, spec, self.seq, self.p2p, inputs, outputs, site, _time_ns(), 0, None, extra]
+            ring[rid % size] = rec
+            outer, self.current = self.current, rec
             try:
                 work = inner(spec, kargs, kernel, async_op)
             finally:
-                local.entry = None
+                self.current = outer
             if work is None or (type(work) is not work_type and not isinstance(work, work_type)):
-                entry.completed = _time_ns()  # done, or a fused op's result
-            elif hasattr(work, "entry"):  # _faults.TypedWork: it stamps the entry when it finds the work done
-                work.entry = entry
+                rec[_COMPLETED] = _time_ns()  # done, or a fused op's result
+            elif hasattr(work, "entry"):  # _faults.TypedWork: it stamps the record when it finds the work done
+                work.entry = rec
             else:
-                _on_completion(work, entry)
+                _on_completion(work, rec)
             return work
 
         return recorded
 
     def inner_stage(self, inner: Callable[..., Any]) -> Callable[..., Any]:
-        """Note an emulation's building blocks as parts of the call being issued."""
-        part = self.flight.part
+        """Note an emulation's building blocks as parts of the call being issued, with their message sizes
+        (``xccl preflight`` prices an emulated call as the sum of its parts)."""
 
         def noted(spec: Any, kargs: Sequence[Any], kernel: Callable[..., Any], async_op: bool) -> Any:
-            part(spec, kargs)
+            rec = self.current
+            if rec is not None:
+                if rec[_PARTS] is None:
+                    rec[_PARTS] = ([], [])
+                rec[_PARTS][0].append(spec.name)
+                rec[_PARTS][1].append(message_bytes(spec, kargs))
             return inner(spec, kargs, kernel, async_op)
 
         return noted

@@ -13,7 +13,7 @@ fallback policy. Its kernels are compositions of two parts:
 
 Hierarchical (the cross-island part carries 1/k of the bytes, k ranks per island, where every island has k
 members and the size divides): all_reduce (island reduce_scatter, peers all_reduce of the shard, island
-all_gather), reduce_scatter_tensor (island reduce_scatter, peers reduce_scatter). Through the leaders, any island
+all_gather), reduce-scatter of a tensor (island reduce_scatter, peers reduce_scatter). Through the leaders, any island
 sizes: all_reduce when the size does not divide or the islands differ in size (island reduce, leaders all_reduce,
 island broadcast), broadcast (island broadcast in the root's island, leaders, island broadcast). all_gather_into_tensor
 is island all_gather then the peers' all_gather of island blocks (equal islands; else host-staged). Every other op is

@@ -1,23 +1,18 @@
 """xccl's c10d process group: what puts xccl under torch.distributed, DDP, FSDP2, DTensor and compiled graphs.
 
-``xccl.init`` registers a torch.distributed backend named ``xccl_<vendor backend>`` (``xccl_gloo``,
-``xccl_nccl``, ``xccl_hccl``, ``xccl_sccl``; never ``xccl``, which torch owns for Intel XPUs) and creates the
-world on it. Every group of that backend is an :class:`XcclProcessGroup`: a ``torch.distributed.ProcessGroup``
-whose collective methods decode the c10d call into the public arguments and run xccl's dispatch, over the
-vendor's own process group, which the plugin's runtime builds (``Runtime.create_native_group``)::
+Every group of xccl's backend (``xccl_<vendor backend>``: ``xccl_gloo``, ``xccl_hccl``...; never ``xccl``, which
+torch owns for Intel XPUs; registered by ``_backend``) is an :class:`XcclProcessGroup`: a
+``torch.distributed.ProcessGroup`` whose collective methods decode the c10d call into the public arguments and run
+xccl's dispatch, over the vendor's own process group (``Runtime.create_native_group``)::
 
-    dist.reduce_scatter_tensor(out, inp, group=g)       # FSDP2, or any code written for torch.distributed
-      -> g.reduce_scatter_single(out, inp, opts)        # Python override (the pybind trampoline routes C++
+    dist.all_gather_into_tensor(out, inp, group=g)      # FSDP2, or any code written for torch.distributed
+      -> g.all_gather_single(out, inp, opts)            # Python override (the pybind trampoline routes C++
                                                         # callers here too: DDP's reducer, functional collectives)
-        -> dispatch(REDUCE_SCATTER_TENSOR, ...)         # validation, the capability table, fallback policy,
+        -> dispatch(ALL_GATHER_INTO_TENSOR, ...)        # validation, the capability table, fallback policy,
                                                         # mismatch check, typed faults
-          -> native: the vendor group's _reduce_scatter_base(out, inp, opts)
+          -> native: the vendor group's _allgather_base(out, inp, opts)
           -> emulated (SCCL has no reduce_scatter): all_to_all_single on the vendor group + a local reduction
           -> unsupported: UnsupportedCollective, before any rank communicates
-
-Groups created by third-party code (``dist.new_group``, DeviceMesh, FSDP's helpers) on this backend come through
-the same creator and get the vendor's options from the plugin (``Runtime.process_group_options``), which SCCL
-needs: it refuses to create a group without ``ProcessGroupSCCLOptions``.
 
 What torch reports: ``dist.get_backend(g)`` is ``"xccl_<backend>"`` (pass it to ``new_group``);
 ``g._get_backend(device)`` is the vendor's backend object, so vendor code that reaches for it
@@ -36,7 +31,6 @@ nccl no alias is made: torch's ``_new_process_group_helper`` compares the name w
 from __future__ import annotations
 
 import datetime as _dt
-import logging
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -57,13 +51,10 @@ from ._vendor import VendorGroup
 
 __all__ = ["PREFIX", "BackendName", "XcclProcessGroup", "backend_name"]
 
-LOG = logging.getLogger("xccl")
 
 #: The prefix of xccl's torch.distributed backend names.
 PREFIX: Final = "xccl_"
-#: Backend names torch compares with when it creates a group (``_new_process_group_helper``, ``BackendConfig``):
-#: xccl's name must never compare equal to one of them, or torch would build its own group instead of xccl's.
-_TORCH_OWN: Final = frozenset({"undefined", "gloo", "nccl", "ucc", "mpi", "xccl", "fake"})
+_ALLREDUCE_OPTIONS: Final = dist.AllreduceOptions
 
 
 def backend_name(runtime: Runtime) -> str:
@@ -166,9 +157,13 @@ class XcclProcessGroup(dist.ProcessGroup):
 
     def allreduce(self, tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
         """``ProcessGroup.allreduce`` (one tensor; several are an all_reduce_coalesced)."""
+        if type(opts) is _ALLREDUCE_OPTIONS and type(tensors) is list and len(tensors) == 1:  # every bucket
+            if opts.asyncOp:
+                work = all_reduce(tensors[0], op_of(opts), self, True)
+                return work if work is not None else Work()
+            all_reduce(tensors[0], op_of(opts), self, False)
+            return None
         async_op = opts is None or getattr(opts, "asyncOp", True)
-        if type(tensors) is list and len(tensors) == 1:
-            return _returned(all_reduce(tensors[0], op_of(opts), self, async_op), async_op)
         key, public = d_allreduce(tensors, opts)
         return _returned(dispatch(SPECS[key], self, async_op, *public), async_op)
 

@@ -1,7 +1,6 @@
 """Compositions of the uneven collectives: without padding over all_to_all_single with split sizes, or padded.
 
-``all_gather_into_tensor_uneven`` and ``reduce_scatter_tensor_uneven`` (torch_npu's ``*_v`` collectives) take one
-split size per rank, the same list on every rank.
+The uneven all-gather and reduce-scatter (torch_npu's ``*_v`` collectives) take one split size per rank, the same list on every rank.
 
 * **via all_to_all_single** (backends whose all_to_all_single honours split sizes: gloo, NCCL): every rank sends
   exactly its rows; no byte is padding. all_gather sends this rank's rows to every peer (the input repeated once per
@@ -80,7 +79,7 @@ def ag_via_padding(st: Any, call: Call, out: torch.Tensor, inp: torch.Tensor, si
 
 @implements(C.REDUCE_SCATTER_TENSOR_UNEVEN, "padding")
 def rs_via_padding(st: Any, call: Call, out: torch.Tensor, inp: torch.Tensor, sizes: list[int], op: Any, a: bool) -> Any:
-    """Chunks padded to the largest split, an even reduce_scatter_tensor, the padding dropped."""
+    """Chunks padded to the largest split, an even reduce-scatter, the padding dropped."""
     # Padding rows are reduced too, then dropped: their value never matters, whatever the reduce op.
     n, m, trail, mine = st.size, max(sizes), inp.shape[1:], sizes[st.rank]
     pad_in, pad_out = take(st, n * m * _row(inp), inp), take(st, m * _row(inp), inp)

@@ -22,73 +22,7 @@ Dispatch, decided before any rank communicates
 4. Otherwise the portable pipelined version (the table's ``via="pipelined"``), subject to the fallback policy for
    emulated ops like every other collective (``"error"`` refuses, ``"warn"`` warns once).
 
-Native kernel contract (for plugin authors)
--------------------------------------------
-A plugin provides a fused kernel through ``Runtime.kernels()`` under the op's :class:`~xccl.Collective`::
-
-    Collective.MM_REDUCE_SCATTER: kernel(ctx, a, b, reduce_op, bias) -> Tensor          # (m/W, n)
-    Collective.ALL_GATHER_MM:     kernel(ctx, a, b, gather_output) -> (Tensor, Tensor)  # (m·W, n), (m·W, k)
-    Collective.MM_ALL_REDUCE:     kernel(ctx, a, b, bias) -> Tensor                     # a.shape[:-1] + (n,)
-
-* ``ctx`` is the group's :class:`~xccl.plugin.KernelContext` (``ctx.group`` the ProcessGroup, ``ctx.size``,
-  ``ctx.rank``); ``xccl.comm_name(ctx.group)`` gives the communicator name (HCCL's ``hcom``).
-* ``a``, ``b``, ``bias`` are validated: tensors on the runtime's device type, one floating dtype, ``b`` 2-D
-  (k, n), ``a`` 2-D (3-D allowed for ``MM_ALL_REDUCE``), ``bias`` ``None`` or 1-D of ``n`` elements. They may be
-  non-contiguous: the backward passes ``b`` as a transposed view (``b.t()``); call ``.contiguous()`` if the
-  vendor op needs it. ``reduce_op`` is a lower-case name
-  (``"sum"``, ``"avg"``, ``"max"``, ``"min"``, ``"product"``); ``gather_output`` a bool. For ``MM_REDUCE_SCATTER``
-  ``m`` is already known to divide by ``W``.
-* It returns new tensors (never an input or a view of one), with ``a``'s dtype and device. With
-  ``gather_output=False`` the second result may be any tensor (xccl returns an empty one to the caller).
-* It checks every documented constraint *first* and raises ``xccl.ConstraintViolation(op, backend, constraint,
-  detail)`` before any communication. The check may read only what every rank sees alike (shapes, dtypes,
-  world size, options), so that all ranks refuse together and fall back together; ``constraint`` is a short name
-  (e.g. ``"k in [256, 65535)"``), shown in the fallback warning.
-* Optionally it carries the same check as an attribute, ``kernel.check(a, b, world_size, **options)`` (options:
-  ``reduce_op``, ``bias``, ``gather_output``, as the kernel takes them), raising ``ConstraintViolation``. It must
-  read only shapes, dtypes and devices, because the graph pass (``xccl.fused._pass``) calls it with meta tensors
-  to leave a compiled graph unchanged where the kernel cannot take the shape.
-* xccl calls it with autograd off and supplies the gradient formula itself (below); the backward of one fused op
-  calls the others' kernels (``ALL_GATHER_MM`` in ``mm_reduce_scatter``'s backward, ``MM_REDUCE_SCATTER`` in
-  ``all_gather_mm``'s).
-* Stream order is the kernel's business, as for any torch op: inputs are ready on the current stream when it is
-  called, and outputs must be ready on the current stream when their consumers run (docs/fused.md).
-
-The portable pipelined version
-------------------------------
-The matmul is split into ``c`` row chunks; chunk ``i``'s collective is issued asynchronously (``async_op=True``
-through xccl's own public collectives: ``reduce_scatter_tensor``, ``all_gather`` (list form, into the final
-places), ``all_reduce``; so emulated collectives work too) and runs while chunk ``i + 1`` is multiplied. Every rank issues the same collectives in the same order, since ``c`` and the chunk bounds depend only
-on shapes and options. ``c`` comes from a cost model (:func:`choose_chunks`: matmul flops against bytes moved,
-per device type, :class:`Tuning`); ``c == 1`` is the plain sequence, chosen where the predicted gain is too small
-to pay for smaller matmuls and more collective calls. ``chunks=`` overrides it.
-
-Where it overlaps: on CUDA/NCCL (and HCCL) a collective runs on the process group's communication stream, which
-first waits on an event recorded on the compute stream (so it reads the finished chunk), and ``work.wait()`` makes
-the compute stream wait for the collective's end event (so later readers see the result); the allocator is told
-that the communication stream uses the buffers (``recordStream``). On gloo, ``async_op=True`` hands the work to
-gloo's own threads, so the next chunk's matmul runs on the caller's thread meanwhile. On backends whose "async"
-work has already completed when it is returned (Sophgo SCCL, and xccl's emulations), the same code runs the
-chunks one after another: correct, just not overlapped. The version is correct under all three because it only
-reads a chunk's result after that chunk's ``wait()``, and never writes a buffer a pending collective still uses.
-
-Autograd
---------
-Gradients are those of the unfused ops, with the tensor-parallel reading of each collective:
-
-* ``mm_reduce_scatter``: the output is sharded, each rank's loss term is its own, so the adjoint of the
-  reduce-scatter (sum) is an all-gather: ``G = all_gather(grad)``, ``grad_a = G @ bᵀ`` (itself an
-  ``all_gather_mm``), ``grad_b = aᵀ @ G``, ``grad_bias = G.sum(0)``. ``avg`` divides by ``W``; ``max``/``min``/
-  ``product`` have no gradient here (refused when a gradient is required).
-* ``all_gather_mm``: the adjoint of the all-gather is a reduce-scatter (sum): ``grad_a = reduce_scatter(grad_out
-  @ bᵀ + grad_gathered)`` (an ``mm_reduce_scatter`` when the gathered output has no gradient), ``grad_b = gᵀ @
-  grad_out``.
-* ``mm_all_reduce``: the output is *replicated*; under tensor parallelism every rank evaluates the same loss on the
-  same value, so the model's gradient is that of the single-device product ``y = Σ_r a_r @ b_r``:
-  ``grad_a_r = grad @ b_rᵀ`` with ``grad`` already identical everywhere. The all-reduce's adjoint is therefore the
-  identity (Megatron-LM's "g" operator), not another all-reduce: ``torch.distributed._functional_collectives.
-  all_reduce`` differentiates ``Σ_r loss_r`` instead and returns ``W`` times this when the per-rank losses are
-  equal copies.
+The native kernel contract (for plugin authors), how the portable version overlaps, and the gradients: docs/fused.md.
 """
 
 from __future__ import annotations

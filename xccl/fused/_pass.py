@@ -3,7 +3,7 @@
 Over a post-autograd FX graph (what Inductor's ``post_grad_custom_post_pass`` sees, or ``make_fx``'s output), two
 rewrites, each for any group and any reduce op (they are read from the nodes, never matched as literals):
 
-* ``mm(a, b) -> [rows] -> reduce_scatter_tensor -> wait_tensor``  becomes  ``xccl.mm_reduce_scatter(a', b)``;
+* ``mm(a, b) -> [rows] -> reduce-scatter -> wait_tensor``  becomes  ``xccl.mm_reduce_scatter(a', b)``;
 * ``all_gather_into_tensor(x) -> wait_tensor -> [rows] -> mm(., b)``  becomes  ``xccl.all_gather_mm(x', b)``.
 
 ``[rows]`` is any chain of ops that only reshape or reorder *rows* and keep the last dimension: ``view`` /
@@ -55,6 +55,8 @@ LOG = logging.getLogger("xccl")
 
 aten = torch.ops.aten
 c10d = torch.ops._c10d_functional
+#: The functional reduce-scatter a matmul feeds (torch's op has the name of xccl's).
+_REDUCE_SCATTER: Final = getattr(c10d, Collective.REDUCE_SCATTER_TENSOR.value).default
 
 #: ``predicate(op, a, b, group_name, group_size, **options) -> bool``: may the pass emit ``op`` here? ``a`` and
 #: ``b`` are meta tensors of the fused op's operands; options as the kernel takes them.
@@ -223,7 +225,7 @@ def _set_val(node: fx.Node) -> None:
 
 def _fuse_reduce_scatter(graph: fx.Graph, wait: fx.Node, predicate: Predicate) -> bool:
     rs = _args(wait)[0]
-    if not _is(rs, c10d.reduce_scatter_tensor.default):
+    if not _is(rs, _REDUCE_SCATTER):
         return False
     x, reduce_op, group_size, group_name = _args(rs)[:4]
     # Find the matmul feeding the reduce-scatter through a row chain.

@@ -16,7 +16,7 @@ own graph ops through a converter (``Runtime.graph_converters``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import torch
@@ -45,300 +45,149 @@ def _fake_next(token: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(token)
 
 
-# ------------------------------------------------------------------------------- forms of the standard ops
-# Used where the capability table says the op is emulated in graph mode: the op then runs through xccl's eager
-# dispatch, which applies the same emulation as eager mode.
+# ------------------------------------------------------------------------------------------------- the ops
+# Most ops are ``xccl::<name>(Tensor input, <args>, str group_name, Tensor token) -> (<out>, Tensor)``: ``alloc``
+# makes the output from the group and the input (the same code for the real run and the fake one: on fake tensors it
+# makes fake tensors), ``run`` issues the call. Ops without an output return the next token alone.
+
+Alloc = Callable[..., Any]
+Run = Callable[..., Any]
+_DEFINED: dict[str, Any] = {}
 
 
-@custom_op(f"{NS}::all_reduce", mutates_args=())
-def all_reduce(input: torch.Tensor, reduce_op: str, group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    out = input.clone()
-    dispatch(S.ALL_REDUCE, _pg(group_name), False, out, reduce_op_of(reduce_op))
-    return out, _next(token)
+def _define(name: str, args: str, out: str | None, alloc: Alloc, run: Run) -> None:
+    """Define ``torch.ops.xccl.<name>`` and its fake from its output's allocation and its run."""
+    returns = "Tensor" if out is None else f"({out}, Tensor)"
+    schema = f"(Tensor input, {args + ', ' if args else ''}str group_name, Tensor token) -> {returns}"
+
+    def real(input: torch.Tensor, *rest: Any) -> Any:
+        *extra, group_name, token = rest
+        pg = _pg(group_name)
+        result = alloc(pg, input, *extra)
+        run(pg, result, input, *extra)
+        return _next(token) if out is None else (result, _next(token))
+
+    def fake(input: torch.Tensor, *rest: Any) -> Any:
+        *extra, group_name, token = rest
+        result = alloc(_pg(group_name), input, *extra)
+        return _fake_next(token) if out is None else (result, _fake_next(token))
+
+    _DEFINED[name] = _register(name, schema, real, fake)
 
 
-@all_reduce.register_fake
-def _(input: torch.Tensor, reduce_op: str, group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty_like(input), _fake_next(token)
+def _register(name: str, schema: str, real: Callable[..., Any], fake: Callable[..., Any]) -> Any:
+    op = custom_op(f"{NS}::{name}", real, mutates_args=(), schema=schema)
+    op.register_fake(fake)
+    return op
 
 
-@custom_op(f"{NS}::all_gather_into_tensor", mutates_args=())
-def all_gather_into_tensor(input: torch.Tensor, group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    pg = _pg(group_name)
-    out = input.new_empty(_gathered_shape(input, pg.size()))
-    dispatch(S.ALL_GATHER_INTO_TENSOR, pg, False, out, input.contiguous())
-    return out, _next(token)
+def _clone(pg: Any, input: torch.Tensor, *_: Any) -> torch.Tensor:
+    return input.clone()
+
+
+def _like(pg: Any, input: torch.Tensor, *_: Any) -> torch.Tensor:
+    return torch.empty_like(input, memory_format=torch.contiguous_format)
+
+
+def _rows(n: Callable[..., int]) -> Alloc:
+    """An output of ``n(pg, input, *args)`` rows shaped like the input's."""
+    return lambda pg, input, *a: input.new_empty([n(pg, input, *a), *input.shape[1:]])
+
+
+def _none(*_: Any) -> None:
+    return None
 
 
 def _gathered_shape(input: torch.Tensor, n: int) -> list[Any]:
     return [n] if input.dim() == 0 else [input.shape[0] * n, *input.shape[1:]]
 
 
-@all_gather_into_tensor.register_fake
-def _(input: torch.Tensor, group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return input.new_empty(_gathered_shape(input, _pg(group_name).size())), _fake_next(token)
+def _matrix(pg: Any, counts: Sequence[int]) -> list[list[int]]:
+    """``all_to_all_v``'s count matrix from its row-major flattening (``counts[i * n + j]``: rank i to rank j)."""
+    n = pg.size()
+    return [list(counts[i * n : (i + 1) * n]) for i in range(n)]
 
 
-@custom_op(f"{NS}::reduce_scatter_tensor", mutates_args=())
-def reduce_scatter_tensor(
-    input: torch.Tensor, reduce_op: str, group_name: str, token: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    pg = _pg(group_name)
-    out = input.new_empty([input.shape[0] // pg.size(), *input.shape[1:]])
-    dispatch(S.REDUCE_SCATTER_TENSOR, pg, False, out, input.contiguous(), reduce_op_of(reduce_op))
-    return out, _next(token)
+# The standard ops: used where the capability table says the op is emulated in graph mode; the op then runs through
+# xccl's eager dispatch, which applies the same emulation as eager mode.
+_define("all_reduce", "str reduce_op", "Tensor", _clone,
+        lambda pg, out, input, rop: dispatch(S.ALL_REDUCE, pg, False, out, reduce_op_of(rop)))
+_define("all_gather_into_tensor", "", "Tensor",
+        lambda pg, input: input.new_empty(_gathered_shape(input, pg.size())),
+        lambda pg, out, input: dispatch(S.ALL_GATHER_INTO_TENSOR, pg, False, out, input.contiguous()))
+_define(S.REDUCE_SCATTER_TENSOR.name, "str reduce_op", "Tensor", _rows(lambda pg, input, rop: input.shape[0] // pg.size()),
+        lambda pg, out, input, rop: dispatch(S.REDUCE_SCATTER_TENSOR, pg, False, out, input.contiguous(),
+                                             reduce_op_of(rop)))
+_define("all_to_all_single", "SymInt[] output_split_sizes, SymInt[] input_split_sizes", "Tensor",
+        _rows(lambda pg, input, outs, ins: sum(outs)),
+        lambda pg, out, input, outs, ins: dispatch(S.ALL_TO_ALL_SINGLE, pg, False, out, input.contiguous(), list(outs),
+                                                   list(ins)))
+_define("broadcast", "SymInt src", "Tensor", _clone,
+        lambda pg, out, input, src: dispatch(S.BROADCAST, pg, False, out, None, src))
+
+# What torch has no functional form of. reduce returns this rank's buffer after the reduce (as eager leaves it);
+# gather one tensor per member at ``dst``, an empty list elsewhere; scatter's ``input`` gives the shape, and
+# ``scatter_list`` (one tensor per member) is read at ``src``; recv's ``input`` gives the shape (its values are not
+# read).
+_define("reduce", "SymInt dst, str reduce_op", "Tensor", _clone,
+        lambda pg, out, input, dst, rop: dispatch(S.REDUCE, pg, False, out, None, reduce_op_of(rop), dst))
+_define("gather", "SymInt dst", "Tensor[]",
+        lambda pg, input, dst: [torch.empty_like(input) for _ in range(pg.size() if pg.rank() == dst else 0)],
+        lambda pg, outs, input, dst: dispatch(S.GATHER, pg, False, input.contiguous(), outs or None, None, dst))
+_define("scatter", "Tensor[] scatter_list, SymInt src", "Tensor", lambda pg, input, *_: torch.empty_like(input),
+        lambda pg, out, input, lst, src: dispatch(
+            S.SCATTER, pg, False, out, [t.contiguous() for t in lst] if pg.rank() == src else None, None, src))
+_define("send", "SymInt dst", None, _none,
+        lambda pg, _, input, dst: dispatch(S.SEND, pg, False, input.contiguous(), None, 0, dst))
+_define("recv", "SymInt src", "Tensor", _like, lambda pg, out, input, src: dispatch(S.RECV, pg, False, out, None, 0, src))
+# isend sends from a private copy: once the op returns, a compiler may reuse ``input``'s memory (Inductor did, for
+# the next buffer it needed) while the send is still in flight. Both complete at the group's ``xccl.wait`` (pending
+# under the group's name as the group gives it).
+_define("isend", "SymInt dst", None, _none, lambda pg, _, input, dst: GRAPH.pending.setdefault(pg.group_name, []).append(
+    dispatch(S.ISEND, pg, True, input.contiguous().clone(), None, 0, dst)))
+_define("irecv", "SymInt src", "Tensor", _like, lambda pg, out, input, src: GRAPH.pending.setdefault(
+    pg.group_name, []).append(dispatch(S.IRECV, pg, True, out, None, 0, src)))
+_define("all_gather_into_tensor_uneven", "SymInt[] output_split_sizes", "Tensor", _rows(lambda pg, input, s: sum(s)),
+        lambda pg, out, input, s: dispatch(S.ALL_GATHER_INTO_TENSOR_UNEVEN, pg, False, out, input.contiguous(),
+                                           list(s)))
+_define(S.REDUCE_SCATTER_TENSOR_UNEVEN.name, "SymInt[] input_split_sizes, str reduce_op", "Tensor",
+        _rows(lambda pg, input, s, rop: s[pg.rank()]),
+        lambda pg, out, input, s, rop: dispatch(S.REDUCE_SCATTER_TENSOR_UNEVEN, pg, False, out, input.contiguous(),
+                                                list(s), reduce_op_of(rop)))
+_define("all_to_all_v", "SymInt[] send_counts", "Tensor",
+        lambda pg, input, counts: input.new_empty([sum(row[pg.rank()] for row in _matrix(pg, counts))]),
+        lambda pg, out, input, counts: dispatch(S.ALL_TO_ALL_V, pg, False, out, input.contiguous().view(-1),
+                                                _matrix(pg, counts)))
 
 
-@reduce_scatter_tensor.register_fake
-def _(input: torch.Tensor, reduce_op: str, group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return input.new_empty([input.shape[0] // _pg(group_name).size(), *input.shape[1:]]), _fake_next(token)
-
-
-@custom_op(f"{NS}::all_to_all_single", mutates_args=())
-def all_to_all_single(
-    input: torch.Tensor, output_split_sizes: Sequence[int], input_split_sizes: Sequence[int], group_name: str,
-    token: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    out = input.new_empty([sum(output_split_sizes), *input.shape[1:]])
-    dispatch(S.ALL_TO_ALL_SINGLE, _pg(group_name), False, out, input.contiguous(), list(output_split_sizes),
-             list(input_split_sizes))
-    return out, _next(token)
-
-
-@all_to_all_single.register_fake
-def _(
-    input: torch.Tensor, output_split_sizes: Sequence[int], input_split_sizes: Sequence[int], group_name: str,
-    token: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return input.new_empty([sum(output_split_sizes), *input.shape[1:]]), _fake_next(token)
-
-
-@custom_op(f"{NS}::broadcast", mutates_args=())
-def broadcast(input: torch.Tensor, src: int, group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    pg = _pg(group_name)
-    out = input.clone()
-    dispatch(S.BROADCAST, pg, False, out, None, src)
-    return out, _next(token)
-
-
-@broadcast.register_fake
-def _(input: torch.Tensor, src: int, group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty_like(input), _fake_next(token)
-
-
-# ------------------------------------------------------------------------ ops torch has no functional form of
-
-
-@custom_op(f"{NS}::reduce", mutates_args=())
-def reduce(input: torch.Tensor, dst: int, reduce_op: str, group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reduce to group rank ``dst``; returns this rank's buffer after the reduce (as eager leaves it)."""
-    pg = _pg(group_name)
-    out = input.clone()
-    dispatch(S.REDUCE, pg, False, out, None, reduce_op_of(reduce_op), dst)
-    return out, _next(token)
-
-
-@reduce.register_fake
-def _(input: torch.Tensor, dst: int, reduce_op: str, group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty_like(input), _fake_next(token)
-
-
-@custom_op(f"{NS}::gather", mutates_args=())
-def gather(input: torch.Tensor, dst: int, group_name: str, token: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Gather to group rank ``dst``: one tensor per member there, an empty list elsewhere."""
-    pg = _pg(group_name)
-    outs = [torch.empty_like(input) for _ in range(pg.size())] if pg.rank() == dst else None
-    dispatch(S.GATHER, pg, False, input.contiguous(), outs, None, dst)
-    return outs or [], _next(token)
-
-
-@gather.register_fake
-def _(input: torch.Tensor, dst: int, group_name: str, token: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
-    pg = _pg(group_name)
-    n = pg.size() if pg.rank() == dst else 0
-    return [torch.empty_like(input) for _ in range(n)], _fake_next(token)
-
-
-@custom_op(f"{NS}::scatter", mutates_args=())
-def scatter(
-    input: torch.Tensor, scatter_list: Sequence[torch.Tensor], src: int, group_name: str, token: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scatter from group rank ``src`` (whose ``scatter_list`` has one tensor per member); ``input`` gives the shape."""
-    pg = _pg(group_name)
-    out = torch.empty_like(input)
-    lst = [t.contiguous() for t in scatter_list] if pg.rank() == src else None
-    dispatch(S.SCATTER, pg, False, out, lst, None, src)
-    return out, _next(token)
-
-
-@scatter.register_fake
-def _(
-    input: torch.Tensor, scatter_list: Sequence[torch.Tensor], src: int, group_name: str, token: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty_like(input), _fake_next(token)
-
-
-@custom_op(f"{NS}::barrier", mutates_args=())
-def barrier(group_name: str, token: torch.Tensor) -> torch.Tensor:
+def _barrier(group_name: str, token: torch.Tensor) -> torch.Tensor:
     dispatch(S.BARRIER, _pg(group_name), False)
     return _next(token)
 
 
-@barrier.register_fake
-def _(group_name: str, token: torch.Tensor) -> torch.Tensor:
-    return _fake_next(token)
-
-
-@custom_op(f"{NS}::send", mutates_args=())
-def send(input: torch.Tensor, dst: int, group_name: str, token: torch.Tensor) -> torch.Tensor:
-    """Send to group rank ``dst``; returns only the next token."""
-    pg = _pg(group_name)
-    dispatch(S.SEND, pg, False, input.contiguous(), None, 0, dst)
-    return _next(token)
-
-
-@send.register_fake
-def _(input: torch.Tensor, dst: int, group_name: str, token: torch.Tensor) -> torch.Tensor:
-    return _fake_next(token)
-
-
-@custom_op(f"{NS}::recv", mutates_args=())
-def recv(input: torch.Tensor, src: int, group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Receive from group rank ``src`` a tensor shaped like ``input`` (whose values are not read)."""
-    pg = _pg(group_name)
-    out = torch.empty_like(input, memory_format=torch.contiguous_format)
-    dispatch(S.RECV, pg, False, out, None, 0, src)
-    return out, _next(token)
-
-
-@recv.register_fake
-def _(input: torch.Tensor, src: int, group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty_like(input, memory_format=torch.contiguous_format), _fake_next(token)
-
-
-@custom_op(f"{NS}::isend", mutates_args=())
-def isend(input: torch.Tensor, dst: int, group_name: str, token: torch.Tensor) -> torch.Tensor:
-    """Start sending to group rank ``dst``; ``xccl.wait`` on the group completes it.
-
-    Sends from a private copy: once this op returns, a compiler may reuse ``input``'s memory (Inductor did, for
-    the next buffer it needed) while the send is still in flight.
-    """
-    pg = _pg(group_name)
-    GRAPH.pending.setdefault(group_name, []).append(
-        dispatch(S.ISEND, pg, True, input.contiguous().clone(), None, 0, dst)
-    )
-    return _next(token)
-
-
-@isend.register_fake
-def _(input: torch.Tensor, dst: int, group_name: str, token: torch.Tensor) -> torch.Tensor:
-    return _fake_next(token)
-
-
-@custom_op(f"{NS}::irecv", mutates_args=())
-def irecv(input: torch.Tensor, src: int, group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Start receiving from group rank ``src`` into a new tensor, valid once ``xccl.wait`` returns it."""
-    pg = _pg(group_name)
-    out = torch.empty_like(input, memory_format=torch.contiguous_format)
-    GRAPH.pending.setdefault(group_name, []).append(dispatch(S.IRECV, pg, True, out, None, 0, src))
-    return out, _next(token)
-
-
-@irecv.register_fake
-def _(input: torch.Tensor, src: int, group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty_like(input, memory_format=torch.contiguous_format), _fake_next(token)
-
-
-@custom_op(f"{NS}::wait", mutates_args=())
-def wait(received: Sequence[torch.Tensor], group_name: str, token: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Complete every pending isend/irecv of the group; returns ``received`` (irecv results) now valid."""
-    for work in GRAPH.pending.pop(group_name, []):
-        work.wait()
-    return [t.clone() for t in received], _next(token)
-
-
-@wait.register_fake
-def _(received: Sequence[torch.Tensor], group_name: str, token: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
-    return [torch.empty_like(t) for t in received], _fake_next(token)
-
-
-@custom_op(f"{NS}::all_gather_into_tensor_uneven", mutates_args=())
-def all_gather_into_tensor_uneven(
-    input: torch.Tensor, output_split_sizes: Sequence[int], group_name: str, token: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    out = input.new_empty([sum(output_split_sizes), *input.shape[1:]])
-    dispatch(S.ALL_GATHER_INTO_TENSOR_UNEVEN, _pg(group_name), False, out, input.contiguous(),
-             list(output_split_sizes))
-    return out, _next(token)
-
-
-@all_gather_into_tensor_uneven.register_fake
-def _(
-    input: torch.Tensor, output_split_sizes: Sequence[int], group_name: str, token: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return input.new_empty([sum(output_split_sizes), *input.shape[1:]]), _fake_next(token)
-
-
-@custom_op(f"{NS}::reduce_scatter_tensor_uneven", mutates_args=())
-def reduce_scatter_tensor_uneven(
-    input: torch.Tensor, input_split_sizes: Sequence[int], reduce_op: str, group_name: str, token: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    pg = _pg(group_name)
-    out = input.new_empty([input_split_sizes[pg.rank()], *input.shape[1:]])
-    dispatch(S.REDUCE_SCATTER_TENSOR_UNEVEN, pg, False, out, input.contiguous(), list(input_split_sizes),
-             reduce_op_of(reduce_op))
-    return out, _next(token)
-
-
-@reduce_scatter_tensor_uneven.register_fake
-def _(
-    input: torch.Tensor, input_split_sizes: Sequence[int], reduce_op: str, group_name: str, token: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    rank = _pg(group_name).rank()
-    return input.new_empty([input_split_sizes[rank], *input.shape[1:]]), _fake_next(token)
-
-
-@custom_op(f"{NS}::all_to_all_v", mutates_args=())
-def all_to_all_v(
-    input: torch.Tensor, send_counts: Sequence[int], group_name: str, token: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """All-to-all with a count matrix, flattened row-major (``send_counts[i * n + j]``: rank i to rank j)."""
-    pg = _pg(group_name)
-    n, rank = pg.size(), pg.rank()
-    matrix = [list(send_counts[i * n : (i + 1) * n]) for i in range(n)]
-    out = input.new_empty([sum(row[rank] for row in matrix)])
-    dispatch(S.ALL_TO_ALL_V, pg, False, out, input.contiguous().view(-1), matrix)
-    return out, _next(token)
-
-
-@all_to_all_v.register_fake
-def _(input: torch.Tensor, send_counts: Sequence[int], group_name: str, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    pg = _pg(group_name)
-    n, rank = pg.size(), pg.rank()
-    return input.new_empty([sum(send_counts[i * n + rank] for i in range(n))]), _fake_next(token)
-
-
-@custom_op(f"{NS}::order", mutates_args=())
-def order(token: torch.Tensor, after: Sequence[torch.Tensor]) -> torch.Tensor:
+def _order(token: torch.Tensor, after: Sequence[torch.Tensor]) -> torch.Tensor:
     """The next token, once every tensor in ``after`` exists: how a standard ``_c10d_functional`` collective's
     result joins the token chain, so that the group's next xccl op cannot be scheduled before its wait."""
     return _next(token)
 
 
-@order.register_fake
-def _(token: torch.Tensor, after: Sequence[torch.Tensor]) -> torch.Tensor:
-    return _fake_next(token)
+def _wait(received: Sequence[torch.Tensor], group_name: str, token: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Complete every pending isend/irecv of the group; returns ``received`` (irecv results) now valid."""
+    for work in GRAPH.pending.pop(_pg(group_name).group_name, []):
+        work.wait()
+    return [t.clone() for t in received], _next(token)
 
+
+_DEFINED["barrier"] = _register("barrier", "(str group_name, Tensor token) -> Tensor", _barrier,
+                                lambda group_name, token: _fake_next(token))
+_DEFINED["order"] = _register("order", "(Tensor token, Tensor[] after) -> Tensor", _order,
+                              lambda token, after: _fake_next(token))
+_DEFINED["wait"] = _register("wait", "(Tensor[] received, str group_name, Tensor token) -> (Tensor[], Tensor)", _wait,
+                             lambda received, group_name, token: ([torch.empty_like(t) for t in received],
+                                                                  _fake_next(token)))
 
 #: Every op xccl defines, by name (``torch.ops.xccl.<name>``).
-OPS: Final = {
-    op._name: op._opoverload
-    for op in (
-        all_reduce, all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, broadcast, reduce, gather,
-        scatter, barrier, send, recv, all_gather_into_tensor_uneven, reduce_scatter_tensor_uneven, all_to_all_v,
-        order, isend, irecv, wait,
-    )
-}
+OPS: Final = {name: op._opoverload for name, op in _DEFINED.items()}
 
 # Communication must survive dead-code elimination even where a result goes unused.
 for _op in OPS.values():

@@ -53,12 +53,12 @@ _RED_OP_TYPE: Final = ReduceOp.RedOpType
 _SUM: Final = ReduceOp.SUM
 _PREMUL_SUM: Final = ReduceOp.RedOpType.PREMUL_SUM  # type: ignore[attr-defined]
 #: Each plain reduce op's one ``RedOpType`` object, by value (pybind hands out a new object on every read).
-_CANONICAL: Final = {int(v): v for v in ReduceOp.RedOpType.__members__.values()}
-_PREMUL: Final = int(_PREMUL_SUM)
+_CANONICAL: Final = {v.value: v for v in ReduceOp.RedOpType.__members__.values()}
+_PREMUL: Final = _PREMUL_SUM.value
 #: ``id`` of each of those objects -> its value. pybind's ``RedOpType.__hash__`` is a call into pybind (about
 #: 0.35 us), paid by every dict keyed on one; these objects live as long as the process, so their ids are theirs
 #: alone and key a dict for the price of an int's hash (the plan cache, the options caches).
-PLAIN_OP_KEY: Final = {id(v): int(v) for v in _CANONICAL.values()}
+PLAIN_OP_KEY: Final = {id(v): value for value, v in _CANONICAL.items()}
 
 
 @final

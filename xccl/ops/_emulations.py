@@ -1,7 +1,7 @@
 """xccl's emulations, one record each: what the composition calls, whether it reduces on the host, what it costs.
 
 An emulation runs an op (its :attr:`Emulation.op`) as a composition (its ``via``) of building blocks the backend
-has: reduce_scatter_tensor as all_to_all_single plus a local reduction where SCCL has no reduce_scatter, the
+has: a tensor reduce-scatter as all_to_all_single plus a local reduction where SCCL has no reduce_scatter, the
 uneven ops by padding, send/recv through host memory. Its record holds everything the layers need to know of it:
 
 * :attr:`~Emulation.blocks`: the building blocks it calls, with their dtype and reduce op, which the capability
@@ -73,7 +73,7 @@ EMULATIONS: Final[tuple[Emulation, ...]] = (
               "all_to_all_single + local reduction; same bytes as a ring", local_reduction=True),
     Emulation(C.REDUCE_SCATTER_TENSOR, "all_reduce", ((C.ALL_REDUCE, None, "="),),
               "all_reduce + slice; about 2x the bytes of reduce_scatter"),
-    Emulation(C.REDUCE_SCATTER, "reduce_scatter_tensor", ((C.REDUCE_SCATTER_TENSOR, None, "="),),
+    Emulation(C.REDUCE_SCATTER, C.REDUCE_SCATTER_TENSOR.value, ((C.REDUCE_SCATTER_TENSOR, None, "="),),
               "concatenates the inputs, then one reduce-scatter of the whole"),
     Emulation(C.ALL_TO_ALL, "all_to_all_single", ((C.ALL_TO_ALL_SINGLE_UNEVEN, None, None),),
               "concatenates the inputs, one all_to_all_single with split sizes, one copy out"),

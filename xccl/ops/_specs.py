@@ -198,10 +198,6 @@ class Spec:
             return value.numel() * value.element_size()
         return sum(t.numel() * t.element_size() for t in value)
 
-    def renamed(self, name: str) -> Spec:
-        """The same collective under another public name (``isend`` for ``send``)."""
-        return replace(self, name=name)
-
     @property
     def signature(self) -> tuple[str, ...]:
         """The arguments a plugin's kernel of this op takes after its context: the kernel arguments' names, then

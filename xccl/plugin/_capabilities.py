@@ -179,7 +179,7 @@ class CapabilityTable:
     Example::
 
         table = xccl.capabilities("cpu")
-        table.supports("reduce_scatter_tensor", mode="graph")
+        table.supports("all_gather_into_tensor", mode="graph")
         table.require("all_reduce", dtype=torch.bfloat16, reduce_op="avg")
     """
 

@@ -14,7 +14,7 @@ PORTABLE: Final[dict[Collective, Support]] = {
         Level.EMULATED, via="padding", note="rows padded to the largest split, then all_gather_into_tensor"
     ),
     C.REDUCE_SCATTER_TENSOR_UNEVEN: Support(
-        Level.EMULATED, via="padding", note="chunks padded to the largest split, then reduce_scatter_tensor"
+        Level.EMULATED, via="padding", note="chunks padded to the largest split, then an even reduce-scatter"
     ),
     C.ALL_TO_ALL_V: Support(Level.EMULATED, via="all_to_all_single", note="all_to_all_single with the matrix's splits"),
     C.MONITORED_BARRIER: Support(

@@ -1,6 +1,6 @@
 """Preferred compositions: a native op that a backend runs faster as a composition of its other ops.
 
-"Native" names where a kernel comes from, not how fast it is: gloo's ``reduce_scatter_tensor`` at 64 MiB takes
+"Native" names where a kernel comes from, not how fast it is: gloo's native reduce-scatter at 64 MiB takes
 longer than an ``all_to_all_single`` plus a local reduction of the same bytes. A capability entry may therefore
 carry :class:`Prefer` records, each naming a composition (an emulation xccl has for the op, its ``via``) and the
 call shapes on which it measured faster: a range of sizes in bytes and a set of world sizes, with the measurement
@@ -10,7 +10,7 @@ that shows it (``why``). Dispatch then runs the composition on those shapes and 
 Every rank of a call must choose alike, or ranks run different collectives and hang. The choice is therefore made
 only from what every rank of a call agrees on: the op, dtype, reduce op, world size, and for size ranges the
 op's *agreed size* (:data:`AGREED_SIZE`): a size every rank passes alike by the op's own contract, such as the
-whole input of ``reduce_scatter_tensor``. Ops without one (list ``all_to_all``, whose tensors differ from rank to
+whole input of a tensor reduce-scatter. Ops without one (list ``all_to_all``, whose tensors differ from rank to
 rank; ``all_to_all_single`` with split sizes) may carry only preferences without a size range.
 """
 
@@ -39,7 +39,7 @@ class Prefer:
     Example::
 
         Prefer("all_to_all", min_bytes=1 << 20, world_sizes=(2, 4),
-               why="benchmarks/emulation.py: 1.3x gloo's reduce_scatter_tensor at 64 MiB")
+               why="benchmarks/emulation.py: 1.3x gloo's native reduce-scatter at 64 MiB")
     """
 
     #: The composition: the name of one of xccl's emulations of the op (``xccl.collectives._emulate``).

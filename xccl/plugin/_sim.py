@@ -26,7 +26,7 @@ returns a creator's ``ProcessGroup`` subclass as the group itself and registers 
 ``group_name`` ("ProcessGroup name not set": the name lives in the backends) and with it every functional
 collective. So the creator registers the gloo backend on the wrapper as well; the wrapper's Python methods still
 run first, because Python calls and the trampoline both find the overrides before the C++ base class. In torch
-2.13 ``dist.all_gather_into_tensor`` calls ``all_gather_single`` and ``dist.reduce_scatter_tensor`` calls
+2.13 ``dist.all_gather_into_tensor`` calls ``all_gather_single`` and the tensor reduce-scatter calls
 ``reduce_scatter_single``; a subclass that overrides only ``_reduce_scatter_base`` falls through to the C++ base,
 which fails with "No backend type associated with device type cpu". Every method name is overridden here.
 

@@ -400,7 +400,7 @@ def capabilities(plugin: str | None = None) -> CapabilityTable:
 
     Example::
 
-        xccl.capabilities("sophgo").supports("reduce_scatter_tensor")
+        xccl.capabilities("sophgo").supports("all_to_all_single")
     """
     if plugin is None:
         plugin = get_world().plugin

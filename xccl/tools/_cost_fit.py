@@ -43,21 +43,15 @@ C = Collective
 #: The ops each measured name stands for: one native op serves both of torch's spellings (all_gather and
 #: all_gather_into_tensor run the same kernel), so a measurement of one calibrates both.
 _ALIASES: Final[Mapping[str, tuple[Collective, ...]]] = {
-    "all_reduce": (C.ALL_REDUCE,),
+    **{c.value: (c,) for c in (C.ALL_REDUCE, C.ALL_GATHER_INTO_TENSOR, C.REDUCE_SCATTER_TENSOR, C.ALL_TO_ALL_SINGLE,
+                               C.BROADCAST, C.REDUCE, C.GATHER, C.SCATTER)},
     "allreduce": (C.ALL_REDUCE,),
     "all_gather": (C.ALL_GATHER, C.ALL_GATHER_INTO_TENSOR),
     "allgather": (C.ALL_GATHER, C.ALL_GATHER_INTO_TENSOR),
-    "all_gather_into_tensor": (C.ALL_GATHER_INTO_TENSOR,),
     "reduce_scatter": (C.REDUCE_SCATTER, C.REDUCE_SCATTER_TENSOR),
     "reducescatter": (C.REDUCE_SCATTER, C.REDUCE_SCATTER_TENSOR),
-    "reduce_scatter_tensor": (C.REDUCE_SCATTER_TENSOR,),
     "all_to_all": (C.ALL_TO_ALL, C.ALL_TO_ALL_SINGLE),
     "alltoall": (C.ALL_TO_ALL, C.ALL_TO_ALL_SINGLE),
-    "all_to_all_single": (C.ALL_TO_ALL_SINGLE,),
-    "broadcast": (C.BROADCAST,),
-    "reduce": (C.REDUCE,),
-    "gather": (C.GATHER,),
-    "scatter": (C.SCATTER,),
     "sendrecv": (C.SEND, C.RECV),
 }
 

@@ -3,7 +3,7 @@
 Example::
 
     xccl bench --op all_reduce -n 2 --min-bytes 4 --max-bytes 64M --compare-raw --json out.json --plot out.png
-    xccl bench --op reduce_scatter_tensor,all_to_all_v --plugin sophgo --simulate
+    xccl bench --op all_gather_into_tensor,all_to_all_v --plugin sophgo --simulate
     xccl bench --compare-raw --aa-control --passes 4 --time-per-size 2 --iters 4000   # parity, with its noise
 
 Exit status: 0; 1 when a rank fails or ``--plot`` lacks matplotlib; 2 for a bad configuration (unknown op,
