@@ -48,7 +48,7 @@ import torch
 
 from ..errors import CollectiveTimeout, PeerFailure, XcclError
 from ..plugin._vendor_runtime import Fault, VendorFault
-from ..plugin._work import ForwardingWork
+from ..plugin._work import ForwardingWork, future_of
 from ._flight import stamp
 from ._liveness import lost_peers
 from ._state import PROCESS, missing_members
@@ -203,15 +203,17 @@ class TypedWork(ForwardingWork):
         ctx: the group's dispatch context.
         op: the public collective's name.
         started: ``time.monotonic()`` at the call.
+        outputs: the tensors the call writes (its future's value where the backend's work has no future).
     """
 
-    __slots__ = ("_ctx", "_op", "_started", "entry")
+    __slots__ = ("_ctx", "_op", "_outputs", "_started", "entry")
 
-    def __init__(self, work: Any, ctx: Any, op: str, started: float) -> None:
+    def __init__(self, work: Any, ctx: Any, op: str, started: float, outputs: Sequence[Any] = ()) -> None:
         super().__init__(work)
         self._ctx = ctx
         self._op = op
         self._started = started
+        self._outputs = outputs
         #: The flight recorder's record of the call (``_flight``), stamped complete when this handle finds the work
         #: done: at ``wait()``, ``is_completed()``, or from the future once someone asks for it.
         self.entry: Any = None
@@ -229,7 +231,7 @@ class TypedWork(ForwardingWork):
 
     def get_future(self) -> Any:
         """The backend's future (its errors are the backend's own: ``wait()`` is the typed path)."""
-        fut = self.work.get_future()
+        fut = future_of(self.work, self._outputs)
         if self.entry is not None:
             # Who waits on the future (DDP's reducer) never calls wait(): its completion comes from the backend.
             fut.add_done_callback(partial(stamp, self.entry))
@@ -295,7 +297,7 @@ class _Faults:
             if work is None or spec.fused:
                 return work
             if type(work) not in TYPED:  # the detector's handles are typed already
-                work = TypedWork(work, st, spec.name, started)
+                work = TypedWork(work, st, spec.name, started, kargs)
             if _graph_task() != -1:
                 _guard(work)
             return work

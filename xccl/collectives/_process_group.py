@@ -38,8 +38,9 @@ import torch
 import torch.distributed as dist
 from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
 
+from ..errors import InvalidArgument
 from ..ops._c10d import Method, d_allreduce, op_of
-from ..ops._specs import SPECS
+from ..ops._specs import SPECS, Access, Spec
 from ..plugin._capabilities import Collective
 from ..plugin._contract import Runtime
 from ..plugin._work import Work
@@ -176,7 +177,14 @@ def _c10d_method(method: Method) -> Any:
             key, public = decode(*args, **kwargs)
             # The options struct is the last argument, or ``opts=`` (send and recv take none: always a handle).
             async_op = getattr(kwargs.get("opts", args[-1] if args else None), "asyncOp", True)
-            return _returned(dispatch(SPECS[key], self, async_op, *public), async_op)
+            spec = SPECS[key]
+            try:
+                return _returned(dispatch(spec, self, async_op, *public), async_op)
+            except InvalidArgument:
+                contiguous = _contiguous_inputs(spec, public)
+                if contiguous is None:
+                    raise
+            return _returned(dispatch(spec, self, async_op, *contiguous), async_op)
     else:
         def call(self: XcclProcessGroup, *args: Any, **kwargs: Any) -> Any:
             key, calls = decode(*args, **kwargs)
@@ -190,6 +198,31 @@ def _c10d_method(method: Method) -> Any:
     call.__name__ = call.__qualname__ = method.name
     call.__doc__ = f"``ProcessGroup.{method.name}``, decoded into xccl's call and dispatched."
     return call
+
+
+def _contiguous_inputs(spec: Spec, public: Sequence[Any]) -> list[Any] | None:
+    """``public`` with every tensor the call only reads made contiguous, or None when each already was.
+
+    torch's own autograd functions hand the group what the user cannot reach: ``_AllGatherBase.backward`` passes
+    ``sum().backward()``'s expanded gradient to reduce_scatter. NCCL and HCCL read such an input by ``data_ptr``
+    and reduce the wrong elements, silently; xccl's validation refuses it before anything is sent. A caller through
+    torch.distributed gets the copy xccl's own functions ask the user to make. Only after the validation refused
+    the call (on every rank alike, before communicating), so a contiguous call pays nothing; written tensors are
+    never copied (the result would land in the copy).
+    """
+    out = list(public)
+    changed = False
+    for i, arg in enumerate(spec.args[: len(out)]):
+        value = out[i]
+        if arg.access is not Access.READ:
+            continue
+        if isinstance(value, torch.Tensor) and not value.is_contiguous():
+            out[i] = value.contiguous()
+            changed = True
+        elif isinstance(value, list) and any(isinstance(t, torch.Tensor) and not t.is_contiguous() for t in value):
+            out[i] = [t.contiguous() if isinstance(t, torch.Tensor) else t for t in value]
+            changed = True
+    return out if changed else None
 
 
 def _outside_dynamo(fn: Any) -> Any:

@@ -152,7 +152,8 @@ class SimProfile:
     #: ``dtype_reduce_ops``; others raise ``"<vendor_name>: unsupported reduce op ReduceOp.<OP> (supported: ...)"``.
     reduce_ops: frozenset[str]
     #: False: ``alltoall_base`` with unequal split sizes raises (SCCL ignores the splits and would compute
-    #: garbage, so the simulation refuses instead of reproducing that).
+    #: garbage, so the simulation refuses instead of reproducing that). True: uneven splits and the list form
+    #: with tensors of different sizes both run (HCCL's AlltoAllV).
     uneven_all_to_all: bool
     #: ``(pg_options, group_rank, group_size)`` -> None, raising like the vendor's creator; None: no check.
     check_options: OptionsCheck | None = field(default=None, compare=False)
@@ -409,6 +410,38 @@ def _gated(method: str, key: str) -> Callable[..., Any]:
 # one place that says which name reaches which vendor method.
 for _method, _key in _METHOD_KEYS.items():
     setattr(SimulatedProcessGroup, _method, _gated(_method, _key))
+
+
+_EVEN_ALLTOALL: Final = SimulatedProcessGroup.alltoall
+
+
+def _alltoall(self: SimulatedProcessGroup, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+              opts: Any = None) -> Any:
+    """``ProcessGroup.alltoall`` (the list form), gated like every method. A vendor that takes uneven tensors there
+    (HCCL runs the list as AlltoAllV) is computed by gloo's ``alltoall_base`` with split sizes over one flat buffer
+    each way: gloo's own list form refuses tensors of different sizes ("ProcessGroupGloo::alltoall: invalid tensor
+    size"), which the vendor's user never sees."""
+    if not self._profile.uneven_all_to_all or len({t.numel() for t in (*outputs, *inputs)}) <= 1:
+        return _EVEN_ALLTOALL(self, outputs, inputs, *(() if opts is None else (opts,)))
+    self._admit("alltoall", (outputs, inputs), {})
+    send = carried(torch.cat([t.reshape(-1) for t in inputs]))
+    recv = torch.empty(sum(t.numel() for t in outputs), dtype=send.dtype, device=send.device)
+    vendor = self.simulated_runtime
+    vendor.before("alltoall")
+    inner = self._inner.alltoall_base(recv, send, [t.numel() for t in outputs], [t.numel() for t in inputs],
+                                      dist.AllToAllOptions())
+    work = vendor.after("alltoall", inner)
+
+    def copy_out() -> None:
+        offset = 0
+        for out in outputs:
+            carried(out).view(-1).copy_(recv[offset: offset + out.numel()])
+            offset += out.numel()
+
+    return complete(self._completion, "alltoall", Work([work], then=copy_out))
+
+
+SimulatedProcessGroup.alltoall = _alltoall  # type: ignore[method-assign,assignment]
 
 
 def _tensors(obj: object) -> Iterator[torch.Tensor]:

@@ -23,7 +23,7 @@ from typing import Any, Final, final
 import torch
 import torch.distributed as dist
 
-__all__ = ["ForwardingWork", "Work", "finish"]
+__all__ = ["ForwardingWork", "Work", "finish", "future_of"]
 
 
 @final
@@ -77,7 +77,7 @@ class Work(dist.Work):
             if self._done:
                 return
             if self._then is not None:
-                self._then()
+                _below_autograd(self._then)
             self._done = True
 
     def synchronize(self) -> None:
@@ -146,17 +146,7 @@ class Work(dist.Work):
     def _future_by_thread(self) -> torch.futures.Future[list[torch.Tensor]]:
         """The future for inner works that have none (gloo's reduce_scatter): a thread waits for them (each wait
         bounded by its group's timeout) and completes it."""
-        fut: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
-
-        def complete() -> None:
-            try:
-                self.wait()
-                fut.set_result(self._result)
-            except Exception as exc:  # the future carries the failure
-                fut.set_exception(exc)  # type: ignore[arg-type]  # torch's stub types it as the result
-
-        threading.Thread(target=complete, name="xccl-work-future", daemon=True).start()
-        return fut
+        return _thread_future(self.wait, self.result)
 
 
 def _futures(works: Sequence[Any]) -> list[torch.futures.Future[Any]] | None:
@@ -170,6 +160,42 @@ def _futures(works: Sequence[Any]) -> list[torch.futures.Future[Any]] | None:
     return futures
 
 
+def future_of(work: Any, kargs: Sequence[Any] = ()) -> torch.futures.Future[Any]:
+    """``work.get_future()``, or, for a backend's work that has none (gloo's reduce_scatter, and so what the
+    simulation runs in place of torch_npu's WorkHCCL, which has one), a future completed by a thread that waits for
+    the work (bounded by its group's timeout), with the work's result or else the call's tensors (``kargs``, the
+    kernel's arguments: its tensors, as a native future's list holds the op's outputs first)."""
+    try:
+        return work.get_future()  # type: ignore[no-any-return]
+    except RuntimeError as exc:
+        if "not implemented" not in str(exc):
+            raise
+
+    def result() -> Any:
+        try:
+            value = work.result()
+        except RuntimeError:  # "Work::result not implemented"
+            value = None
+        return value or [t for t in kargs if isinstance(t, torch.Tensor)]
+
+    return _thread_future(work.wait, result)
+
+
+def _thread_future(wait: Callable[[], object], result: Callable[[], Any]) -> torch.futures.Future[Any]:
+    """A future of ``result()`` that a thread completes after ``wait()`` returns (or fails with what it raised)."""
+    fut: torch.futures.Future[Any] = torch.futures.Future()
+
+    def complete() -> None:
+        try:
+            wait()
+            fut.set_result(result())
+        except Exception as exc:  # the future carries the failure, as a backend's does
+            fut.set_exception(exc)
+
+    threading.Thread(target=complete, name="xccl-work-future", daemon=True).start()
+    return fut
+
+
 def finish(work: Any, async_op: bool, then: Callable[[], object] | None = None) -> Any:
     """Complete a composed collective: run ``then`` now (sync) or hand back a :class:`Work` that runs it on
     ``wait`` (async). ``work`` is the inner collective's handle, or None when it already completed."""
@@ -178,8 +204,17 @@ def finish(work: Any, async_op: bool, then: Callable[[], object] | None = None) 
     if work is not None:
         work.wait()
     if then is not None:
-        then()
+        _below_autograd(then)
     return None
+
+
+def _below_autograd(step: Callable[[], object]) -> None:
+    """Run a composed collective's local step (a copy into the user's tensor, a local reduction) as a native
+    kernel writes its output: below autograd. The user's tensor may be a leaf that requires grad (the receive
+    buffers of torch.distributed.pipelining's stages are), which autograd refuses to see written in place; grad
+    mode is per thread, and the step may run in the backend's."""
+    with torch.no_grad():
+        step()
 
 
 class ForwardingWork(dist.Work):
