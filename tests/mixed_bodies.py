@@ -259,3 +259,15 @@ def fused() -> list[str]:
     if not close(xccl.mm_all_reduce(a_all[r], b), total):
         bad.append("mm_all_reduce")
     return bad
+
+
+def torch_gather(dst: int) -> list[list[float]] | None:
+    """``torch.distributed.gather`` from every rank: on the Ascend ranks it is torch_npu's replacement (its root's
+    sizes broadcast first, then an all_gather), on the others torch's own (the group's gather)."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    t = torch.full((3,), float(rank))
+    lst = [torch.empty(3) for _ in range(n)] if rank == dst else None
+    dist.gather(t, lst, dst=dst)
+    if lst is None:
+        return None
+    return [x.tolist() for x in lst]

@@ -121,6 +121,13 @@ class Islands:
         #: Each island's plugin -> its table; each island's size in this group.
         self.tables: Final = tables
         self.sizes: Final = {world_map.plugins[p[0]]: len(p) for p in self.parts}
+        #: Whether some island's SDK replaces ``torch.distributed.gather`` (torch_npu's: the root's sizes go
+        #: first, ``_mixed_ops._root_sizes_first``), so the group's gather must send what that replacement sends.
+        self.gather_replaced: Final = any(
+            patch.target == "torch.distributed.gather"
+            for p in self.plugins
+            for patch in (runtime.plugin if p == runtime.plugin.name else default_registry().get(p)).vendor_runtime().patches
+        )
 
     def describe(self) -> str:
         """The group's islands, e.g. ``2 ascend + 2 sophgo``."""

@@ -8,6 +8,7 @@ how each op runs on such a group (``xccl caps --group``).
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -253,11 +254,32 @@ def _host_reduce(g: MixedGroup, t: torch.Tensor, root: int, op: Any) -> None:
 
 
 def _host_gather(g: MixedGroup, t: torch.Tensor, lst: Any, root: int) -> None:
+    if g.islands.gather_replaced:
+        _root_sizes_first(g, lst, root)
     outs = [torch.empty_like(t) for _ in g.islands.members]
     _host_all_gather(g, outs, t)
     if g.islands.host.rank() == root and lst is not None:
         for o, got in zip(lst, outs, strict=True):
             o.copy_(got)
+
+
+def _root_sizes_first(g: MixedGroup, lst: Any, root: int) -> None:
+    """What an island whose SDK replaces ``dist.gather`` sends before its all_gather: torch_npu's ``_gather``
+    broadcasts the root's ``gather_list`` sizes with ``broadcast_object_list`` (a broadcast of the pickled sizes'
+    lengths, then one of their bytes, both on this group's broadcast). The other islands' ranks reach this
+    composition through the group's gather instead; they take part in the same two broadcasts, so every member makes
+    the same calls in the same order."""
+    x = g.islands
+    if x.host.rank() == root:
+        pickled = [pickle.dumps(o.size()) for o in lst]
+        lengths = torch.tensor([len(b) for b in pickled], dtype=torch.long)
+        data = torch.frombuffer(bytearray(b"".join(pickled)), dtype=torch.uint8)
+    else:
+        lengths = torch.empty(len(x.members), dtype=torch.long)
+    _hier_broadcast(g, lengths, root)
+    if x.host.rank() != root:
+        data = torch.empty(int(lengths.sum()), dtype=torch.uint8)
+    _hier_broadcast(g, data, root)
 
 
 def _host_scatter(g: MixedGroup, t: torch.Tensor, lst: Any, root: int) -> None:

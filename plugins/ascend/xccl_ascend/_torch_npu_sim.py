@@ -93,6 +93,34 @@ def gather(tensor: torch.Tensor, gather_list: list[torch.Tensor] | None = None, 
     return None
 
 
+def gather_object(obj: Any, object_gather_list: list[Any] | None = None, dst: int = 0, group: Any = None) -> None:
+    """torch_npu's ``_gather_object`` (``distributed_c10d.py``, after ``_gather``): torch's own, except that it calls
+    torch_npu's ``_gather`` (above), whose signature has no ``group_dst``; torch 2.13's ``gather_object`` passes one
+    to whatever ``dist.gather`` is, so without this replacement every DCP save and load fails on the stand-in."""
+    if c10d._rank_not_in_group(group):
+        c10d._warn_not_in_group("gather_object")
+        return
+    my_rank = dist.get_rank()
+    c10d._validate_output_list_for_rank(my_rank, dst, object_gather_list)
+    device = c10d._get_pg_default_device(group)
+    input_tensor, local_size = c10d._object_to_tensor(obj, device, group)
+    group_size = dist.get_world_size(group=group)
+    sizes = torch.zeros(group_size, dtype=torch.long, device=device)
+    size_list = [sizes[i].unsqueeze(dim=0) for i in range(group_size)]
+    dist.all_gather(size_list, local_size, group=group)
+    max_size = int(max(size_list).item())  # type: ignore[type-var]
+    input_tensor.resize_(max_size)
+    outputs: list[torch.Tensor] = []
+    if my_rank == dst:
+        coalesced = torch.empty(max_size * group_size, dtype=torch.uint8, device=device)
+        outputs = [coalesced[max_size * i: max_size * (i + 1)] for i in range(group_size)]
+    gather(input_tensor, gather_list=outputs if my_rank == dst else None, dst=dst, group=group)
+    if my_rank != dst or object_gather_list is None:
+        return
+    for i, tensor in enumerate(outputs):
+        object_gather_list[i] = c10d._tensor_to_object(tensor.type(torch.uint8), size_list[i], group)
+
+
 def batch_isend_irecv(p2p_op_list: list[dist.P2POp]) -> list[Any]:
     """torch_npu's ``_batch_isend_irecv`` (``distributed_c10d.py:87-164``), the branch of CANN before 9.0: one
     call of the HCCL backend's ``batch_isend_irecv`` with the ops' types, tensors and group ranks (the simulated
@@ -121,12 +149,14 @@ def batch_isend_irecv(p2p_op_list: list[dist.P2POp]) -> list[Any]:
     return [Work(works)]
 
 
-#: Every declared target and its stand-in (the gather and batch_isend_irecv aliases under ``distributed_c10d``
+#: Every declared target and its stand-in (the gather, gather_object and batch_isend_irecv aliases under ``distributed_c10d``
 #: are the same functions, as in torch_npu).
 REPLACEMENTS: Final[dict[str, Callable[..., Any]]] = {
     "torch.distributed.nn.functional._AllGatherBase.backward": allgather_base_backward_hccl,
     "torch.distributed.gather": gather,
     "torch.distributed.distributed_c10d.gather": gather,
+    "torch.distributed.gather_object": gather_object,
+    "torch.distributed.distributed_c10d.gather_object": gather_object,
     "torch.distributed.batch_isend_irecv": batch_isend_irecv,
     "torch.distributed.distributed_c10d.batch_isend_irecv": batch_isend_irecv,
 }

@@ -121,6 +121,17 @@ def ascend_runtime() -> VendorRuntime:
                 f"{_PATCHES}:39-42, {_C10D}:167-279 (_gather)",
             ),
             TorchPatch(
+                "torch.distributed.gather_object",
+                "torch's gather_object calling torch_npu's gather (above): the same result; the root's objects "
+                "reach it through an all_gather on NPU",
+                f"{_PATCHES}:43-46, {_C10D} (_gather_object, after _gather)",
+            ),
+            TorchPatch(
+                "torch.distributed.distributed_c10d.gather_object",
+                "the same function under torch.distributed.distributed_c10d",
+                f"{_PATCHES}:47-50, {_C10D} (_gather_object, after _gather)",
+            ),
+            TorchPatch(
                 "torch.distributed.batch_isend_irecv",
                 "on NPU tensors calls group._get_backend(npu).batch_isend_irecv directly (before CANN 9.0 or off "
                 "Atlas A2/A3; otherwise torch's coalescing manager over the group's send/recv)",
