@@ -4,9 +4,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
-# Plugin distributions that live in this repository (installed editable for tests and simulation).
+# Plugin distributions that live in this repository (installed editable for tests and simulation). The test-only
+# plugins (tests/plugins/xccl-testplugins, examples/plugin-template) are not installed: conftest.py makes them
+# visible to the test run alone, so .venv (which `make demo` uses too) lists the real plugins only.
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
-TEST_PLUGINS := tests/plugins/xccl-testplugins $(dir $(wildcard examples/plugin-template/pyproject.toml))
 # Two pytest workers, each taking whole files (--dist loadfile: a file's module-scoped rank pools and runs are made
 # once, in one worker). One worker kept about 1.2 of 2 cores busy (CPU time / wall time of a clean run): tests wait
 # on rendezvous, provoked timeouts and sleeping ranks. docs/performance.md, "The test suite's wall time".
@@ -23,8 +24,9 @@ $(VENV)/.core: pyproject.toml
 	$(PIP) install --quiet -e .
 	touch $@
 
-$(VENV)/.test: $(VENV)/.core $(PLUGINS) tests/plugins/xccl-testplugins/pyproject.toml
-	$(PIP) install --quiet -e ".[test]" $(foreach p,$(dir $(PLUGINS)) $(TEST_PLUGINS),-e $(p))
+$(VENV)/.test: $(VENV)/.core $(PLUGINS)
+	$(PIP) install --quiet -e ".[test]" $(foreach p,$(dir $(PLUGINS)),-e $(p))
+	$(PIP) uninstall --quiet --yes xccl-testplugins xccl-template 2>/dev/null || true
 	$(PIP) install --quiet --no-build-isolation "deepspeed==0.19.8"
 	touch $@
 

@@ -118,3 +118,21 @@ def test_cli_lists_plugins_via_caps_and_python_m():
     out = subprocess.run([sys.executable, "-m", "xccl", "caps", "cpu"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "all_reduce" in out.stdout and "native" in out.stdout
+
+
+def test_the_test_plugins_are_the_test_runs_alone():
+    # The suite sees its test-only plugins (conftest.py: entry points on PYTHONPATH for the run); the environment
+    # that `make demo` shares with `make test` does not: there `xccl caps --json` lists the real plugins only.
+    assert {"gloo-emulated", "template"} <= set(infos())
+    meta = os.environ["XCCL_TEST_PLUGINS_PATH"]
+    parts = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    own = {meta, *(p for p in parts if p.endswith(("xccl-testplugins", "plugin-template")))}
+    env = {k: v for k, v in os.environ.items() if k not in ("XCCL_TEST_PLUGINS_PATH", "PYTHONPATH")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in parts if p and p not in own)
+    out = subprocess.run([sys.executable, "-m", "xccl", "caps", "--json"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    listed = json.loads(out.stdout)["plugins"]
+    names = set(listed) if isinstance(listed, dict) else {p["name"] for p in listed}
+    assert names <= {"cpu", "cuda", "ascend", "sophgo"}, names
+    assert "cpu" in names
