@@ -364,7 +364,7 @@ def _start_rank(rank: int, world_size: int, port: int, queue: Any) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
     started = time.monotonic()
     try:
-        xccl.init("cpu", timeout=3)
+        xccl.init("cpu", timeout=3, setup_timeout=3)
         xccl.barrier()
         queue.put((rank, ["no error"], time.monotonic() - started))
     except Exception as exc:  # reported to the parent

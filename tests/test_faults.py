@@ -161,7 +161,7 @@ def test_peer_that_stops_calling_gives_collective_timeout():
 def _lonely_rank(port: int, queue: Any) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="2")
     try:
-        xccl.init("cpu", timeout=2)
+        xccl.init("cpu", timeout=2, setup_timeout=2)
         queue.put(("no error", {}, ""))
     except Exception as exc:
         attrs = {k: getattr(exc, k, None) for k in ("rank", "world_size", "elapsed")}
@@ -185,6 +185,41 @@ def test_rendezvous_that_never_completes_is_rendezvous_timeout():
     assert "RendezvousTimeout" in types and "XcclError" in types, types
     assert attrs["rank"] == 0 and attrs["world_size"] == 2 and 2 <= attrs["elapsed"] < 10, attrs
     assert cause == "DistStoreError"
+
+
+def _late_rank(rank: int, port: int, late: float, queue: Any) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
+    time.sleep(late)  # a rank that is slow to start: imports, device setup, a loaded machine
+    try:
+        xccl.init("cpu", timeout=1)
+        xccl.barrier()
+        queue.put((rank, "ok"))
+    except Exception as exc:
+        queue.put((rank, f"{type(exc).__name__}: {exc}"))
+    finally:
+        xccl.shutdown()
+
+
+def test_a_short_collective_timeout_does_not_bound_the_start():
+    # The collective timeout is 1 s; one rank arrives 3 s after the other. The rendezvous waits the setup timeout
+    # (at least 300 s unless set), so both start; before, the 1 s ran out while the second rank was starting.
+    import multiprocessing as mp
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "xccl"])
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_late_rank, args=(r, port, 3.0 * r, queue)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    try:
+        got = dict(queue.get(timeout=120) for _ in procs)
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    assert got == {0: "ok", 1: "ok"}, got
 
 
 # ---------------------------------------------------------------------------------------------- translation

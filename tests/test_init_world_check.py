@@ -63,7 +63,7 @@ while not os.path.exists(f"{OUT}/go") and time.monotonic() < end:
     time.sleep(0.01)
 started = time.time()
 try:
-    world = xccl.init(timeout=TIMEOUT)
+    world = xccl.init(timeout=TIMEOUT, setup_timeout=TIMEOUT)
 except Exception as exc:
     record(ok=False, error_types=[c.__name__ for c in type(exc).__mro__], message=str(exc),
            took=time.time() - started, cause=type(exc.__cause__).__name__)

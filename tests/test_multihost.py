@@ -93,7 +93,7 @@ import xccl  # noqa: E402
 warnings.filterwarnings("ignore", category=xccl.EmulationWarning)  # the conformance batch emulates some ops on gloo
 INIT_AT = time.time()
 try:
-    world = xccl.init(timeout=TIMEOUT)
+    world = xccl.init(timeout=TIMEOUT, setup_timeout=TIMEOUT)
 except Exception as exc:
     record(phase="init", init_at=INIT_AT, **fault(exc))
     sys.exit(3)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from collections.abc import Sequence
+from typing import Final
 
 from ..collectives._state import DEFAULT_TIMEOUT
 from ..errors import InitError, RendezvousTimeout, XcclError
@@ -97,6 +98,32 @@ def job_of(rank: int, world_size: int, local_rank: int | None = None, launcher: 
     if local_rank is None:
         local_rank = rank if local_world is None else rank % local_world
     return Job(rank, world_size, local_rank, local_world)
+
+
+#: The least the rendezvous waits for every rank when no setup timeout is given (a collective timeout may be short).
+MIN_SETUP_TIMEOUT: Final = _dt.timedelta(seconds=300)
+
+
+def setup_timeout_of(setup: _dt.timedelta | float | None, timeout: _dt.timedelta) -> _dt.timedelta:
+    """How long the rendezvous and the world check wait: ``setup``, else ``XCCL_SETUP_TIMEOUT``, else the
+    collective ``timeout`` but at least :data:`MIN_SETUP_TIMEOUT`.
+
+    Raises:
+        InitError: not a positive number of seconds.
+    """
+    if setup is None:
+        raw = os.environ.get("XCCL_SETUP_TIMEOUT")
+        if raw is None:
+            return max(timeout, MIN_SETUP_TIMEOUT)
+        try:
+            setup = float(raw)
+        except ValueError:
+            raise InitError(f"XCCL_SETUP_TIMEOUT={raw!r} is not a number of seconds") from None
+    if not isinstance(setup, _dt.timedelta):
+        setup = _dt.timedelta(seconds=float(setup))
+    if setup.total_seconds() <= 0:
+        raise InitError(f"the setup timeout must be positive, got {setup.total_seconds()} s")
+    return setup
 
 
 def timeout_of(timeout: _dt.timedelta | float | None) -> _dt.timedelta:

@@ -44,7 +44,15 @@ from ..plugin._sim import register_simulated_backend, simulated_backend_of
 from ..plugin._verify import verify
 from ._backend_check import all_arrived, wrong_backend
 from ._compiled import start_compiled_record
-from ._env import env_init_method, heterogeneous_of, job_of, rendezvous_error, resolve_ranks, timeout_of
+from ._env import (
+    env_init_method,
+    heterogeneous_of,
+    job_of,
+    rendezvous_error,
+    resolve_ranks,
+    setup_timeout_of,
+    timeout_of,
+)
 from ._rendezvous import rendezvous
 from ._shutdown import at_exit as _at_exit
 from ._shutdown import shutdown
@@ -186,6 +194,7 @@ def init(
     check: bool | None = None,
     heterogeneous: bool | None = None,
     registry: Registry | None = None,
+    setup_timeout: _dt.timedelta | float | None = None,
 ) -> World:
     """Set up this process's device and the world's process group through the selected plugin.
 
@@ -201,7 +210,7 @@ def init(
         world_size: number of ranks (default: from the environment).
         local_rank: rank within this node, used to pick the device (default: from the environment, else rank).
         init_method: a torch.distributed init method URL (default ``env://``).
-        timeout: collective and rendezvous timeout (timedelta or seconds); default ``XCCL_TIMEOUT`` or 300 s. On a
+        timeout: collective timeout (timedelta or seconds); default ``XCCL_TIMEOUT`` or 300 s. On a
             vendor with a watchdog and its own execution timeout (Ascend) the process groups get no timeout at or
             below that execution timeout, and without a timeout they get the vendor's default (warned once when
             a given timeout is not what bounds collectives; ``World.timeout`` and ``World.collective_timeout``
@@ -215,6 +224,10 @@ def init(
             (:attr:`World.map`: the islands of each vendor) instead of refusing ranks whose plugins differ, and a
             group that spans islands runs hierarchical collectives (docs/mixed.md). Every rank must set it alike.
         registry: plugins to choose from (default: the installed entry points); a test seam.
+        setup_timeout: how long the rendezvous and the world check wait for every rank (timedelta or seconds);
+            default ``XCCL_SETUP_TIMEOUT``, else the collective timeout but at least 300 s. Kept apart from
+            ``timeout`` because starting ranks (imports, device setup, a busy machine) is slower and less even than
+            a collective: a short collective timeout must not make a loaded machine's start-up fail.
 
     Returns:
         The :class:`World`. Calling ``init`` again with the same arguments returns it unchanged.
@@ -223,7 +236,8 @@ def init(
         InitError: bad environment values, a second ``init`` with different arguments, or ranks that were not
             told the same world (``WORLD_SIZE``, plugin, versions...: checked before any process group).
         BackendNotFound, BackendUnavailable: the plugin is missing or cannot run here.
-        RendezvousTimeout: not every rank arrived within the timeout (the message names the missing ones).
+        RendezvousTimeout: not every rank arrived within the setup timeout (the message names the missing ones),
+            or all did and the world check itself ran out of it (the message says so, and what to raise).
 
     Example::
 
@@ -232,7 +246,7 @@ def init(
     """
     check = _check_policy(fallback, check)
     mixed = heterogeneous_of(heterogeneous)
-    args = (vendor, rank, world_size, local_rank, init_method, timeout, simulate, fallback, check, mixed)
+    args = (vendor, rank, world_size, local_rank, init_method, timeout, simulate, fallback, check, mixed, setup_timeout)
     if PROCESS.world is not None:
         if PROCESS.args == args:
             return PROCESS.world
@@ -247,7 +261,7 @@ def init(
         world = _adopt_world(vendor, local_rank, timeout, simulate, fallback, check, registry or default_registry())
     else:
         world = _create_world(vendor, rank, world_size, local_rank, init_method, timeout, simulate, fallback, check,
-                              registry or default_registry(), mixed)
+                              registry or default_registry(), mixed, setup_timeout)
     PROCESS.world, PROCESS.args = world, args
     t = time.perf_counter()
     GROUPS.default = state_of(dist.group.WORLD)
@@ -262,7 +276,7 @@ def init(
 def _create_world(
     vendor: str, rank: int | None, world_size: int | None, local_rank: int | None, init_method: str | None,
     timeout: _dt.timedelta | float | None, simulate: bool | None, fallback: Fallback, check: bool, registry: Registry,
-    mixed: bool = False,
+    mixed: bool = False, setup_timeout: _dt.timedelta | float | None = None,
 ) -> World:
     PROCESS.phases.clear()
     t = time.perf_counter()
@@ -270,6 +284,7 @@ def _create_world(
     rank_, size, _, _ = resolve_ranks(rank, world_size, local_rank, launcher)
     job = job_of(rank_, size, local_rank, launcher)
     tmo = timeout_of(timeout)
+    setup = setup_timeout_of(setup_timeout, tmo)
     t = PROCESS.lap("launcher variables", t)
     plugin, sim = _select(vendor, simulate, registry)
     t = PROCESS.lap("plugin discovery", t)
@@ -299,7 +314,7 @@ def _create_world(
             kwargs["store"], live = rendezvous(
                 init_method or env_init_method(launcher), rank_, size, job.local_rank, tmo, plugin=plugin.name,
                 backend=runtime.backend, simulate=sim, check=check, fallback=fallback, started=started, job=launcher,
-                heterogeneous=mixed)
+                heterogeneous=mixed, setup=setup)
         t = time.perf_counter()
         dist.init_process_group(backend=name, **kwargs)
         PROCESS.lap("process group", t)
@@ -316,7 +331,7 @@ def _create_world(
         # Something replaced init_process_group and chose another backend (Sophgo's torch adaptor: "sccl"): the
         # world is not xccl's. Take it down rather than run without xccl's dispatch.
         error = wrong_backend(name, got, plugin)  # while the replacement is in place, to name it
-        all_arrived(kwargs["store"], rank_, size, tmo)
+        all_arrived(kwargs["store"], rank_, size, setup)
         close_quietly(live)
         reset_state()
         dist.destroy_process_group()

@@ -303,6 +303,8 @@ def _missing(s: Any, facts: Facts, endpoint: Endpoint | None, waited: float) -> 
             f.node in (-1, f.rank // n) for f in arrived.values()):
         ids = sorted({r // n for r in missing})
         nodes = f" (with {n} ranks per node: node{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))})"
+    if not missing:  # every rank's record is there: the wait for the last key, not a rank, ran out of time
+        return _check_ran_out(facts, None, waited)
     store = f"{endpoint.addr}:{endpoint.port}" if endpoint is not None else "the store"
     who = f"rank {missing[0]}{nodes} did" if len(missing) == 1 else f"ranks {missing}{nodes} did"
     return RendezvousTimeout(
@@ -313,12 +315,26 @@ def _missing(s: Any, facts: Facts, endpoint: Endpoint | None, waited: float) -> 
     )
 
 
+def _check_ran_out(facts: Facts, setup: _dt.timedelta | None, waited: float) -> RendezvousTimeout:
+    """The error when every rank arrived but the world check did not finish in time (a slow store or machine)."""
+    limit = f" ({setup.total_seconds():g} s)" if setup is not None else ""
+    return RendezvousTimeout(
+        f"every rank arrived ({facts.world_size} of {facts.world_size}), but the world check did not finish within "
+        f"the setup timeout{limit}: the store or the machine was too slow (a loaded machine, a slow network). Raise "
+        "it with xccl.init(setup_timeout=...) or XCCL_SETUP_TIMEOUT=<seconds>",
+        rank=facts.rank, world_size=facts.world_size, elapsed=waited,
+    )
+
+
 def rendezvous(
     url: str, rank: int, size: int, local_rank: int, timeout: _dt.timedelta, *, plugin: str, backend: str,
     simulate: bool, check: bool, fallback: str, started: float, job: JobEnv | None = None, heterogeneous: bool = False,
+    setup: _dt.timedelta | None = None,
 ) -> tuple[Any, Liveness | None]:
     """The store for ``init_process_group`` once every rank has arrived and agrees, and this rank's
     :class:`~xccl.collectives._liveness.Liveness` (None for a world of one, or a store xccl did not make).
+    The store and the world check wait ``setup`` (default ``timeout``) for every rank; ``timeout`` is the
+    collective timeout (the liveness probes' pace).
 
     With ``heterogeneous`` the ranks may differ in plugin, backend and simulation; every rank's Facts then give
     the world's map (:func:`world_map`), kept in ``PROCESS.world_map``.
@@ -331,7 +347,8 @@ def rendezvous(
         # Nobody else will arrive: a local store for xccl's own keys, no world check, no liveness port.
         return dist.HashStore(), None
     t = time.perf_counter()
-    store, endpoint = open_store(url, rank, size, timeout)
+    setup = timeout if setup is None else setup
+    store, endpoint = open_store(url, rank, size, setup)
     t = PROCESS.lap("store", t)
     if heterogeneous and endpoint is None and size > 1:
         raise InitError(f"a mixed-vendor world (heterogeneous) needs xccl's own rendezvous, where every rank's "
@@ -350,9 +367,12 @@ def rendezvous(
         port = sock.getsockname()[1] if sock is not None else 0
         facts = facts_of(rank, size, local_rank, plugin, backend, simulate, check, fallback, endpoint, port, job,
                          heterogeneous)
-        prefix, peers = check_world(store, facts, endpoint, started, started + timeout.total_seconds())
-        if heterogeneous:
-            PROCESS.world_map = world_map(store, prefix, size)
+        try:
+            prefix, peers = check_world(store, facts, endpoint, started, started + setup.total_seconds())
+            if heterogeneous:
+                PROCESS.world_map = world_map(store, prefix, size)
+        except dist.DistStoreError as exc:  # a store read of the check itself ran out of time
+            raise _check_ran_out(facts, setup, time.monotonic() - started) from exc
     except BaseException:
         if sock is not None:
             sock.close()
