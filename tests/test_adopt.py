@@ -233,3 +233,33 @@ def test_a_gloo_world_is_adopted_by_the_builtin_plugin_whatever_else_drives_gloo
         name, vendor, device_type, backend, accelerator = "aardvark", "tests", "cpu", "gloo", False
 
     assert _plugin_for("gloo", "auto", xccl.Registry.from_plugins(Aardvark(), CpuPlugin())).name == "cpu"
+
+
+def test_a_backend_name_two_vendors_share_is_adopted_by_the_one_whose_sdk_is_here() -> None:
+    # Habana's Gaudi backend is also called "hccl". With both plugins installed, an hccl world is the plugin whose
+    # SDK imports here; when neither (or both) does, an InitError names both and the vendor= that settles it.
+    from xccl_ascend import plugin as ascend
+
+    from xccl.runtime._init import _plugin_for
+
+    class Gaudi(xccl.Plugin):
+        name, vendor, device_type, backend, accelerator = "gaudi", "Intel Habana", "hpu", "hccl", True
+        present = True
+
+        def probe(self) -> xccl.ProbeResult:
+            if self.present:
+                return xccl.ProbeResult.ok(devices="8")
+            return xccl.ProbeResult.unavailable("importing habana_frameworks.torch failed",
+                                                "install Habana's PyTorch bridge")
+
+    gaudi = Gaudi()
+    assert ascend.probe().available is False  # torch_npu is not installed here
+    registry = xccl.Registry.from_plugins(ascend, gaudi)
+    assert _plugin_for("hccl", "auto", registry).name == "gaudi"
+    Gaudi.present = False
+    with pytest.raises(xccl.InitError) as err:
+        _plugin_for("hccl", "auto", xccl.Registry.from_plugins(ascend, gaudi))
+    message = str(err.value)
+    assert "ascend, gaudi" in message and "none of them finds its SDK" in message, message
+    assert "xccl.init(vendor='ascend')" in message and "XCCL_VENDOR=<ascend|gaudi>" in message, message
+    assert _plugin_for("hccl", "gaudi", xccl.Registry.from_plugins(ascend, gaudi)).name == "gaudi"

@@ -39,7 +39,7 @@ from ..plugin._contract import Plugin, Runtime
 from ..plugin._fake_world import choose as choose_transport
 from ..plugin._job import Job
 from ..plugin._jobenv import job_env
-from ..plugin._registry import Registry, default_registry
+from ..plugin._registry import PluginInfo, Registry, default_registry
 from ..plugin._sim import register_simulated_backend, simulated_backend_of
 from ..plugin._verify import verify
 from ._backend_check import all_arrived, wrong_backend
@@ -394,13 +394,34 @@ def _plugin_for(backend: str, vendor: str, registry: Registry) -> Plugin:
             raise InitError(f"torch.distributed is initialised on {backend!r}, but plugin {vendor!r} drives "
                             f"{plugin.backend!r}; pass the plugin of that backend, or vendor='auto'")
         return plugin
-    found = [i.plugin for i in registry.infos().values() if i.plugin is not None and i.plugin.backend == backend]
-    if not found:
+    infos = [i for i in registry.infos().values() if i.plugin is not None and i.plugin.backend == backend]
+    if not infos:
         raise InitError(f"torch.distributed is initialised on {backend!r}, which no installed xccl plugin drives; "
                         "install the vendor's xccl plugin, or initialise on a backend one drives")
-    # Several plugins over one backend (test plugins over gloo): the built-in one of that backend comes first,
-    # then CPU plugins before accelerator ones (sorted is stable: entry-point order after that).
-    return sorted(found, key=lambda p: (not type(p).__module__.startswith("xccl."), p.accelerator))[0]
+    builtin = [i for i in infos if type(i.plugin).__module__.startswith("xccl.")]
+    if builtin or len(infos) == 1:
+        # gloo and nccl: xccl's own plugin of the backend, whatever else drives it (test plugins over gloo).
+        return (builtin or infos)[0].plugin  # type: ignore[return-value]
+    return _one_vendor_of(backend, infos)
+
+
+def _one_vendor_of(backend: str, infos: Sequence[PluginInfo]) -> Plugin:
+    """The plugin of a backend name two vendors share (Ascend's and Habana's ``hccl``): the one whose SDK is here.
+
+    Raises:
+        InitError: none or several of them can run here; it names them and the ``vendor=`` that settles it.
+    """
+    usable = [i for i in infos if i.available]
+    if len(usable) == 1:
+        return usable[0].plugin  # type: ignore[return-value]
+    names = ", ".join(i.name for i in infos)
+    why = ("each of them finds its SDK here" if usable else
+           "none of them finds its SDK here (" + "; ".join(f"{i.name}: {i.reason}" for i in infos) + ")")
+    raise InitError(
+        f"torch.distributed is initialised on {backend!r}, a backend name that several installed plugins drive "
+        f"({names}), and {why}; name the one this world is: xccl.init(vendor={infos[0].name!r}) or "
+        f"XCCL_VENDOR=<{'|'.join(i.name for i in infos)}>"
+    )
 
 
 def capabilities(plugin: str | None = None) -> CapabilityTable:
