@@ -111,19 +111,7 @@ def setup_timeout_of(setup: _dt.timedelta | float | None, timeout: _dt.timedelta
     Raises:
         InitError: not a positive number of seconds.
     """
-    if setup is None:
-        raw = os.environ.get("XCCL_SETUP_TIMEOUT")
-        if raw is None:
-            return max(timeout, MIN_SETUP_TIMEOUT)
-        try:
-            setup = float(raw)
-        except ValueError:
-            raise InitError(f"XCCL_SETUP_TIMEOUT={raw!r} is not a number of seconds") from None
-    if not isinstance(setup, _dt.timedelta):
-        setup = _dt.timedelta(seconds=float(setup))
-    if setup.total_seconds() <= 0:
-        raise InitError(f"the setup timeout must be positive, got {setup.total_seconds()} s")
-    return setup
+    return _seconds(setup, "XCCL_SETUP_TIMEOUT", "the setup timeout") or max(timeout, MIN_SETUP_TIMEOUT)
 
 
 def timeout_of(timeout: _dt.timedelta | float | None) -> _dt.timedelta:
@@ -132,19 +120,24 @@ def timeout_of(timeout: _dt.timedelta | float | None) -> _dt.timedelta:
     Raises:
         InitError: not a positive number of seconds.
     """
-    if timeout is None:
-        raw = os.environ.get("XCCL_TIMEOUT")
+    return _seconds(timeout, "XCCL_TIMEOUT", "timeout") or DEFAULT_TIMEOUT
+
+
+def _seconds(value: _dt.timedelta | float | None, env: str, what: str) -> _dt.timedelta | None:
+    """``value`` (a timedelta or seconds), else the variable ``env``, else None (the caller's default)."""
+    if value is None:
+        raw = os.environ.get(env)
         if raw is None:
-            return DEFAULT_TIMEOUT
+            return None
         try:
-            timeout = float(raw)
+            value = float(raw)
         except ValueError:
-            raise InitError(f"XCCL_TIMEOUT={raw!r} is not a number of seconds") from None
-    if not isinstance(timeout, _dt.timedelta):
-        timeout = _dt.timedelta(seconds=float(timeout))
-    if timeout.total_seconds() <= 0:
-        raise InitError(f"timeout must be positive, got {timeout}")
-    return timeout
+            raise InitError(f"{env}={raw!r} is not a number of seconds") from None
+    if not isinstance(value, _dt.timedelta):
+        value = _dt.timedelta(seconds=float(value))
+    if value.total_seconds() <= 0:
+        raise InitError(f"{what} must be positive, got {value}")
+    return value
 
 
 def env_init_method(job: JobEnv | None = None) -> str:
