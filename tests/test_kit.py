@@ -106,3 +106,18 @@ def test_the_kit_fails_a_plugin_that_claims_bool_avg_and_bxor_natively(tmp_path:
     assert "stop claiming it: remove 'bxor' from Support.dtype_reduce_ops[torch.bool] of the all_reduce entry" in out
     # Everything the library does run passed: int64 bxor, bool sum and max, float32 avg (as sum then divide).
     assert "int64 bxor" not in out and "bool sum" not in out and "float32 avg" not in out
+
+
+def test_the_kit_skips_a_stack_whose_calls_the_table_refuses_and_says_which() -> None:
+    # DDP's constructor all-gathers every parameter's shape as int64 (from C++); a table that refuses that is a
+    # skip with the reason, not a failed DDP check (a float-only vendor, as Habana's Gaudi reduces).
+    from xccl.plugin import Collective as C
+    from xccl.plugin import Level, Support
+    from xccl.testing._stacks import refused
+
+    cpu = xccl.capabilities("cpu")
+    assert refused(cpu, "ddp", 2) == [] and refused(cpu, "fsdp2", 2) == []
+    floats = frozenset({torch.float32, torch.float16, torch.bfloat16})
+    float_only = cpu.with_entries({(C.ALL_GATHER, xccl.Mode.EAGER): Support(Level.NATIVE, dtypes=floats)})
+    assert refused(float_only, "ddp", 2) == ["all_gather(int64)"]
+    assert refused(float_only, "fsdp2", 2) == []

@@ -33,11 +33,21 @@ _BATCH: Final = 8
 #: Float32 matmuls on an accelerator may round differently from the CPU's; the steps are few and small.
 _TOL: Final = 1e-4
 
-#: What each stack calls on the world group: (op, reduce op or None), in float32.
-needs: Final[dict[str, tuple[tuple[Collective, str | None], ...]]] = {
-    "ddp": ((C.BROADCAST, None), (C.ALL_REDUCE, "sum")),
-    "fsdp2": ((C.ALL_GATHER_INTO_TENSOR, None), (C.REDUCE_SCATTER_TENSOR, "sum")),
+#: What each stack calls on the world group: (op, dtype, reduce op or None). DDP's constructor all-gathers every
+#: parameter's shape as int64 (torch's ``_verify_params_across_processes``, from C++) and broadcasts the
+#: parameters; each backward all-reduces the gradient buckets (SUM, then a division). FSDP2 all-gathers the
+#: parameters and reduce-scatters the gradients. docs/plugin-guide.md lists them for plugin authors.
+needs: Final[dict[str, tuple[tuple[Collective, torch.dtype, str | None], ...]]] = {
+    "ddp": ((C.ALL_GATHER, torch.int64, None), (C.BROADCAST, torch.float32, None),
+            (C.ALL_REDUCE, torch.float32, "sum")),
+    "fsdp2": ((C.ALL_GATHER_INTO_TENSOR, torch.float32, None), (C.REDUCE_SCATTER_TENSOR, torch.float32, "sum")),
 }
+
+
+def refused(table: xccl.CapabilityTable, stack: str, world_size: int) -> list[str]:
+    """What ``stack`` calls that ``table`` refuses at ``world_size``, e.g. ``["all_gather(int64)"]``."""
+    return [f"{op.value}({str(dtype).removeprefix('torch.')}{', ' + ro if ro else ''})" for op, dtype, ro in needs[stack]
+            if not table.supports(op, dtype=dtype, reduce_op=ro, world_size=world_size)]
 
 
 def _model() -> nn.Sequential:
@@ -133,8 +143,7 @@ def training_steps(progress: str | None = None) -> dict[str, dict[str, str]]:
     table = xccl.capabilities(w.plugin)
     out: dict[str, dict[str, str]] = {}
     for name, body in _STACKS.items():
-        missing = [f"{op.value}({'float32' + (', ' + ro if ro else '')})" for op, ro in needs[name]
-                   if not table.supports(op, dtype=torch.float32, reduce_op=ro, world_size=w.world_size)]
+        missing = refused(table, name, w.world_size)
         if missing:
             out[name] = {"skipped": f"the table refuses {', '.join(missing)}, which {name.upper()} calls"}
             continue
