@@ -104,6 +104,8 @@ def test_the_kit_fails_a_plugin_that_claims_bool_avg_and_bxor_natively(tmp_path:
     assert ("all_reduce bool bxor (native): SimulatedVendorError: ProcessGroupBoolLiar: unsupported reduce op "
             "ReduceOp.BXOR over torch.bool") in out
     assert "stop claiming it: remove 'bxor' from Support.dtype_reduce_ops[torch.bool] of the all_reduce entry" in out
+    # The same failure on both ranks is said once.
+    assert "every rank: all_reduce bool bxor" in out and "rank 1: all_reduce bool bxor" not in out
     # Everything the library does run passed: int64 bxor, bool sum and max, float32 avg (as sum then divide).
     assert "int64 bxor" not in out and "bool sum" not in out and "float32 avg" not in out
 

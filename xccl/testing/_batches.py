@@ -111,7 +111,13 @@ def _merge(reports: list[dict[str, dict[str, list[str]]]]) -> dict[str, dict[str
     for op in Collective:
         per_rank = [rep[op.value] for rep in reports]
         ran = [label for label in per_rank[0]["ran"] if all(label in p["ran"] for p in per_rank)]
-        failures = [f"rank {r}: {msg}" for r, p in enumerate(per_rank) for msg in p["failures"]]
+        by_message: dict[str, list[int]] = {}
+        for r, p in enumerate(per_rank):
+            for msg in p["failures"]:
+                by_message.setdefault(msg, []).append(r)
+        # The same failure on every rank is one line, not one per rank.
+        failures = [f"{'every rank' if len(rs) == len(per_rank) > 1 else _ranks(rs)}: {msg}"
+                    for msg, rs in by_message.items()]
         merged[op.value] = {
             "ran": ran,
             "refused": per_rank[0]["refused"],
@@ -119,3 +125,7 @@ def _merge(reports: list[dict[str, dict[str, list[str]]]]) -> dict[str, dict[str
             "failures": failures,
         }
     return merged
+
+
+def _ranks(rs: list[int]) -> str:
+    return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {', '.join(map(str, rs))}"

@@ -115,6 +115,7 @@ def eager_batch(progress: str | None = None) -> dict[str, dict[str, list[str]]]:
     table = _table()
     path = f"{progress}.{w.rank}" if progress else None
     reports = {op.value: _report() for op in C}
+    failed: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for op in C:
         rep = reports[op.value]
         tried = shapes(table, op, w.world_size)
@@ -136,7 +137,13 @@ def eager_batch(progress: str | None = None) -> dict[str, dict[str, list[str]]]:
                     rep["ran"].append(case.label)
                 else:
                     fix = claim_fix(table, op, Mode.EAGER, dt, ro)
-                    rep["failures"].append(f"{op.value} {case.label} ({level.value}): {why}. {fix}")
+                    failed.setdefault((op.value, fix), []).append((f"{case.label} ({level.value})", why))
+    # One line per fix: a dtype the kernel cannot compute fails for every reduce op and both ways of calling, and
+    # each of those would say the same thing.
+    for (op_name, fix), cases in failed.items():
+        labels = ", ".join(label for label, _ in cases)
+        also = "" if len(cases) == 1 else f" (the first of these {len(cases)})"
+        reports[op_name]["failures"].append(f"{op_name} {labels}: {cases[0][1]}{also}. {fix}")
     return reports
 
 

@@ -116,4 +116,5 @@ def claim_fix(table: CapabilityTable, op: Collective, mode: Mode, dtype: torch.d
         return fix + f"{where} claims every reduce op (reduce_ops=None): list those that run in Support.reduce_ops"
     if sup.dtypes is None:
         return fix + f"{where} claims every dtype (dtypes=None): list those that run in Support.dtypes"
-    return fix + f"remove {name} from Support.dtypes of {where}"
+    return fix + (f"remove {name} from Support.dtypes of {where}; if the SDK moves {name} but cannot compute it, "
+                  f"let xccl emulate it instead (Support.cast_to={{{name}: <a dtype it computes>}})")
