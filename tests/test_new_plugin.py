@@ -71,7 +71,7 @@ def test_new_plugin_names_every_file_for_the_vendor(tmp_path: Path, capsys: pyte
 @pytest.mark.parametrize(
     ("args", "phrase"),
     [(["Acme"], "use lower-case letters and digits"), (["acme", "--backend", "nccl"], "is torch's own"),
-     (["acme", "--sdk", "torch-acme"], "--sdk 'torch-acme': must be a lower-case Python identifier")],
+     (["acme", "--sdk", "torch-acme"], "--sdk 'torch-acme': must be a Python module path")],
     ids=["capitals", "torch-backend", "sdk-not-importable"],
 )
 def test_bad_names_are_refused_with_what_to_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -131,3 +131,18 @@ def test_the_guides_commands_pass_the_kit_in_a_fresh_venv(tmp_path: Path) -> Non
     assert re.search(r"\d+ passed", kit.stdout) and "failed" not in kit.stdout
     doctor = subprocess.run([venv / "bin" / "python", "-m", "xccl", "doctor"], **run)  # type: ignore[call-overload]
     assert "torch-acme" in doctor.stdout and "acme" in doctor.stdout
+
+
+def test_a_dotted_sdk_is_a_module_path_and_its_distribution_the_top_level_one(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # Habana's SDK is imported as habana_frameworks.torch: a normal module path, refused before.
+    dest = tmp_path / "xccl-gaudi"
+    assert cli(["new-plugin", "gaudi", "--backend", "hccl", "--sdk", "habana_frameworks.torch", "-o", str(dest)]) == 0
+    assert 'device = ["habana-frameworks"]' in (dest / "pyproject.toml").read_text()
+    monkeypatch.syspath_prepend(str(dest))
+    from xccl_gaudi import plugin  # type: ignore[import-not-found]
+
+    probe = plugin.probe()  # finds the top-level package's spec only: nothing of the SDK is imported
+    assert not probe.available and probe.reason == "habana_frameworks.torch is not installed", probe
+    assert "import habana_frameworks.torch" in (dest / "xccl_gaudi" / "_sdk.py").read_text()
+

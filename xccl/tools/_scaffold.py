@@ -65,7 +65,8 @@ def names(
     visible_devices_env: str | None = None,
 ) -> Names:
     """The spellings for ``name``; what is not given derives from it (``acme``: device type ``acme``, backend
-    ``acmecl``, SDK ``torch_acme`` from the distribution ``torch-acme``, ``ACME_VISIBLE_DEVICES``).
+    ``acmecl``, SDK ``torch_acme`` from the distribution ``torch-acme``, ``ACME_VISIBLE_DEVICES``). A dotted SDK
+    (``habana_frameworks.torch``) comes from the distribution of its top-level package by default.
 
     Raises:
         ValueError: a name that cannot be an entry point, a backend or a module, with what to pass instead.
@@ -79,9 +80,12 @@ def names(
     backend = backend or f"{ident}cl"
     sdk = sdk or f"torch_{ident}"
     env = ident.upper()
-    for what, value in (("--device-type", device_type), ("--backend", backend), ("--sdk", sdk)):
+    for what, value in (("--device-type", device_type), ("--backend", backend)):
         if not _IDENT.fullmatch(value) or keyword.iskeyword(value):
             raise ValueError(f"{what} {value!r}: must be a lower-case Python identifier (e.g. {ident})")
+    # An SDK's import name may be a dotted module path (Habana's habana_frameworks.torch).
+    if not all(p.isidentifier() and not keyword.iskeyword(p) for p in sdk.split(".")):
+        raise ValueError(f"--sdk {sdk!r}: must be a Python module path (e.g. torch_{ident} or vendor_sdk.torch)")
     if backend in _RESERVED:
         raise ValueError(f"--backend {backend!r} is torch's own; name the vendor's library (e.g. {ident}cl)")
     visible = visible_devices_env or f"{env}_VISIBLE_DEVICES"
@@ -91,7 +95,8 @@ def names(
     return Names(
         name=name, ident=ident, pkg=f"xccl_{ident}", dist=f"xccl-{name.replace('_', '-')}",
         Class="".join(p.capitalize() for p in re.split(r"[-_]", name)), vendor=vendor or name.capitalize(),
-        device_type=device_type, backend=backend, sdk=sdk, sdk_dist=sdk_dist or sdk.replace("_", "-"), ENV=env,
+        device_type=device_type, backend=backend, sdk=sdk,
+        sdk_dist=sdk_dist or sdk.partition(".")[0].replace("_", "-"), ENV=env,
         visible_env=visible, command=shlex.join(["xccl", "new-plugin", name, *options]),
     )
 

@@ -27,7 +27,8 @@ DEVICE_NODES: Final = "/dev/template[0-9]*"
 
 def probe() -> ProbeResult:
     """Available when the SDK is installed and a device node exists; the facts go to ``xccl doctor``."""
-    if importlib.util.find_spec(SDK) is None:
+    # The top-level package only: finding a dotted module's spec imports its parents, which a probe must not.
+    if importlib.util.find_spec(SDK.partition(".")[0]) is None:
         return ProbeResult.unavailable(
             f"{SDK} is not installed",
             f"pip install 'xccl-template[device]' (or {SDK_DIST}, the release matching your torch); to try the plugin "
