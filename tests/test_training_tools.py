@@ -288,3 +288,60 @@ def test_entry_points_torch_code_calls(rank_pools: Any, plugin: str, world_size:
     pool.run_ok(body_future_of_native_work, timeout=BODY_TIMEOUT)
     pool.run_ok(body_uneven_list_all_to_all, timeout=BODY_TIMEOUT)
 
+
+
+class _Fails(nn.Module):
+    """A stage that raises in its forward (a bug, an out-of-memory error) on the second microbatch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(WIDTH, WIDTH)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == 2:
+            raise RuntimeError("the receiving stage failed")
+        return self.lin(x)
+
+
+def body_receiver_fails() -> dict[str, Any]:
+    """Stage 1 fails in its forward and its process exits, as a script's does on an uncaught error; stage 0, in
+    the middle of its sends, reports what it raised and when."""
+    import os
+    import time
+
+    from torch.distributed import pipelining as pp
+
+    rank = dist.get_rank()
+    part: nn.Module = nn.Linear(WIDTH, WIDTH) if rank == 0 else _Fails()
+    stage = pp.PipelineStage(part, rank, 2, torch.device("cpu"))
+    sched = pp.ScheduleGPipe(stage, n_microbatches=MICRO, loss_fn=_mse)
+    x, y = _pipe_batch()
+    if rank == 1:
+        try:
+            sched.step(target=y, losses=[])
+        finally:
+            with open(os.environ["XCCL_TEST_DIED"], "w", encoding="utf-8") as f:
+                f.write(repr(time.time()))
+            os._exit(3)
+    try:
+        sched.step(x)
+    except Exception as exc:
+        return {"types": [c.__name__ for c in type(exc).__mro__], "at": time.time()}
+    return {"types": ["no error"], "at": time.time()}
+
+
+@pytest.mark.parametrize("plugin", list(PLUGINS))
+def test_a_failed_receiving_stage_fails_the_sender_with_a_typed_error(tmp_path: Path, plugin: str) -> None:
+    from xccl.testing import RankPool
+
+    died = tmp_path / "died"
+    env = {**PLUGINS[plugin], "XCCL_TEST_DIED": str(died)}
+    with RankPool(2, {"timeout": 60, "fallback": "emulate"}, env=env, start_method="forkserver") as pool:
+        outs = pool.run(body_receiver_fails, timeout=120)
+    sender = outs[0]
+    assert sender.ok, str(sender)
+    assert "PeerFailure" in sender.value["types"], sender.value
+    # Well before the 60 s collective timeout: the sender learns of the death, not of a silence.
+    assert sender.value["at"] - float(died.read_text()) < 15, sender.value
