@@ -227,7 +227,7 @@ def _no_world_in_the_parent() -> None:
 def test_a_gloo_world_is_adopted_by_the_builtin_plugin_whatever_else_drives_gloo() -> None:
     # A third-party CPU plugin over gloo listed before the built-in one (entry points come in install order).
     from xccl.backends.cpu import CpuPlugin
-    from xccl.runtime._init import _plugin_for
+    from xccl.runtime._backend_check import plugin_for as _plugin_for
 
     class Aardvark(xccl.Plugin):
         name, vendor, device_type, backend, accelerator = "aardvark", "tests", "cpu", "gloo", False
@@ -240,7 +240,7 @@ def test_a_backend_name_two_vendors_share_is_adopted_by_the_one_whose_sdk_is_her
     # SDK imports here; when neither (or both) does, an InitError names both and the vendor= that settles it.
     from xccl_ascend import plugin as ascend
 
-    from xccl.runtime._init import _plugin_for
+    from xccl.runtime._backend_check import plugin_for as _plugin_for
 
     class Gaudi(xccl.Plugin):
         name, vendor, device_type, backend, accelerator = "gaudi", "Intel Habana", "hpu", "hccl", True

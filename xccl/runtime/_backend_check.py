@@ -1,4 +1,4 @@
-"""The world must be on the backend xccl asked for.
+"""The world must be on the backend xccl asked for, and an adopted world's backend names its plugin.
 
 A vendor SDK may replace ``torch.distributed.init_process_group`` when it is imported, and the replacement may
 choose the backend itself: Sophgo's torch adaptor passes ``backend="sccl"`` whatever it is given
@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import os
+from collections.abc import Sequence
 from typing import Any
 
 import torch.distributed as dist
 
+from ..collectives._backend import PREFIX
 from ..errors import InitError
 from ..plugin._contract import Plugin
 from ..plugin._fake_world import transport
+from ..plugin._registry import PluginInfo, Registry
 
-__all__ = ["all_arrived", "wrong_backend"]
+__all__ = ["all_arrived", "plugin_for", "wrong_backend"]
 
 _TARGET = "torch.distributed.init_process_group"
 
@@ -64,3 +68,48 @@ def all_arrived(store: Any, rank: int, size: int, timeout: _dt.timedelta) -> Non
     with contextlib.suppress(Exception):  # the error to raise is the caller's, whatever happens here
         store.set(f"{key}/{rank}", "1")
         store.wait([f"{key}/{r}" for r in range(size)], timeout)
+
+
+def plugin_for(backend: str, vendor: str, registry: Registry) -> Plugin:
+    """The plugin whose torch.distributed backend is ``backend`` (``vendor``'s, when one is named)."""
+    if backend.startswith(PREFIX):
+        raise InitError(
+            f"torch.distributed was initialised on xccl's backend {backend!r} without xccl.process_group_backend() "
+            "in this process; call it before init_process_group"
+        )
+    if vendor == "auto":
+        vendor = os.environ.get("XCCL_VENDOR", "").strip() or os.environ.get("XCCL_SIMULATE", "").strip() or "auto"
+    if vendor != "auto":
+        plugin = registry.get(vendor)
+        if plugin.backend != backend:
+            raise InitError(f"torch.distributed is initialised on {backend!r}, but plugin {vendor!r} drives "
+                            f"{plugin.backend!r}; pass the plugin of that backend, or vendor='auto'")
+        return plugin
+    infos = [i for i in registry.infos().values() if i.plugin is not None and i.plugin.backend == backend]
+    if not infos:
+        raise InitError(f"torch.distributed is initialised on {backend!r}, which no installed xccl plugin drives; "
+                        "install the vendor's xccl plugin, or initialise on a backend one drives")
+    builtin = [i for i in infos if type(i.plugin).__module__.startswith("xccl.")]
+    if builtin or len(infos) == 1:
+        # gloo and nccl: xccl's own plugin of the backend, whatever else drives it (test plugins over gloo).
+        return (builtin or infos)[0].plugin  # type: ignore[return-value]
+    return _one_vendor_of(backend, infos)
+
+
+def _one_vendor_of(backend: str, infos: Sequence[PluginInfo]) -> Plugin:
+    """The plugin of a backend name two vendors share (Ascend's and Habana's ``hccl``): the one whose SDK is here.
+
+    Raises:
+        InitError: none or several of them can run here; it names them and the ``vendor=`` that settles it.
+    """
+    usable = [i for i in infos if i.available]
+    if len(usable) == 1:
+        return usable[0].plugin  # type: ignore[return-value]
+    names = ", ".join(i.name for i in infos)
+    why = ("each of them finds its SDK here" if usable else
+           "none of them finds its SDK here (" + "; ".join(f"{i.name}: {i.reason}" for i in infos) + ")")
+    raise InitError(
+        f"torch.distributed is initialised on {backend!r}, a backend name that several installed plugins drive "
+        f"({names}), and {why}; name the one this world is: xccl.init(vendor={infos[0].name!r}) or "
+        f"XCCL_VENDOR=<{'|'.join(i.name for i in infos)}>"
+    )

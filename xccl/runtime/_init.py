@@ -25,7 +25,7 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
-from ..collectives._backend import PREFIX, backend_name, register_backend
+from ..collectives._backend import backend_name, register_backend
 from ..collectives._flight_dump import start_watch
 from ..collectives._groups import state_of
 from ..collectives._islands import islands_of
@@ -39,10 +39,10 @@ from ..plugin._contract import Plugin, Runtime
 from ..plugin._fake_world import choose as choose_transport
 from ..plugin._job import Job
 from ..plugin._jobenv import job_env
-from ..plugin._registry import PluginInfo, Registry, default_registry
+from ..plugin._registry import Registry, default_registry
 from ..plugin._sim import register_simulated_backend, simulated_backend_of
 from ..plugin._verify import verify
-from ._backend_check import all_arrived, wrong_backend
+from ._backend_check import all_arrived, plugin_for, wrong_backend
 from ._compiled import start_compiled_record
 from ._env import (
     env_init_method,
@@ -360,7 +360,7 @@ def _adopt_world(
         raise error
     ours = runtime is not None and backend == backend_name(runtime)
     if runtime is None or not ours:
-        plugin = _plugin_for(backend, vendor, registry)
+        plugin = plugin_for(backend, vendor, registry)
         sim = simulated_backend_of() is not None if simulate is None else simulate
         runtime = _runtime_of(plugin, sim)
     # Group states made before this call (a framework's collectives on xccl's group) were planned under the
@@ -377,51 +377,6 @@ def _adopt_world(
     tmo = getattr(dist.group.WORLD, "timeout", None) or timeout_of(timeout)
     return World(job.rank, job.world_size, job.local_rank, device, runtime.plugin.name, runtime.backend,
                  runtime.simulate, fallback, check, tmo, backend, True, collective_timeout(tmo))
-
-
-def _plugin_for(backend: str, vendor: str, registry: Registry) -> Plugin:
-    """The plugin whose torch.distributed backend is ``backend`` (``vendor``'s, when one is named)."""
-    if backend.startswith(PREFIX):
-        raise InitError(
-            f"torch.distributed was initialised on xccl's backend {backend!r} without xccl.process_group_backend() "
-            "in this process; call it before init_process_group"
-        )
-    if vendor == "auto":
-        vendor = os.environ.get("XCCL_VENDOR", "").strip() or os.environ.get("XCCL_SIMULATE", "").strip() or "auto"
-    if vendor != "auto":
-        plugin = registry.get(vendor)
-        if plugin.backend != backend:
-            raise InitError(f"torch.distributed is initialised on {backend!r}, but plugin {vendor!r} drives "
-                            f"{plugin.backend!r}; pass the plugin of that backend, or vendor='auto'")
-        return plugin
-    infos = [i for i in registry.infos().values() if i.plugin is not None and i.plugin.backend == backend]
-    if not infos:
-        raise InitError(f"torch.distributed is initialised on {backend!r}, which no installed xccl plugin drives; "
-                        "install the vendor's xccl plugin, or initialise on a backend one drives")
-    builtin = [i for i in infos if type(i.plugin).__module__.startswith("xccl.")]
-    if builtin or len(infos) == 1:
-        # gloo and nccl: xccl's own plugin of the backend, whatever else drives it (test plugins over gloo).
-        return (builtin or infos)[0].plugin  # type: ignore[return-value]
-    return _one_vendor_of(backend, infos)
-
-
-def _one_vendor_of(backend: str, infos: Sequence[PluginInfo]) -> Plugin:
-    """The plugin of a backend name two vendors share (Ascend's and Habana's ``hccl``): the one whose SDK is here.
-
-    Raises:
-        InitError: none or several of them can run here; it names them and the ``vendor=`` that settles it.
-    """
-    usable = [i for i in infos if i.available]
-    if len(usable) == 1:
-        return usable[0].plugin  # type: ignore[return-value]
-    names = ", ".join(i.name for i in infos)
-    why = ("each of them finds its SDK here" if usable else
-           "none of them finds its SDK here (" + "; ".join(f"{i.name}: {i.reason}" for i in infos) + ")")
-    raise InitError(
-        f"torch.distributed is initialised on {backend!r}, a backend name that several installed plugins drive "
-        f"({names}), and {why}; name the one this world is: xccl.init(vendor={infos[0].name!r}) or "
-        f"XCCL_VENDOR=<{'|'.join(i.name for i in infos)}>"
-    )
 
 
 def capabilities(plugin: str | None = None) -> CapabilityTable:
