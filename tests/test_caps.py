@@ -15,6 +15,7 @@ from xccl import Collective, Level, Mode, Support
 from xccl.plugin._capabilities import table_from
 from xccl.tools._render import ASCII_DASH, DASH, cell, footnote, render_markdown, render_text
 from xccl.tools.cli import main
+from xccl.tools.cli.caps import shown_by_default
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -176,6 +177,48 @@ def test_default_lists_every_loaded_plugin(capsys: pytest.CaptureFixture[str]) -
     assert rc == 0
     assert list(json.loads(out)["plugins"]) == loaded
     assert {"cpu", "cuda"} <= set(loaded)
+
+
+def _shown(out: str) -> set[str]:
+    """The plugins heading the matrix's blocks."""
+    return {name for line in out.splitlines() if line.startswith("collective") for name in line.split()[1:]}
+
+
+def test_default_text_fits_120_columns_and_shows_xccls_and_the_vendors_plugins(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rc, out, _ = caps(capsys)  # not a terminal: 120 columns
+    assert rc == 0
+    longest = max(out.splitlines(), key=len)
+    assert len(longest) <= 120, longest
+    real = {i.name for i in xccl.plugins() if i.plugin is not None and i.name in {"cpu", "cuda", "ascend", "sophgo"}}
+    assert {"cpu", "cuda"} <= real and _shown(out) >= real
+    assert not _shown(out) & {"gloo-emulated", "gloo-emulated-ar", "fake-accel-a", "fake-accel-b", "bad-kernel"}
+    blocks = [b for b in out.split("\n\n") if b.startswith("collective")]
+    assert all(set(_text_rows(b)) == {c.value for c in Collective} for b in blocks)
+
+
+def test_all_shows_every_loaded_plugin(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = caps(capsys, "--all", "--mode", "eager")
+    loaded = {i.name for i in xccl.plugins() if i.plugin is not None and i.status is not xccl.Status.INCOMPATIBLE}
+    assert rc == 0 and _shown(out) == loaded
+    assert max(map(len, out.splitlines())) <= 120
+
+
+@pytest.mark.parametrize(("name", "target", "device_type", "shown"), [
+    ("cpu", "xccl.backends.cpu:plugin", "cpu", True),
+    ("cuda", "xccl.backends.cuda:plugin", "cuda", True),
+    ("sophgo", "xccl_sophgo._plugin:plugin", "tpu", True),
+    ("acme", "xccl_acme._plugin:plugin", "acme", True),
+    ("gloo-emulated", "xccl_testplugins.plugins:gloo_emulated", "cpu", False),
+    ("fake-accel-a", "xccl_testplugins.plugins:fake_accel_a", "cpu", False),
+], ids=["cpu", "cuda", "vendor", "third-party-vendor", "test-double", "fake-accelerator"])
+def test_default_view_shows_xccls_own_plugins_and_those_for_a_device(
+    name: str, target: str, device_type: str, shown: bool
+) -> None:
+    plugin = type("Toy", (xccl.Plugin,), {"name": name, "device_type": device_type})()
+    info = xccl.PluginInfo(name, xccl.Status.AVAILABLE, target=target, plugin=plugin)
+    assert shown_by_default(info) is shown
 
 
 # ------------------------------------------------------------------------------------------------------ errors

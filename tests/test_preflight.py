@@ -25,6 +25,7 @@ from xccl.ops._vocab import Collective
 from xccl.plugin._cost import CostModel, LinkCost
 from xccl.tools import Report, preflight
 from xccl.tools._cost_model import predict
+from xccl.tools._preflight import derived_nodes, devices_per_node
 from xccl.tools.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -256,6 +257,39 @@ def test_bad_requests_are_refused_before_anything_runs(world: int, nodes: int, a
                                                        options: dict[str, Any], needle: str) -> None:
     with pytest.raises(InvalidArgument, match=needle):
         preflight("sophgo", world, argv, nodes=nodes, **options)
+
+
+# ------------------------------------------------------------------------- nodes derived when --nodes is not given
+
+
+@pytest.mark.parametrize(("world", "per_node", "nodes"), [
+    (64, 8, 8), (8, 8, 1), (2, 8, 1), (12, 8, 2), (9, 8, 3), (64, None, 1),
+], ids=["64-on-nodes-of-8", "one-full-node", "one-node", "2-nodes-of-6", "3-nodes-of-3", "no-device-count"])
+def test_nodes_are_the_fewest_that_hold_the_world(world: int, per_node: int | None, nodes: int) -> None:
+    assert derived_nodes(world, per_node) == nodes
+
+
+def test_a_plugin_without_a_simulation_has_no_device_count_and_a_bad_request_is_refused_before_asking() -> None:
+    assert devices_per_node("cpu") is None  # no simulation: nothing to ask, no child process
+    with pytest.raises(InvalidArgument, match="at least one rank"):
+        preflight("sophgo", 0, [FSDP2], nodes=None)
+
+
+def test_without_nodes_64_sophgo_ranks_span_8_nodes_and_the_header_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``xccl preflight --vendor sophgo --world 64`` without ``--nodes``: 8 nodes of 8 TPUs (the simulation's), where
+    every rank used to die of "64 ranks on this node but only 8 TPUs". The script only creates its world: a child
+    asking the simulation for its TPUs, then ranks 0 and 63 of a fake world."""
+    script = tmp_path / "init_only.py"
+    script.write_text("import xccl\n\nxccl.init()\nxccl.shutdown()\n")
+    code = main(["preflight", "--vendor", "sophgo", "--world", "64", "--timeout", "120", "--",
+                 "python", str(script)])
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith(
+        "xccl preflight: sophgo, world 64 on 8 node(s) (derived: 64 ranks / 8 TPUs per node), mode fake "
+        "(ranks run: 0, 63)"), out
+    assert "InitError" not in out and code == 0, out
 
 
 # ------------------------------------------------------------------------------- one rank's runner, in-process

@@ -6,18 +6,16 @@ third-party one), sets the device and creates the world on xccl's process group,
 emulation composed of what the vendor has, or fails before any communication with a typed error.
 ``xccl.capabilities(name)`` tells which, as data.
 
-Importing xccl imports torch but no vendor SDK: plugins are discovered from entry-point metadata and their SDKs
-are imported only once selected. The names below load on first use (PEP 562), so ``import xccl`` costs little
-beyond ``import torch`` (``benchmarks/import_time.py``); the layers and where each name lives are in
-docs/architecture.md.
+Importing xccl imports no vendor SDK, and not even torch until a name that needs it is used: plugins are
+discovered from entry-point metadata and their SDKs are imported only once selected. The names below load on first
+use (PEP 562), so ``import xccl`` costs little beyond ``import torch`` (``benchmarks/import_time.py``) and the
+``xccl`` command's ``--help`` none; the layers and where each name lives are in docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any, Final
-
-from torch.distributed import ReduceOp
 
 from .errors import (
     BackendNotFound,
@@ -43,6 +41,7 @@ __version__ = "0.1.0"
 
 #: Public name -> the module that defines it, imported on first access.
 _LAZY: Final = {
+    "ReduceOp": "torch.distributed",
     # the collectives (eager dispatch, or the graph form while torch.compile traces)
     **dict.fromkeys(
         (
@@ -187,6 +186,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
+    from torch.distributed import ReduceOp
+
     from .api import (
         P2POp,
         all_gather,

@@ -10,10 +10,13 @@ a table per call site priced with the plugin's cost model (:meth:`xccl.plugin.Pl
 
 from __future__ import annotations
 
+import logging
 import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Final, Literal
 
 from ..errors import InvalidArgument
 from ..plugin._cost import CostModel
@@ -23,7 +26,9 @@ from ._preflight_launch import launch, rank_env
 from ._preflight_report import Report, build, groups_of, load_records
 from ._preflight_settings import settings
 
-__all__ = ["FAKE_NOTES", "MAX_REAL", "NOTES", "preflight"]
+__all__ = ["FAKE_NOTES", "MAX_REAL", "NOTES", "derived_nodes", "devices_per_node", "preflight"]
+
+LOG = logging.getLogger("xccl")
 
 #: The largest world run as one process per rank by default (each rank imports torch: seconds and ~300 MB each).
 MAX_REAL = 8
@@ -64,6 +69,77 @@ def _mode(world: int, mode: str, ranks: Sequence[int] | None) -> tuple[int, ...]
     return chosen
 
 
+#: Run in a fresh interpreter by :func:`devices_per_node`: prints the device count of the vendor's simulated SDK.
+_DEVICES_PROBE: Final = """
+import sys
+from xccl.plugin._registry import default_registry
+runtime = default_registry().get(sys.argv[1]).runtime(simulate=True)
+count = getattr(getattr(runtime, "sdk", None), "device_count", None)
+print(count() if callable(count) else "")
+"""
+
+
+def devices_per_node(vendor: str, *, timeout: float = 120.0) -> int | None:
+    """The devices a node of ``vendor``'s simulation has: what its ranks will be placed on, so the most ranks a
+    node of the preflight can run. None when the plugin has no simulation or does not say.
+
+    The plugin contract declares no device count, so this asks the simulated runtime's SDK boundary
+    (``runtime.sdk.device_count()``), which ``xccl new-plugin``'s runtimes and those of Ascend and Sophgo have; it
+    follows the simulation's own variables (``XCCL_SOPHGO_SIM_DEVICES``, ``XCCL_SIM_ASCEND_DEVICES``). The runtime
+    is built in a child process, because building it may patch ``torch.distributed`` as the vendor SDK's import
+    does (Ascend's), which this process must not get.
+
+    Args:
+        vendor: the plugin.
+        timeout: seconds the child may take (it imports torch).
+    """
+    plugin = default_registry().get(vendor)
+    if plugin.simulation() is None:
+        return None
+    try:
+        child = subprocess.run([sys.executable, "-c", _DEVICES_PROBE, vendor], capture_output=True, text=True,
+                               timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        LOG.debug("preflight: asking %s's simulation for its devices per node failed", vendor, exc_info=True)
+        return None
+    out = child.stdout.strip().splitlines()
+    if child.returncode != 0 or not out or not out[-1].isdigit() or int(out[-1]) < 1:
+        # Tolerant: without a count the world stays on one node, and the ranks say what the node lacks.
+        LOG.debug("preflight: %s's simulation gave no devices per node (exit %s): %s", vendor, child.returncode,
+                  child.stderr[-2000:])
+        return None
+    return int(out[-1])
+
+
+def derived_nodes(world: int, per_node: int | None) -> int:
+    """The fewest nodes that run ``world`` ranks with at most ``per_node`` on each, every node the same number
+    (as ``torchrun --nnodes M --nproc-per-node N / M``): ``world / per_node`` rounded up, raised to the next
+    divisor of ``world`` (9 ranks on nodes of 8: 3 nodes of 3). One node when ``per_node`` is None (no limit)."""
+    if per_node is None or per_node < 1 or world <= per_node:
+        return 1
+    nodes = -(-world // per_node)
+    while world % nodes:
+        nodes += 1
+    return nodes
+
+
+def _device_noun(device_type: str) -> str:
+    """``tpu`` -> ``TPUs``, ``npu`` -> ``NPUs``; other device types as ``acme devices``."""
+    if device_type.endswith("pu") and len(device_type) <= 4:
+        return f"{device_type.upper()}s"
+    return f"{device_type} devices"
+
+
+def _nodes_for(vendor: str, world: int, plugin: Any) -> tuple[int, str]:
+    """``nodes`` when not given: :func:`derived_nodes`, and how it was found, for the report's header (empty when
+    the vendor's node has no known device count)."""
+    per_node = devices_per_node(vendor)
+    if per_node is None:
+        return 1, ""
+    noun = _device_noun(str(plugin.device_type))
+    return derived_nodes(world, per_node), f"{world} ranks / {per_node} {noun} per node"
+
+
 def _checked(vendor: str, world: int, nodes: int, argv: Sequence[str], timeout: float) -> None:
     if world < 1:
         raise InvalidArgument("preflight", f"world={world}: a world needs at least one rank")
@@ -78,7 +154,7 @@ def _checked(vendor: str, world: int, nodes: int, argv: Sequence[str], timeout: 
         raise InvalidArgument("preflight", "no vendor: name a plugin (`xccl caps` lists them)")
 
 
-def preflight(vendor: str, world: int, argv: Sequence[str], *, nodes: int = 1, timeout: float = 300.0,
+def preflight(vendor: str, world: int, argv: Sequence[str], *, nodes: int | None = 1, timeout: float = 300.0,
               cwd: str | None = None, cost_model: CostModel | Literal["plugin"] | None = "plugin",
               mode: Literal["real", "fake", "auto"] = "auto", ranks: Sequence[int] | None = None) -> Report:
     """Run ``python ARGV`` as every rank of a world of ``world`` on ``vendor``'s simulation; what it did there.
@@ -92,7 +168,9 @@ def preflight(vendor: str, world: int, argv: Sequence[str], *, nodes: int = 1, t
         world: the number of ranks (at most :data:`MAX_REAL` in mode ``real``).
         argv: what follows ``python``: ``["train.py", ARGS...]`` or ``["-m", "module", ARGS...]``. Keep the
             script's steps few (an argument of its own): every call is recorded.
-        nodes: the nodes the world spans (ranks are laid out node by node): which groups cross nodes.
+        nodes: the nodes the world spans (ranks are laid out node by node): which groups cross nodes. None: as
+            few as the vendor's simulated node holds (:func:`derived_nodes` of :func:`devices_per_node`, one
+            child process to ask), said in the report's header (``xccl preflight`` without ``--nodes``).
         timeout: seconds the run may take; ranks still running then are stopped, and the report says so.
         cwd: the ranks' working directory (default: this process's).
         cost_model: the model to price calls with (``"plugin"``: the plugin's
@@ -118,9 +196,13 @@ def preflight(vendor: str, world: int, argv: Sequence[str], *, nodes: int = 1, t
     argv = list(argv)
     if argv and os.path.basename(argv[0]).startswith("python"):
         argv = argv[1:]  # `-- python train.py`: the ranks run this interpreter, where xccl and the plugins are
+    registry = default_registry()
+    derivation = ""
+    if nodes is None:
+        _checked(vendor, world, 1, argv, timeout)  # a bad request is refused before the child is asked
+        nodes, derivation = _nodes_for(vendor, world, registry.get(vendor))
     _checked(vendor, world, nodes, argv, timeout)
     fake = _mode(world, mode, ranks)
-    registry = default_registry()
     plugin = registry.get(vendor)
     model = plugin.cost_model() if cost_model == "plugin" else cost_model
     workdir = os.path.abspath(cwd or os.getcwd())
@@ -134,4 +216,4 @@ def preflight(vendor: str, world: int, argv: Sequence[str], *, nodes: int = 1, t
         return build(trace_dir, records, vendor=plugin.name, world=world, nodes=nodes, exits=exits, model=model,
                      cwd=workdir, settings=settings(registry, plugin.name, env, groups_of(records)),
                      notes=NOTES if fake is None else NOTES + FAKE_NOTES, mode="real" if fake is None else "fake",
-                     compiled=compiled)
+                     compiled=compiled, nodes_derivation=derivation)

@@ -126,7 +126,9 @@ def html(report: Report) -> str:
     sections = [
         f"<h1>{escape(title)}</h1>",
         f'<p class="{"ok" if report.ok else "fail"}"><strong>verdict: {escape(verdict)}</strong></p>',
-        f"<p>world {report.world} on {report.nodes} node(s), mode {escape(report.mode)} (ranks run: "
+        f"<p>world {report.world} on {report.nodes} node(s)"
+        + (f" (derived: {escape(report.nodes_derivation)})" if report.nodes_derivation else "")
+        + f", mode {escape(report.mode)} (ranks run: "
         f"{escape(_ranges(report.ranks_run))}); cost model: {escape(report.cost_model or 'none (unknown)')}</p>",
         f"<p>predicted communication per rank: <strong>{escape(_seconds(report.total_seconds))}</strong> "
         f"({sum(c.calls for c in report.calls)} calls, {escape(_bytes(sum(c.nbytes * c.calls for c in report.calls)))}"

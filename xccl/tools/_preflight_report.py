@@ -115,6 +115,8 @@ class Report:
         notes: what the report cannot show.
         compiled: the ``torch.compile`` regions the script ran: graphs, graph breaks and the vendor compiler's
             verdict (:mod:`._preflight_compiled`).
+        nodes_derivation: how :attr:`nodes` was derived when it was not given (``"64 ranks / 8 TPUs per node"``);
+            empty when it was given.
     """
 
     vendor: str
@@ -130,6 +132,7 @@ class Report:
     settings: tuple[Setting, ...] = field(default=())
     notes: tuple[str, ...] = field(default=())
     compiled: tuple[CompiledRegion, ...] = field(default=())
+    nodes_derivation: str = ""
 
     @property
     def seen(self) -> bool:
@@ -315,7 +318,8 @@ def load_records(directory: str, ranks: Sequence[int]) -> dict[int, dict[str, An
 
 def build(directory: str, records: Mapping[int, dict[str, Any]], *, vendor: str, world: int, nodes: int,
           exits: Sequence[RankExit], model: CostModel | None, cwd: str, settings: Sequence[Setting] = (),
-          notes: Sequence[str] = (), mode: str = "real", compiled: Sequence[CompiledRegion] = ()) -> Report:
+          notes: Sequence[str] = (), mode: str = "real", compiled: Sequence[CompiledRegion] = (),
+          nodes_derivation: str = "") -> Report:
     """The report of the ranks that left their ``records`` and errors in ``directory`` (``mode``: ``real``, or
     ``fake`` when the ranks that ran each played one rank of a world that did not exist)."""
     ranks = [e.rank for e in exits]
@@ -323,7 +327,8 @@ def build(directory: str, records: Mapping[int, dict[str, Any]], *, vendor: str,
                   calls=tuple(_calls(records, model, max(1, world // nodes), cwd)),
                   failures=tuple(_failures(directory, ranks, cwd)), exits=tuple(exits),
                   cost_model=None if model is None else model.generation, groups=groups_of(records),
-                  settings=tuple(settings), notes=tuple(notes), compiled=tuple(compiled))
+                  settings=tuple(settings), notes=tuple(notes), compiled=tuple(compiled),
+                  nodes_derivation=nodes_derivation)
 
 
 def groups_of(records: Mapping[int, dict[str, Any]]) -> int:
@@ -338,8 +343,10 @@ def render(report: Report) -> str:
                       + ("" if c.intra_node else " inter-node"), c.dtype, _bytes(c.nbytes), str(c.calls),
                       _what(c), _seconds(c.seconds), _seconds(c.total)) for c in report.calls]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = [f"xccl preflight: {report.vendor}, world {report.world} on {report.nodes} node(s), mode {report.mode} "
-             f"(ranks run: {_ranges(report.ranks_run)}); cost model: {report.cost_model or 'none (unknown)'}"]
+    derived = f" (derived: {report.nodes_derivation})" if report.nodes_derivation else ""
+    lines = [f"xccl preflight: {report.vendor}, world {report.world} on {report.nodes} node(s){derived}, mode "
+             f"{report.mode} (ranks run: {_ranges(report.ranks_run)}); "
+             f"cost model: {report.cost_model or 'none (unknown)'}"]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     groups = report.by_group
     if len(groups) > 1:

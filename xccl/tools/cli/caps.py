@@ -1,9 +1,12 @@
-"""``xccl caps [PLUGIN ...] [--json | --markdown] [--mode eager|graph|both] [--group PLUGIN:N,...]``: the
+"""``xccl caps [PLUGIN ...] [--all] [--json | --markdown] [--mode eager|graph|both] [--group PLUGIN:N,...]``: the
 capability matrix, or (``--group``) the derived table of a mixed-vendor group (``xccl.collectives._mixed``).
 
 Rows are collectives, columns plugin x mode; a cell is ``native``, ``emul(via)`` or ``—``. Without a plugin name
-every plugin that loads is shown (available here or not: a table is data and needs no device). The rendering
-lives in ``xccl.tools._render``, shared with ``scripts/gen_docs.py``.
+the text matrix shows xccl's own plugins and the vendors' (:func:`shown_by_default`), available here or not (a
+table is data and needs no device), wrapped to the terminal's width or, when the output is not a terminal, to
+:data:`WIDTH` columns; ``--all``, ``--json`` and ``--markdown`` show every plugin that loads. Plugins named on the
+command line print unwrapped when the output is not a terminal, as before. The rendering lives
+in ``xccl.tools._render``, shared with ``scripts/gen_docs.py``.
 
 Exit status: 0; 2 when a named plugin does not exist or fails to load (the message says which are installed).
 """
@@ -16,9 +19,13 @@ import logging
 import os
 import shutil
 import sys
-from typing import Any
+import textwrap
+from typing import Any, Final
 
 LOG = logging.getLogger("xccl")
+
+#: The width of the text output when it does not go to a terminal (a pipe, a file, a CI log).
+WIDTH: Final = 120
 
 
 def add_parser(sub: Any, name: str) -> None:
@@ -29,7 +36,11 @@ def add_parser(sub: Any, name: str) -> None:
         description="Print which collectives each plugin runs natively, emulated (and via what) or not at all, "
         "in eager and graph mode.",
     )
-    p.add_argument("plugin", nargs="*", help="plugin names (default: every plugin that loads)")
+    p.add_argument("plugin", nargs="*",
+                   help="plugin names (default: xccl's own and the vendors' plugins; --all: every plugin that loads)")
+    p.add_argument("--all", action="store_true",
+                   help="every plugin that loads, test and example plugins included (--json and --markdown always "
+                   "list them all)")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="everything as JSON: levels, dtypes, reduce ops, notes")
     fmt.add_argument("--markdown", action="store_true", help="Markdown: the matrix and a detail table per plugin")
@@ -64,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
             chosen.append(info)
     else:
         chosen = [i for i in infos.values() if i.plugin is not None and i.status is not Status.INCOMPATIBLE]
+    hidden: list[str] = []
+    if not (args.plugin or args.all or args.json or args.markdown):
+        hidden = [i.name for i in chosen if not shown_by_default(i)]
+        chosen = [i for i in chosen if shown_by_default(i)]
 
     tables, about = {}, {}
     for info in chosen:
@@ -86,13 +101,17 @@ def run(args: argparse.Namespace) -> int:
     elif args.markdown:
         text = _render.render_markdown(tables, modes, about=about)
     else:
-        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+        width = _width(named=bool(args.plugin))
         text = _render.render_text(tables, modes, ascii_only=not _can_print(_render.DASH), width=width)
         text += "".join(
             f"{i.name}: not available here ({i.reason}); its table is shown all the same\n"
             for i in chosen
             if not i.available
         )
+        if hidden:
+            text += f"Not shown: {', '.join(hidden)} (xccl caps --all, or xccl caps NAME).\n"
+        if width is not None:
+            text = _fit(text, width)
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -100,6 +119,52 @@ def run(args: argparse.Namespace) -> int:
         # `xccl caps | head`: the reader left; say nothing more (and keep Python from complaining at exit).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
+
+
+def shown_by_default(info: Any) -> bool:
+    """Whether ``xccl caps`` without plugin names shows the plugin of ``info`` (a ``PluginInfo``).
+
+    Nothing marks a plugin as a test or an example, so the rule is what a plugin runs on: shown are xccl's own
+    plugins (``cpu``, the reference every other column is read against, and ``cuda``) and every plugin for a device
+    other than the CPU, i.e. a vendor's (``ascend``, ``sophgo``, a third party's, and the example ``template`` when
+    installed). Left out are other plugins for CPU tensors: test doubles (``gloo-emulated``, ``fake-accel-a``...)
+    and experiments, which ``--all`` or their name shows.
+    """
+    plugin = info.plugin
+    if plugin is None:
+        return False
+    own = info.target.startswith("xccl.")  # an entry point into the xccl package itself: cpu, cuda
+    return own or str(plugin.device_type) != "cpu"
+
+
+def _width(*, named: bool) -> int | None:
+    """The width to wrap the text to: the terminal's; else :data:`WIDTH`, except for plugins named on the command
+    line, printed unwrapped (one line per collective, for scripts that read the text; ``None``)."""
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None if named else WIDTH
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` with its prose lines longer than ``width`` wrapped: the legend, the notes (continued under their
+    text, past the ``[n]``) and the closing remarks. The matrix is left alone: ``render_text`` wrapped it into
+    blocks already, and only a single plugin's columns wider than ``width`` can overflow, which no wrapping helps."""
+    out = []
+    in_matrix = False
+    for line in text.splitlines():
+        if line.startswith("collective"):  # a block of the matrix, up to the next empty line
+            in_matrix = True
+        elif not line:
+            in_matrix = False
+        if in_matrix or len(line) <= width:
+            out.append(line)
+            continue
+        lead = len(line) - len(line.lstrip())
+        marker = line.lstrip().split(" ", 1)[0]
+        hang = lead + (len(marker) + 1 if marker.startswith("[") and marker.endswith("]") else 2)
+        out += textwrap.wrap(line, width, subsequent_indent=" " * hang, break_long_words=False,
+                             break_on_hyphens=False)
+    return "\n".join(out) + "\n"
 
 
 def _group(spec: str, as_json: bool) -> int:

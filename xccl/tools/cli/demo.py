@@ -13,8 +13,6 @@ import os
 import time
 from typing import Any
 
-import torch
-
 
 def add_parser(sub: Any, name: str) -> None:
     """Register the subcommand."""
@@ -52,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
 def _rank_main(rank: int, args: argparse.Namespace) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(args.nproc), LOCAL_RANK=str(rank))
 
+    # torch here, not at the top: the parser is built for every `xccl` command, --help included.
+    import torch
+
     import xccl
 
     torch.set_num_threads(args.threads)
@@ -65,6 +66,7 @@ def _rank_main(rank: int, args: argparse.Namespace) -> None:
 
 
 def _train(world: Any, args: argparse.Namespace) -> None:
+    import torch
     import torch.nn.functional as F
 
     import xccl

@@ -34,14 +34,30 @@ If ``xccl doctor`` itself dies in ``import torch`` with "Failed to load the back
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
-from .doctor_checks import autoload_failure, collect
-from .doctor_model import Finding, Report, render
-from .doctor_world import DEFAULT_TIMEOUT, run_world
+from .doctor_model import DEFAULT_TIMEOUT, Finding, Report, render
 
 __all__ = ["Finding", "Report", "add_parser", "autoload_failure", "collect", "render", "run"]
+
+#: Names re-exported from modules that import xccl (and so torch), loaded on first use: the parser is built for
+#: every ``xccl`` command, ``--help`` included, and must not import torch.
+_LAZY: Final = {"autoload_failure": "doctor_checks", "collect": "doctor_checks"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__package__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from .doctor_checks import autoload_failure, collect
 
 
 def add_parser(sub: Any, name: str) -> None:
@@ -77,6 +93,9 @@ def _seconds(raw: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     """Print the report; 0 when the selected plugin can work (with ``--world``: when every rank agrees), else 1."""
+    from .doctor_checks import collect
+    from .doctor_world import run_world
+
     if args.world:
         return run_world(vendor=args.vendor, timeout=args.timeout, as_json=args.json)
     report = collect(vendor=args.vendor)

@@ -10,12 +10,15 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal, final
 
-__all__ = ["MARK", "Finding", "Report", "Status", "render"]
+__all__ = ["DEFAULT_TIMEOUT", "MARK", "Finding", "Report", "Status", "render"]
 
 #: ``ok``, ``info`` (nothing to judge), ``warn`` (works, but probably not as meant) or ``fail``.
 Status = Literal["ok", "info", "warn", "fail"]
 #: How each status is printed, four characters wide.
 MARK: Final = {"ok": "ok  ", "info": "--  ", "warn": "WARN", "fail": "FAIL"}
+#: Seconds rank 0 of ``xccl doctor --world`` waits for every rank to answer (``--timeout``). Here rather than in
+#: ``doctor_world``, which imports torch, so that ``xccl doctor --help`` can print it without importing torch.
+DEFAULT_TIMEOUT: Final = 60.0
 
 
 @final

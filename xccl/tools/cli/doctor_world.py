@@ -36,12 +36,10 @@ from ...errors import InitError
 from ...plugin import job_env
 from .doctor_checks import collect
 from .doctor_facts import RankFacts, WorldVerdict, compare, gather, rank_list
-from .doctor_model import MARK
+from .doctor_model import DEFAULT_TIMEOUT, MARK
 
 __all__ = ["DEFAULT_TIMEOUT", "USAGE", "Launch", "launch_of", "render_world", "run_world"]
 
-#: Seconds rank 0 waits for every rank to answer (``--timeout``).
-DEFAULT_TIMEOUT: Final = 60.0
 #: How long rank 0 keeps the store up for the other ranks to read the verdict, at most.
 _ACK_WAIT: Final = 10.0
 _POLL: Final = 0.05

@@ -6,7 +6,7 @@ Example::
 
     xccl preflight --vendor sophgo --world 4 -- python train.py --steps 2
     xccl preflight --vendor ascend --world 8 --nodes 2 --json preflight.json -- python -m mypkg.train
-    xccl preflight --vendor sophgo --world 64 --nodes 8 --ranks 0,63 -- python train.py --steps 1   # a fake world
+    xccl preflight --vendor sophgo --world 64 --ranks 0,63 -- python train.py --steps 1   # a fake world, 8 nodes
     xccl preflight --vendor sophgo --world 8 --html report.html --png report.png -- python train.py --steps 1
 
 Exit status: 0 when every rank finished and no call would fail on the vendor; 1 otherwise (a CI gate: "still runs
@@ -39,7 +39,9 @@ def add_parser(sub: Any, name: str) -> None:
                    "without communicating; auto (default): real up to 8 ranks, fake above")
     p.add_argument("--ranks", type=_ranks, default=None, metavar="R,R...",
                    help="the ranks a fake world plays (default: the first and the last, e.g. 0,63)")
-    p.add_argument("--nodes", type=int, default=1, help="nodes the world spans, ranks laid out node by node")
+    p.add_argument("--nodes", type=int, default=None,
+                   help="nodes the world spans, ranks laid out node by node (default: as few as the vendor's "
+                   "simulated node holds, world / devices per node rounded up, e.g. 8 for 64 ranks on Sophgo)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds the run may take (default 300)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the report as JSON to FILE")
     p.add_argument("--html", default=None, metavar="FILE",

@@ -34,9 +34,29 @@ def installed_formats() -> list[Any]:
 
 
 def add_parser(sub: Any, name: str) -> None:
-    """Register ``rank-table``: ``validate``, and one generator per installed format that has one."""
-    p = sub.add_parser(name, help="generate a rank table of an installed plugin's format, or validate one")
-    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    """Register ``rank-table``: ``validate``, and one generator per installed format that has one.
+
+    The formats come from the plugins, and loading a plugin imports torch, which the parser of every ``xccl``
+    command (``--help`` included) must not do. So ``rank-table`` takes ``ACTION ...`` here, and
+    :func:`_action_parser`, built once ``rank-table`` is chosen, parses them.
+    """
+    p = sub.add_parser(
+        name,
+        help="generate a rank table of an installed plugin's format, or validate one",
+        description="Generate a rank table of an installed plugin's format (`xccl rank-table FORMAT --help` for its "
+        "options), or validate a rank table of any installed format (`xccl rank-table validate FILE`).",
+    )
+    p.add_argument("action", metavar="ACTION",
+                   help="validate, or the format to generate (an installed plugin's: sophgo, hccl, ...; a name that "
+                   "is none lists them)")
+    p.add_argument("arguments", nargs=argparse.REMAINDER, metavar="...", help="the action's arguments")
+    p.set_defaults(func=_dispatch, action_prog=p.prog)
+
+
+def _action_parser(prog: str) -> argparse.ArgumentParser:
+    """The parser of ``rank-table``'s actions: ``validate``, and a generator per installed format that has one."""
+    parser = argparse.ArgumentParser(prog=prog)
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     for fmt in installed_formats():
         if not fmt.can_generate:
             continue
@@ -50,6 +70,12 @@ def add_parser(sub: Any, name: str) -> None:
     val.add_argument("--max-devices", type=int, metavar="N",
                      help="devices per node/server; every device_id must be below N")
     val.set_defaults(func=run, format=None)
+    return parser
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    """Parse the action and its arguments now that the plugins may be loaded, then run it."""
+    return run(_action_parser(args.action_prog).parse_args([args.action, *args.arguments]))
 
 
 def run(args: argparse.Namespace) -> int:
