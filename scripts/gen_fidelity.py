@@ -192,7 +192,8 @@ def runtime_rows(runtime: VendorRuntime) -> list[Row]:
     mem = runtime.comm_memory
     if mem is not None:
         p2p = f"; {mem.p2p_env} = {mem.p2p_default_mb} MB per point-to-point communicator" if mem.p2p_env else ""
-        out.append(Row("memory per communicator", f"{mem.env} = {mem.default_mb} MB per communicator{p2p}",
+        out.append(Row("memory per communicator", f"{mem.buffers} x {mem.env} ({mem.buffers * mem.default_mb} MB by "
+                       f"default) per communicator{p2p}",
                        _src(mem.source), "not simulated: reported by xccl doctor and xccl.runtime.communicators()"))
     for patch in runtime.patches:
         if not patch.condition:

@@ -9,7 +9,13 @@ The policy:
 * **the mode**: CleanUpOnly (2) unless the user set the vendor's variable (``TORCH_HCCL_ASYNC_ERROR_HANDLING``),
   set before the first group exists because the vendor reads it once per process. A failure then reaches Python
   (HCCL's error at the execution timeout, which xccl types) instead of killing the process, so every rank can
-  report, save or exit cleanly and an elastic launcher restarts the job;
+  report, save or exit cleanly and an elastic launcher restarts the job. This relies on one property of mode 2
+  only: its watchdog does not take the process down. In torch_npu 2.13 it does nothing else either (it only logs:
+  no abort of the communicators, no exception at the next ``wait()``; Ascend/pytorch@462f4e1
+  ``ProcessGroupHCCL.cpp:965-981``, ``:1083-1094``), so failure detection is bounded by the execution timeout
+  alone, and the watchdog's timeout (execution timeout + margin) changes nothing. Not relied on, and not known:
+  whether mode 2 keeps the process alive when an event query fails with an error that is not the device's
+  (``:849-857`` throws on the watchdog's thread in every mode; the hardware's first hour settles it);
 * **the group's timeout**: never at or below the execution timeout (the floor), so that the vendor reports a hung
   collective first and the watchdog never fires before it. A group created without a timeout (torch's 30-minute
   default, which the vendor reads as "none") gets the vendor's own default, execution timeout plus margin (HCCL:

@@ -16,13 +16,21 @@ The capability table makes the simulated group refuse what the vendor refuses (`
   (gloo's text) at once, where the vendor's would wait out its own execution timeout;
 * **lazy connect** (:class:`~xccl.plugin.LazyConnect`): a group connects at its first collective (or the
   vendor's call that creates the communicator), and fails with the vendor's text when a member has not arrived
-  within the connect timeout; a member arriving after its peers gave up fails at once (on the hardware it would
-  wait out its own connect timeout). Point-to-point calls do not connect the group (HCCL gives each pair of ranks
-  a communicator of its own, not simulated);
+  within the connect timeout (outside the vendor's documented range: the nearest bound, with a warning); a member
+  arriving after its peers gave up fails at once (on the hardware it would wait out its own connect timeout).
+  Batched point-to-point connects the group too: HCCL runs ``batch_isend_irecv`` as a collective on the group's
+  communicator, and so it runs sends and receives between ``startCoalescing`` and ``endCoalescing``
+  (:meth:`GroupRuntime.coalescing`), which also hold back the works, as HCCL returns none before
+  ``endCoalescing``. A plain send or recv does not connect the group: HCCL gives each pair of ranks a communicator
+  of its own (Ascend/pytorch@462f4e1 ``ProcessGroupHCCL.cpp:4428-4439``, ``:4771-4783``), whose connect is not
+  simulated. Tests that cannot wait a vendor's shortest connect timeout (HCCL: 120 s) set
+  ``XCCL_SIM_CONNECT_TIMEOUT``, the seconds the simulated connect waits instead;
 * **patches** (:class:`~xccl.plugin.TorchPatch`): :func:`install_patches` applies a simulated SDK's replacements
   of ``torch.distributed`` functions, checked against the declaration, and :func:`remove_patches` undoes them.
 
-Memory per communicator is not simulated (the CPU has no device memory to run out of); ``xccl doctor`` reports it.
+Memory per communicator is not simulated (the CPU has no device memory to run out of; ``xccl doctor`` reports it),
+but a size the vendor refuses (torch_npu: ``HCCL_BUFFSIZE`` not positive) fails the group's connect with the
+vendor's message, as creating the communicator does on the hardware.
 """
 
 from __future__ import annotations
@@ -38,17 +46,19 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
 
 from torch._C._distributed_c10d import PrefixStore
 
 from ._fake_world import transport
-from ._vendor_runtime import ErrorHandling, LazyConnect, TorchPatch, VendorRuntime, Watchdog
-from ._work import ForwardingWork
+from ._vendor_runtime import CommMemory, ErrorHandling, LazyConnect, TorchPatch, VendorRuntime, Watchdog
+from ._work import ForwardingWork, Work
 
 __all__ = [
+    "SIM_CONNECT_ENV",
+    "sim_wait",
     "GroupRuntime",
     "WatchSettings",
     "install_patches",
@@ -64,8 +74,13 @@ logger = logging.getLogger(__name__)
 _POLL: Final = 0.05
 #: How often a rank waiting to connect looks at the store.
 _CONNECT_POLL: Final = 0.01
-#: ``Backend`` methods that need only two ranks, not the group's communicator.
+#: ``Backend`` methods that need only two ranks, not the group's communicator, unless batched.
 _POINT_TO_POINT: Final = frozenset({"send", "recv", "recv_anysource"})
+#: Seconds the simulated connect waits instead of the vendor's connect timeout (a test's shortcut: CANN takes
+#: ``HCCL_CONNECT_TIMEOUT`` of 120 s at least); the vendor's timeout is still the one its messages give.
+SIM_CONNECT_ENV: Final = "XCCL_SIM_CONNECT_TIMEOUT"
+#: Connect-timeout warnings given in this process (variable=value), one each.
+_OUT_OF_RANGE: set[str] = set()
 
 # --------------------------------------------------------------------------------------------------- watchdog
 
@@ -244,7 +259,7 @@ class _VendorWork(ForwardingWork):
 
 
 class GroupRuntime:
-    """The declared run time of one simulated group: its watchdog, execution timeout and lazy connect.
+    """The declared run time of one simulated group: its watchdog, execution timeout, lazy connect and batches.
 
     Args:
         runtime: the vendor's declaration.
@@ -265,7 +280,11 @@ class GroupRuntime:
         if self.settings is not None and self.settings.warning:
             warnings.warn(self.settings.warning, UserWarning, stacklevel=2)
         lazy = runtime.lazy_connect
-        self._connector: Final = None if lazy is None else _Connector(lazy, opts)
+        self._connector: Final = None if lazy is None else _Connector(lazy, opts, runtime.comm_memory)
+        if lazy is not None:
+            _warn_out_of_range(lazy)
+        #: The works held back while coalescing (None: not coalescing).
+        self._batch: list[Any] | None = None
 
     def gloo_timeout(self, requested: _dt.timedelta) -> _dt.timedelta:
         """The timeout the simulated group's gloo gets: the vendor's execution timeout where it has one."""
@@ -281,13 +300,20 @@ class GroupRuntime:
 
     def before(self, key: str) -> None:
         """Before a collective (``Backend`` method ``key``): connect on the group's first, raising the vendor's
-        connect error. Point-to-point calls are left out: HCCL runs them on a communicator of their own per pair of
-        ranks (``ProcessGroupHCCL.cpp:4428-4434``), which only those two connect; that one is not simulated."""
-        if self._connector is not None and not self._connector.connected and key not in _POINT_TO_POINT:
+        connect error. A plain send or recv is left out: HCCL runs it on a communicator of its own per pair of ranks
+        (``ProcessGroupHCCL.cpp:4428-4439``), which only those two connect and which is not simulated; in a batch
+        (:meth:`coalescing`) it runs on the group's communicator, which every member connects."""
+        if (self._connector is not None and not self._connector.connected
+                and (key not in _POINT_TO_POINT or self._batch is not None)):
             self._connector.connect()
 
     def after(self, method: str, work: Any) -> Any:
-        """After a collective was issued: watch it and give its failures the vendor's text."""
+        """After a collective was issued: watch it and give its failures the vendor's text; while coalescing, hold
+        it back and return None, as HCCL returns no work before ``endCoalescing``."""
+        if self._batch is not None:
+            if work is not None:
+                self._batch.append(work)
+            return None
         s = self.settings
         if s is None or work is None:
             return work
@@ -298,18 +324,57 @@ class GroupRuntime:
             _WATCHDOG.watch(_Watched(work, time.monotonic(), s.timeout, s.mode, describe, self._rank))
         return _VendorWork(work, self._exec_error)
 
+    @contextlib.contextmanager
+    def coalescing(self) -> Iterator[list[Any]]:
+        """The vendor's ``startCoalescing`` ... ``endCoalescing`` (HCCL's group start and end,
+        ``ProcessGroupHCCL.cpp:6260-6375``), around the calls of one batch.
+
+        Point-to-point calls inside connect the group's communicator (``:4428-4439``: no pair communicator while
+        coalescing), and their works are held back: the list yielded gets the batch's one work at the end (none
+        when nothing was issued), as ``endCoalescing`` returns it. A failure inside ends the batch too, so the
+        group is usable afterwards.
+
+        Raises:
+            RuntimeError: a batch is already open on the group (torch's ``_coalescing_manager`` refuses that too).
+        """
+        if self._batch is not None:
+            raise RuntimeError("ProcessGroup has non-empty op list at the start of coalescing")
+        self._batch = []
+        out: list[Any] = []
+        try:
+            yield out
+        finally:
+            works, self._batch = self._batch, None
+        if works:
+            out.append(self.after("coalesced", Work(works)))
+
+
+def _warn_out_of_range(lazy: LazyConnect) -> None:
+    """Warn, once per process and value, that the connect timeout is outside the vendor's documented range."""
+    message = lazy.out_of_range(os.environ)
+    if message is None:
+        return
+    key = f"{lazy.timeout_env}={os.environ.get(lazy.timeout_env, '')}"
+    if key not in _OUT_OF_RANGE:
+        _OUT_OF_RANGE.add(key)
+        warnings.warn(f"{message} (xccl simulation)", UserWarning, stacklevel=3)
+
 
 class _Connector:
     """A group's lazy connect over its store: every member must arrive within the connect timeout."""
 
-    def __init__(self, lazy: LazyConnect, opts: Any) -> None:
+    def __init__(self, lazy: LazyConnect, opts: Any, memory: CommMemory | None = None) -> None:
         self._lazy: Final = lazy
+        self._memory: Final = memory
         self._store: Final = PrefixStore("xccl.sim.connect", opts.store)
         self._rank: Final = int(opts.group_rank)
         self._size: Final = int(opts.group_size)
         self.connected = False
 
     def connect(self) -> None:
+        refused = None if self._memory is None else self._memory.refused(os.environ)
+        if refused is not None:
+            raise RuntimeError(refused)  # the vendor reads the buffer size when it creates the communicator
         if not transport().waits:
             self.connected = True  # a fake world's other ranks exist only by assumption: they all arrive
             return
@@ -317,7 +382,7 @@ class _Connector:
         store = self._store
         store.set(f"arrived/{self._rank}", "1")
         everyone = [f"arrived/{r}" for r in range(self._size)]
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + sim_wait(timeout)
         while True:
             if store.check(["gave_up"]):
                 raise RuntimeError(self._lazy.error.format(timeout_s=timeout))
@@ -329,6 +394,17 @@ class _Connector:
                     store.set("gave_up", str(self._rank))
                 raise RuntimeError(self._lazy.error.format(timeout_s=timeout))
             time.sleep(_CONNECT_POLL)
+
+
+def sim_wait(timeout: float) -> float:
+    """Seconds the simulated connect waits: :data:`SIM_CONNECT_ENV` where set to a positive number, else
+    ``timeout``."""
+    raw = os.environ.get(SIM_CONNECT_ENV, "").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        return timeout
+    return value if value > 0 else timeout
 
 
 # ---------------------------------------------------------------------------------------------------- patches

@@ -3,7 +3,7 @@
 The capability table says which calls a vendor accepts; this says what happens around them, which is where a first
 job on real hardware fails: torch_npu's watchdog takes the process down when a collective outlasts the group's
 timeout, HCCL connects a communicator at its first collective and gives up after ``HCCL_CONNECT_TIMEOUT``, every
-HCCL communicator takes ``HCCL_BUFFSIZE`` of device memory, SCCL's ``Work.wait()`` returns at once, torch_npu
+HCCL communicator takes twice ``HCCL_BUFFSIZE`` of device memory, SCCL's ``Work.wait()`` returns at once, torch_npu
 replaces functions of ``torch.distributed`` when it is imported.
 
 A plugin declares its vendor's behaviour once, in :meth:`Plugin.vendor_runtime`, and xccl uses the one declaration
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, final
@@ -60,7 +61,10 @@ class ErrorHandling(enum.Enum):
     NO_HANDLING = 0
     #: 1: abort the communicators and rethrow on the watchdog's thread, taking the whole process down.
     TEAR_DOWN = 1
-    #: 2: abort the communicators; the failure is raised to Python at the next ``wait()`` or collective.
+    #: 2: nothing but a log line in torch_npu 2.13: its watchdog neither aborts the communicators nor raises
+    #: (``SHOULD_CLEAN_UP`` is used nowhere; ``handleException`` only logs in this mode; ``wait()`` rethrows only under
+    #: ``TORCH_HCCL_BLOCKING_WAIT``), so the process lives and a hung collective fails by the vendor's own execution
+    #: timeout (Ascend/pytorch@462f4e1 ``ProcessGroupHCCL.hpp:244``, ``ProcessGroupHCCL.cpp:965-981,1036-1094``).
     CLEAN_UP_ONLY = 2
     #: 3: raise to Python without aborting the communicators.
     SKIP_CLEAN_UP = 3
@@ -166,7 +170,13 @@ class Watchdog:
 @final
 @dataclass(frozen=True, slots=True)
 class LazyConnect:
-    """A communicator connected at the group's first collective, not when the group is created."""
+    """A communicator connected at the group's first collective, not when the group is created.
+
+    Which communicator a call connects: a collective the group's; a point-to-point call *in a batch*
+    (``batch_isend_irecv``, or sends and receives between ``startCoalescing`` and ``endCoalescing``) the group's too,
+    so every member must arrive; a plain send or recv a communicator of its own for the pair of ranks (HCCL, as
+    NCCL), which only those two connect.
+    """
 
     #: Variable holding the connect timeout in seconds, e.g. ``"HCCL_CONNECT_TIMEOUT"``.
     timeout_env: str
@@ -176,15 +186,37 @@ class LazyConnect:
     source: str
     #: What a rank's first collective fails with when a member does not arrive in time (the vendor's text).
     error: str = ""
+    #: The values the vendor documents for :attr:`timeout_env`, seconds (HCCL: 120 to 7200); a value outside is
+    #: taken as the nearest bound, with :meth:`out_of_range`'s warning. Whether the vendor clamps it too, or
+    #: refuses it, only the hardware tells; clamping cannot fail where the vendor succeeds.
+    minimum: float = 0.0
+    #: See :attr:`minimum`.
+    maximum: float = math.inf
+    #: Where :attr:`minimum` and :attr:`maximum` were read.
+    range_source: str = ""
 
     def timeout(self, env: Mapping[str, str]) -> float:
-        """The connect timeout in seconds for ``env`` (the default when unset, unreadable or not positive)."""
+        """The connect timeout in seconds for ``env``: the default when unset, unreadable or not positive, else the
+        value within [:attr:`minimum`, :attr:`maximum`]."""
+        value = self._value(env)
+        return self.timeout_default if value is None else min(max(value, self.minimum), self.maximum)
+
+    def out_of_range(self, env: Mapping[str, str]) -> str | None:
+        """What xccl warns when ``env`` sets the timeout outside the documented range, or None."""
+        value = self._value(env)
+        if value is None or self.minimum <= value <= self.maximum:
+            return None
+        return (f"{self.timeout_env}={value:g} is outside [{self.minimum:g}, {self.maximum:g}], the range the vendor "
+                f"documents ({self.range_source or 'its documentation'}): taken as {self.timeout(env):g} s. The "
+                "vendor may refuse it instead; set a value in the range")
+
+    def _value(self, env: Mapping[str, str]) -> float | None:
         raw = env.get(self.timeout_env, "").strip()
         try:
             value = float(int(raw))
         except ValueError:
-            return self.timeout_default
-        return value if value > 0 else self.timeout_default
+            return None
+        return value if value > 0 else None
 
 
 @final
@@ -192,30 +224,72 @@ class LazyConnect:
 class CommMemory:
     """Device memory every communicator takes, whatever it carries."""
 
-    #: Variable holding the size in MB, e.g. ``"HCCL_BUFFSIZE"``.
+    #: Variable holding the size of each of a communicator's buffers, MB, e.g. ``"HCCL_BUFFSIZE"``.
     env: str
     #: Its default, MB (HCCL: 200).
     default_mb: int
     #: Where this was read.
     source: str
-    #: Variable holding the size of each point-to-point communicator (one per pair of ranks that send to each
+    #: Variable holding the buffer size of each point-to-point communicator (one per pair of ranks that send to each
     #: other), ``""`` when the vendor has none (HCCL: ``"P2P_HCCL_BUFFSIZE"``).
     p2p_env: str = ""
     #: Its default, MB (HCCL: 20).
     p2p_default_mb: int = 0
+    #: Buffers of that size each communicator takes (HCCL: 2, one to send and one to receive).
+    buffers: int = 1
+    #: Where a group's options (its ``pg_options``) set the buffer size for that group in place of :attr:`env`, as
+    #: ``"attribute.key"`` of a mapping attribute (HCCL: ``"hccl_config.hccl_buffer_size"``); ``""``: nowhere.
+    config_key: str = ""
+    #: The vendor's message when :attr:`env` is set to a value that is not positive, raised when it creates a
+    #: communicator; ``""``: the vendor takes any value (and a value that is not positive means the default).
+    refusal: str = ""
 
     def mb(self, env: Mapping[str, str]) -> int:
-        """MB per communicator in ``env``."""
-        return _mb(env.get(self.env, ""), self.default_mb)
+        """:attr:`env` in ``env``, MB (the default when unset; unreadable or not positive: the default where the
+        vendor declares no :attr:`refusal`, else what the vendor reads, which it refuses)."""
+        return _mb(env.get(self.env, ""), self.default_mb, strict=bool(self.refusal))
 
     def p2p_mb(self, env: Mapping[str, str]) -> int:
-        """MB per point-to-point communicator in ``env`` (0 when the vendor has none)."""
+        """:attr:`p2p_env` in ``env``, MB (0 when the vendor has none)."""
         return _mb(env.get(self.p2p_env, ""), self.p2p_default_mb) if self.p2p_env else 0
 
+    def refused(self, env: Mapping[str, str]) -> str | None:
+        """The vendor's :attr:`refusal` when ``env`` sets :attr:`env` to a value it refuses, else None."""
+        if not self.refusal or not env.get(self.env, "").strip():
+            return None
+        return self.refusal if self.mb(env) <= 0 else None
 
-def _mb(raw: str, default: int) -> int:
+    def comm_mb(self, env: Mapping[str, str], options: object | None = None) -> int:
+        """Device memory of one communicator, MB: :attr:`buffers` x its buffer size, which the group's ``options``
+        (its ``pg_options``) set at :attr:`config_key`, else :attr:`env`."""
+        size = self.configured_mb(options)
+        return self.buffers * max(self.mb(env) if size is None else size, 0)
+
+    def configured_mb(self, options: object | None) -> int | None:
+        """The buffer size the group's ``options`` set at :attr:`config_key`, MB, or None."""
+        if options is None or not self.config_key:
+            return None
+        attr, _, key = self.config_key.rpartition(".")
+        settings = getattr(options, attr, None) if attr else options
+        value = settings.get(key) if isinstance(settings, Mapping) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def p2p_comm_mb(self, env: Mapping[str, str]) -> int:
+        """Device memory of one point-to-point communicator, MB (0 when the vendor has none)."""
+        return self.buffers * self.p2p_mb(env)
+
+
+def _mb(raw: str, default: int, *, strict: bool = False) -> int:
+    """A size in MB as the vendor reads it: the default when unset; ``strict``: the leading integer, 0 when there
+    is none (C's ``strtol``), else the default for anything unreadable or negative."""
+    raw = raw.strip()
+    if not raw:
+        return default
+    if strict:
+        digits = re.match(r"[+-]?\d+", raw)
+        return int(digits.group(0)) if digits else 0
     try:
-        value = int(raw.strip())
+        value = int(raw)
     except ValueError:
         return default
     return value if value >= 0 else default

@@ -1,7 +1,8 @@
 """What xccl holds in this process: the communicators of every process group, and the device memory they take.
 
-A vendor's communicator costs device memory whatever it carries (HCCL: ``HCCL_BUFFSIZE``, 200 MB by default, per
-communicator; ``P2P_HCCL_BUFFSIZE`` per pair of ranks that send to each other). Each group of xccl's backend holds
+A vendor's communicator costs device memory whatever it carries (HCCL: twice ``HCCL_BUFFSIZE``, one buffer to send
+and one to receive, 400 MB by default, per communicator, or twice the group's ``hccl_config["hccl_buffer_size"]``;
+twice ``P2P_HCCL_BUFFSIZE`` per pair of ranks that send to each other). Each group of xccl's backend holds
 one of the vendor's, plus a host-side gloo group only where the plugin's table stages point-to-point through host
 memory (never on Ascend, whose send/recv are native); ``xccl.runtime.vendor_group()`` makes one more, on request.
 :func:`communicators` lists them; ``xccl doctor`` shows them when run in a process where xccl is initialised.
@@ -36,7 +37,8 @@ class Communicator:
     backend: str
     #: Whether the vendor connected it yet (None: the vendor connects at creation, or it cannot tell).
     connected: bool | None
-    #: Device memory it takes, MB, once connected (None: the vendor declares none).
+    #: Device memory it takes, MB, once connected (None: the vendor declares none): the vendor's buffers at the
+    #: group's own size where its options set one (``CommMemory.comm_mb``).
     memory_mb: int | None
 
 
@@ -52,16 +54,19 @@ def communicators() -> list[Communicator]:
     if runtime is None or not dist.is_initialized():
         return []
     memory = runtime.plugin.vendor_runtime().comm_memory
-    mb = None if memory is None else memory.mb(os.environ)
     out = []
     for group in list(dist.distributed_c10d._world.pg_map):
         ranks = tuple(dist.get_process_group_ranks(group))
         name = str(group.group_name)
         native: Any = getattr(group, "native", None)
         if native is not None:
+            mb = None if memory is None else memory.comm_mb(os.environ, getattr(group, "pg_options", None))
             out.append(Communicator(name, ranks, "vendor", runtime.backend, runtime.comm_connected(group), mb))
             if getattr(group, "side", None) is not None:
                 out.append(Communicator(name, ranks, "host gloo", "gloo", None, None))
         elif str(dist.get_backend(group)) == runtime.backend:
+            # A simulated vendor group keeps its options; a raw group of the vendor's own backend may not say.
+            mb = None if memory is None else memory.comm_mb(os.environ, getattr(group, "pg_options", None))
             out.append(Communicator(name, ranks, "vendor (raw)", runtime.backend, runtime.comm_connected(group), mb))
     return out
+

@@ -31,6 +31,7 @@ import torch.distributed as dist
 import xccl
 import xccl.runtime
 from xccl.errors import CollectiveTimeout, XcclError
+from xccl.plugin._sim_runtime import SIM_CONNECT_ENV, sim_wait
 from xccl.plugin._vendor_runtime import TorchPatch, VendorRuntime
 
 __all__ = ["SHORT_CONNECT", "SHORT_EXEC", "merged", "patch_targets", "resolve", "runtime_batch", "short_timeouts"]
@@ -52,7 +53,9 @@ def short_timeouts(declared: VendorRuntime) -> dict[str, str]:
     if declared.watchdog is not None and declared.watchdog.exec_timeout_env:
         env[declared.watchdog.exec_timeout_env] = str(SHORT_EXEC)
     if declared.lazy_connect is not None:
-        env[declared.lazy_connect.timeout_env] = str(SHORT_CONNECT)
+        # A value the vendor takes (HCCL: at least 120 s), and the simulated connect told to wait the short one.
+        env[declared.lazy_connect.timeout_env] = f"{max(SHORT_CONNECT, declared.lazy_connect.minimum):g}"
+        env[SIM_CONNECT_ENV] = str(SHORT_CONNECT)
     return env
 
 
@@ -169,7 +172,7 @@ def _world_connected(declared: VendorRuntime, simulate: bool) -> list[str]:
 def _connect_timeout(declared: VendorRuntime) -> float | None:
     lazy = declared.lazy_connect
     assert lazy is not None
-    seconds = lazy.timeout(os.environ)
+    seconds = sim_wait(lazy.timeout(os.environ))  # the simulated connect's wait (SIM_CONNECT_ENV), else the vendor's
     return seconds if seconds <= SHORT_CONNECT else None
 
 

@@ -37,8 +37,9 @@ def settings(registry: Registry, vendor: str, env: Mapping[str, str], groups: in
     out = [Setting(f.name, f.status, f.summary, f.fix) for f in vendor_runtime(env, registry, vendor)]
     memory = registry.get(vendor).vendor_runtime().comm_memory
     if memory is not None and groups:
-        mb = memory.mb(env)
+        mb = memory.comm_mb(env)
         out.append(Setting("communicator memory", "info",
                            f"the script's {groups} process group(s) per rank hold {groups} communicator(s) of "
-                           f"{memory.env}={mb} MB: {groups * mb} MB of device memory per rank"))
+                           f"{memory.buffers} x {memory.env}={memory.mb(env)} MB: {groups * mb} MB of device memory "
+                           "per rank (a group's own buffer size, where set, changes its share)"))
     return out

@@ -28,8 +28,9 @@ def test_every_op_is_native_in_eager(op: C) -> None:
     assert TABLE.entry(op).level is Level.NATIVE
 
 
-@pytest.mark.parametrize(("release", "level"), [("2.13.0", Level.EMULATED), ("2.12.0", Level.NATIVE),
-                                                ("2.7.1", Level.NATIVE), ("2.6.0", Level.EMULATED)])
+@pytest.mark.parametrize(("release", "level"), [("2.13.0", Level.EMULATED), ("v2.12.0", Level.NATIVE),
+                                                ("v2.7.1", Level.NATIVE), ("2.6.0", Level.EMULATED),
+                                                ("2.12.0", Level.EMULATED), ("v2.8.0", Level.EMULATED)])
 def test_all_to_all_v_follows_the_runtimes_probe_of_all_to_all_vc(release: str, level: Level) -> None:
     """The static table describes torch_npu 2.13.0, which has no all_to_all_vc; the runtime's probe of the
     installed release refines it, and its kernels offer all_to_all_vc only where the release has it."""

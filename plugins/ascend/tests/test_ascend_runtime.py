@@ -11,8 +11,8 @@ sources), then xccl's answer is checked:
   world at ``xccl.init`` and names the late rank on the other groups;
 * code that tests ``get_backend() == "hccl"`` (torch_npu's ``_AllGatherBase.backward`` among it) takes the HCCL
   path on xccl's world;
-* torch_npu's ``dist.gather`` / ``dist.batch_isend_irecv`` bypass xccl's dispatch; ``xccl.gather`` /
-  ``xccl.batch_isend_irecv`` do not.
+* torch_npu's ``dist.gather`` bypasses xccl's dispatch, its ``dist.batch_isend_irecv`` does so only before CANN
+  9.0 or off Atlas A2/A3 (``test_ascend_vendor_runtime``); ``xccl.gather`` / ``xccl.batch_isend_irecv`` never do.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ SIM = {"XCCL_SIMULATE": "ascend"}
 #: HCCL's execution timeout in the watchdog pools: short enough for a test, longer than the slow rank's delay.
 EXEC = 3
 WATCHDOG = {**SIM, "HCCL_EXEC_TIMEOUT": str(EXEC)}
-CONNECT = {**SIM, "HCCL_CONNECT_TIMEOUT": "2", "HCCL_EXEC_TIMEOUT": "8"}
+#: HCCL_CONNECT_TIMEOUT within CANN's [120, 7200]; the simulated connect waits 2 s of it (XCCL_SIM_CONNECT_TIMEOUT).
+CONNECT = {**SIM, "HCCL_CONNECT_TIMEOUT": "120", "XCCL_SIM_CONNECT_TIMEOUT": "2", "HCCL_EXEC_TIMEOUT": "8"}
 
 
 def _planned(group: Any, op: Collective) -> bool:
@@ -68,8 +69,9 @@ def test_all_to_all_v_runs_emulated_on_torch_npu_2_13(rank_pools: Any) -> None:
 
 
 def test_all_to_all_v_runs_native_where_torch_npu_has_all_to_all_vc() -> None:
-    """On a release that exports it (2.12.0), the probe finds all_to_all_vc and the table says native."""
-    with RankPool(2, {"fallback": "emulate"}, {**SIM, "XCCL_SIM_TORCH_NPU": "2.12.0"}, start_method="forkserver") as pool:
+    """On a build that exports it (the development branch v2.12.0), the probe finds all_to_all_vc and the table
+    says native."""
+    with RankPool(2, {"fallback": "emulate"}, {**SIM, "XCCL_SIM_TORCH_NPU": "v2.12.0"}, start_method="forkserver") as pool:
         outs = pool.run_ok(body_all_to_all_v)
     assert all(o["ok"] and o["level"] == "native" for o in outs), outs
 
@@ -157,7 +159,8 @@ def body_late_first_collective(delay: float) -> list[float]:
 
 
 def test_a_rank_late_to_the_worlds_first_collective_is_not_a_connect_timeout() -> None:
-    """HCCL_CONNECT_TIMEOUT=2: a rank 3 s late to its first collective makes HCCL's connect fail on its peer.
+    """A connect timeout of 2 s (simulated): a rank 3 s late to its first collective makes HCCL's connect fail on
+    its peer.
     xccl connects the world at xccl.init, where every rank is, so the late rank is bounded by the execution
     timeout (8 s) instead, and the collective completes."""
     with RankPool(2, {}, CONNECT, start_method="forkserver") as pool:  # fresh: the world's first collective is ours
@@ -270,10 +273,11 @@ def body_gather_paths() -> dict[str, Any]:
     return report
 
 
-def test_torch_npus_gather_and_batch_isend_irecv_bypass_xccl_and_xccls_do_not(rank_pools: Any) -> None:
-    """With torch_npu's patches applied, dist.gather and dist.batch_isend_irecv reach the HCCL backend directly:
-    correct values, but xccl's dispatch never sees them. xccl.gather and xccl.batch_isend_irecv go through it
-    (planned, validated)."""
+def test_torch_npus_gather_bypasses_xccl_and_xccls_does_not(rank_pools: Any) -> None:
+    """With torch_npu's patches applied, dist.gather reaches the HCCL backend directly: correct values, but xccl's
+    dispatch never sees it. dist.batch_isend_irecv, on the simulation's defaults (CANN 9.0, Atlas A2), runs torch's
+    coalescing manager over the group's send/recv, xccl's dispatch (its other branch: test_ascend_vendor_runtime).
+    xccl.gather and xccl.batch_isend_irecv go through it (planned, validated)."""
     outs = rank_pools.get(2, env=SIM).run_ok(body_gather_paths)
     want = [[0.0, 0.0], [1.0, 1.0]]
     root, other = outs
@@ -281,8 +285,8 @@ def test_torch_npus_gather_and_batch_isend_irecv_bypass_xccl_and_xccls_do_not(ra
     assert root["dist.gather"] == want and root["xccl.gather"] == want
     assert not root["dist.gather planned"] and root["xccl.gather planned"]
     assert root["invalid"] == other["invalid"] == "InvalidArgument"
-    assert root["dist.batch"] == ([1.0, 1.0], False) and root["xccl.batch"] == ([1.0, 1.0], True)
-    assert other["dist.batch"] == ([0.0, 0.0], False) and other["xccl.batch"] == ([0.0, 0.0], True)
+    assert root["dist.batch"] == ([1.0, 1.0], True) and root["xccl.batch"] == ([1.0, 1.0], True)
+    assert other["dist.batch"] == ([0.0, 0.0], True) and other["xccl.batch"] == ([0.0, 0.0], True)
 
 
 def test_the_simulated_import_patches_torch_distributed_and_shutdown_undoes_it() -> None:
@@ -322,13 +326,13 @@ def body_communicators() -> dict[str, Any]:
 
 
 def test_every_group_holds_one_hccl_communicator_and_doctor_shows_them(rank_pools: Any) -> None:
-    """One HCCL communicator per group (no host-side gloo group on Ascend), HCCL_BUFFSIZE each; the world's is
+    """One HCCL communicator per group (no host-side gloo group on Ascend), 2 x HCCL_BUFFSIZE each; the world's is
     connected at xccl.init, a new group's at its first collective; doctor lists them in a job."""
     outs = rank_pools.get(2, env=SIM).run_ok(body_communicators)
     for o in outs:
-        assert o["world"] == ("vendor", True, 200) and o["new"] == (False, True), o
+        assert o["world"] == ("vendor", True, 400) and o["new"] == (False, True), o
         assert "host gloo" not in o["kinds"], o  # raw groups other tests made with vendor_group() may be listed
-        assert any(line.startswith("group 0: vendor communicator (hccl) over ranks [0, 1]: connected, 200 MB")
+        assert any(line.startswith("group 0: vendor communicator (hccl) over ranks [0, 1]: connected, 400 MB")
                    for line in o["doctor"]), o["doctor"]
         assert any(line.startswith("device memory: ") for line in o["doctor"]), o["doctor"]
 

@@ -21,7 +21,8 @@ Eager mode (manifest A3, ``ProcessGroupHCCL.cpp``):
   rank (world size times the bytes of a true gather) unless the compatible implementation is enabled on 910B/910_93;
 * torch_npu's own uneven all_gather / reduce_scatter back xccl's uneven API natively; ``all_to_all_v`` is
   emulated (all_to_all_single with the matrix's split sizes, which HCCL honours): torch_npu 2.13.0 exports no
-  ``all_to_all_vc``. Where the installed release has it (v2.7.1-v2.12.0), the runtime's probe makes the entry native
+  ``all_to_all_vc``. Where the installed build has it (the development branches v2.7.1 and v2.9.0-v2.12.0; no
+  release branch), the runtime's probe makes the entry native
   (:data:`ALL_TO_ALL_VC`, ``AscendRuntime.capabilities``);
 * the MC2 fused kernels back xccl's fused API; their constraints (``_constraints``) are checked per call, and a
   violation falls back to the portable version under the fallback policy.
@@ -109,7 +110,7 @@ _ALL_TO_ALL_V: Final = Support(
     note="torch_npu 2.13.0 exports no torch_npu.distributed.all_to_all_vc (Ascend/pytorch@462f4e1 "
     "torch_npu/distributed/__init__.py:1-3,28-33; the same at 94c0533 and 46936d1): all_to_all_single with the "
     "matrix's split sizes, which HCCL honours. The runtime probes the installed torch_npu and uses all_to_all_vc "
-    "where it exists (the v2.7.1-v2.12.0 releases: Ascend/pytorch@a63ae3a torch_npu/distributed/__init__.py:2,29); "
+    "where it exists (builds of the development branches v2.7.1 and v2.9.0-v2.12.0, not their release wheels: Ascend/pytorch@a63ae3a torch_npu/distributed/__init__.py:2,29); "
     "xccl.capabilities() after xccl.init and xccl doctor show which",
 )
 #: all_to_all_v where the installed torch_npu exports all_to_all_vc (the runtime's probe found it).

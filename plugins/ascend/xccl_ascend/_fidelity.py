@@ -236,12 +236,19 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "stops at the first other character; empty means none", ("manifest A1 (npu/__init__.py:418)",),
           "simulated: XCCL_SIM_ASCEND_DEVICES filtered by the same parser"),
     Claim("torch_npu release: all_to_all_vc", "torch_npu.distributed.all_to_all_vc (binding alltoallvc) exists on "
-          "the v2.7.1-v2.12.0 branches only; none of the 2.13.0 tags exports it",
+          "the development branches v2.7.1 and v2.9.0 to v2.12.0 only: not on v2.8.0, on no release branch "
+          "(-7.2.0, -7.3.0, -26.0.0, -26.1.0 of 2.7.1 to 2.12.0), in none of the 2.13.0 tags",
           (f"{_PT}torch_npu/distributed/__init__.py:1-3,28-33", "Ascend/pytorch@94c0533 torch_npu/distributed/__init__.py",
            "Ascend/pytorch@46936d1 torch_npu/distributed/__init__.py",
-           "Ascend/pytorch@a63ae3a torch_npu/distributed/__init__.py:2,29",
-           "Ascend/pytorch@adc41e6 torch_npu/distributed/__init__.py:4,32"),
-          "simulated: XCCL_SIM_TORCH_NPU selects the release; checked: the runtime's probe refines the table"),
+           "Ascend/pytorch@adc41e6 (branch v2.7.1) torch_npu/distributed/__init__.py:4,32",
+           "Ascend/pytorch@da74682 (branch v2.9.0) torch_npu/distributed/__init__.py:2",
+           "Ascend/pytorch@cf90439 (branch v2.10.0) torch_npu/distributed/__init__.py:2",
+           "Ascend/pytorch@0b74b65 (branch v2.11.0) torch_npu/distributed/__init__.py:2",
+           "Ascend/pytorch@a63ae3a (branch v2.12.0) torch_npu/distributed/__init__.py:2,29",
+           "Ascend/pytorch@c419498 (branch v2.8.0) torch_npu/distributed/__init__.py (no all_to_all_vc)",
+           "Ascend/pytorch@42d8c46 (branch v2.12.0-26.1.0) torch_npu/distributed/__init__.py (no all_to_all_vc)"),
+          "simulated: XCCL_SIM_TORCH_NPU selects the release (a version is a release wheel, 'v2.12.0' the development "
+          "branch); checked: the runtime's probe refines the table"),
     Claim("backend name checks", "torch_npu's _AllGatherBase.backward accepts only nccl, xccl and hccl; TorchAir "
           "records a group for cache and export only if get_backend(pg) == 'hccl'; torch_npu's profiler only if "
           "str(backend).lower() == 'hccl'",
@@ -261,6 +268,35 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "18.22317); nccl-tests' and xccl bench's GB/s are 10**9", (f"{HCCL_TEST} (Result Description, example)",),
           "checked: tests/test_cost_model.py reads the docs' example; calibrate() fits avg_time and data_size, not the "
           "bandwidth column"),
+    Claim("world sizes of all_gather_into_tensor and reduce_scatter_tensor", "torch_npu 2.13's documentation: "
+          "world_size 3, 5, 6 and 7 are not supported (whether HCCL refuses them is not in the source read)",
+          (f"{_PT}docs/zh/api/native_api/pytorch_2-13-0/torch-distributed.md:300-301,339-341",),
+          "checked: a warning once per group of such a size at its first all_gather_into_tensor or "
+          "reduce_scatter_tensor, before anything is sent (the plugin's kernels, on the hardware and in simulation "
+          "alike); not refused"),
+    Claim("lazy connect: point-to-point", "a plain send/recv connects a communicator of its own for the pair of "
+          "ranks (P2P_HCCL_BUFFSIZE != 0, not coalescing); batch_isend_irecv is a collective on the group's "
+          "communicator, and sends and receives under coalescing (torch_npu's batch path from CANN 9.0 on A2/A3) use "
+          "the group's communicator: the first batch connects the whole group",
+          (f"{PGH}:4428-4439 (pointToPoint)", f"{PGH}:4771-4783 (batch_isend_irecv_inner: collective)",
+           f"{PGH}:6260-6375 (startCoalescing, endCoalescing)"),
+          "simulated: a batch (GroupRuntime.coalescing) connects the group, every member must arrive within the "
+          "connect timeout, and its sends return no work before the batch ends; the pair communicator is not "
+          "simulated (a plain send/recv connects nothing)"),
+    Claim("HCCL_CONNECT_TIMEOUT range", "an integer in [120, 7200], default 120; from CANN 8.2 the wait is 20 s longer",
+          ("CANN https://www.hiascend.com/document/detail/zh/canncommercial/850/maintenref/envvar/envref_07_0149.html",),
+          "checked and simulated: a value outside is taken as the nearest bound, with a warning (whether HCCL clamps "
+          "or refuses it: first-hour checklist); the 20 s are not simulated; XCCL_SIM_CONNECT_TIMEOUT shortens the "
+          "simulated wait for tests"),
+    Claim("memory per communicator: 2 x HCCL_BUFFSIZE", "each communicator takes two buffers of HCCL_BUFFSIZE (one to "
+          "send, one to receive): 400 MB by default; a group's hccl_config['hccl_buffer_size'] replaces "
+          "HCCL_BUFFSIZE for its communicator; torch_npu refuses HCCL_BUFFSIZE <= 0 ('HCCL_BUFFSIZE should be "
+          "positive.') when it creates a communicator",
+          ("CANN https://www.hiascend.com/document/detail/en/CANNCommunityEdition/900/maintenref/envvar/"
+           "envref_07_0080.html", f"{PGH}:3818-3824",
+           _PT + "torch_npu/csrc/core/npu/register/OptionsManager.cpp:541-553 (GetHcclBufferSize)"),
+          "checked: xccl.runtime.communicators() reports 2 x the group's size; simulated: a refused HCCL_BUFFSIZE "
+          "fails the group's connect with torch_npu's message; the memory itself is not simulated"),
     Claim("adaptor frames", "a user's dist.gather, batch_isend_irecv (torch_npu's replacements, in "
           "torch_npu.distributed) and, after TorchAir's patch_for_hcom, dist.all_reduce, all_gather, "
           "all_gather_into_tensor, broadcast, all_to_all(_single) run the vendor's Python frames before the "
@@ -278,12 +314,22 @@ _RANKS2: Final = "torchrun --standalone --nproc-per-node 2"
 HARDWARE: Final = (
     ("whether the installed torch_npu exports all_to_all_vc (the manifest read a 2.13.0 wheel that has it, the "
      "public 2.13.0 tags do not): xccl probes it either way", "xccl doctor | grep all_to_all_vc"),
-    ("xccl's watchdog policy on real HCCL: mode 2 is in force, a peer late by less than HCCL_EXEC_TIMEOUT kills no "
-     "process, a later one reaches Python as CollectiveTimeout inside xccl's call (or only at the next stream "
-     "synchronisation, which the check then reports), the world is connected at xccl.init, a late rank on a new "
-     "group is named from EI0006, torch_npu's patches are in place",
-     "HCCL_EXEC_TIMEOUT=4 HCCL_CONNECT_TIMEOUT=2 pytest --xccl-plugin ascend -k test_vendor_runtime"),
-    ("device memory one more HCCL communicator takes (HCCL_BUFFSIZE, 200 MB), and that xccl.runtime.connect "
+    ("xccl's watchdog policy on real HCCL: mode 2 is in force and its watchdog only logs (no abort, no exception; "
+     "does the process live when an event query fails, ProcessGroupHCCL.cpp:849-857?), a peer late by less than "
+     "HCCL_EXEC_TIMEOUT kills no process, a later one reaches Python as CollectiveTimeout inside xccl's call (or "
+     "only at the next stream synchronisation, which the check then reports), the world is connected at "
+     "xccl.init, torch_npu's patches are in place (HCCL_CONNECT_TIMEOUT within CANN's [120, 7200]: the suite's "
+     "late-rank connect checks need 2 s and skip; the connect item below settles them)",
+     "HCCL_EXEC_TIMEOUT=4 HCCL_CONNECT_TIMEOUT=120 pytest --xccl-plugin ascend -k test_vendor_runtime"),
+    ("HCCL_CONNECT_TIMEOUT outside CANN's [120, 7200] (xccl and the simulation take the nearest bound, with a "
+     "warning): rank 1 is 200 s late to a new group's first collective; rank 0 fails with EI0006 after 2 s (HCCL "
+     "honours 2), 120 s (it clamps; 140 s on CANN >= 8.2, whose wait is 20 s longer) or at once (it refuses), and "
+     "the CollectiveTimeout names rank 1",
+     "HCCL_CONNECT_TIMEOUT=2 torchrun --standalone --nproc-per-node 2 --no-python python -c \"import atexit, time, "
+     "torch, xccl, torch.distributed as d; w = xccl.init(); g = d.new_group(); s = time.time(); "
+     "atexit.register(lambda: print(w.rank, 'after', round(time.time() - s), 's')); time.sleep(200 * w.rank); "
+     "d.all_reduce(torch.ones(1, device=w.device), group=g)\""),
+    ("device memory one more HCCL communicator takes (2 x HCCL_BUFFSIZE, 400 MB), and that xccl.runtime.connect "
      "creates it",
      f"{_RANKS2} --no-python python -c \"import torch, torch_npu, xccl, torch.distributed as d; w = xccl.init(); "
      "f = torch.npu.mem_get_info()[0]; g = d.new_group(); xccl.runtime.connect(g); "
@@ -292,9 +338,62 @@ HARDWARE: Final = (
      f"{_RANKS2} --no-python python -c \"import torch, xccl; from torch.distributed.nn import functional as F; "
      "w = xccl.init(); x = torch.ones(2, device=w.device, requires_grad=True); "
      "F._all_gather_base(torch.empty(4, device=w.device), x).sum().backward(); print(w.rank, x.grad)\""),
-    ("torch_npu's gather and batch_isend_irecv bypass xccl (CANN >= 9.0 on A2/A3 coalesces batch_isend_irecv over "
-     "the group's own send/recv instead), and the whole conformance suite on NPUs",
+    ("torch_npu's gather bypasses xccl, its batch_isend_irecv with CANN >= 9.0 on A2/A3 coalesces the group's own "
+     "send/recv through xccl's dispatch (the sends return no work inside HCCL's coalescing), and the whole "
+     "conformance suite on NPUs",
      "pytest --xccl-plugin ascend --xccl-world-sizes 2,8"),
+    ("the first batch_isend_irecv of a group connects the whole group's communicator (a collective on it; the "
+     "simulation requires every member): ranks 0 and 1 exchange on a new 3-rank group whose rank 2 is 200 s late; "
+     "EI0006 after 120 s (140 s on CANN >= 8.2) on ranks 0 and 1 confirms it, 'ok' at once refutes it",
+     "HCCL_CONNECT_TIMEOUT=120 torchrun --standalone --nproc-per-node 3 --no-python python -c \"import atexit, time, "
+     "torch, xccl, torch.distributed as d; w = xccl.init(); g = d.new_group(); t = torch.ones(1, "
+     "device=w.device); s = time.time(); atexit.register(lambda: print(w.rank, 'after', round(time.time() - s), "
+     "'s')); time.sleep(200 * (w.rank == 2)); p = 1 - w.rank; w.rank < 2 and [x.wait() for x in "
+     "d.batch_isend_irecv([d.P2POp(d.isend, t, p, g), d.P2POp(d.irecv, torch.empty_like(t), p, g)])]; "
+     "t.cpu(); print(w.rank, 'ok')\""),
+    ("a plain send/recv connects only a communicator of its own for the pair (not simulated): ranks 0 and 1 "
+     "exchange at once on a new 3-rank group whose rank 2 is 200 s late, and each takes about 2 x "
+     "P2P_HCCL_BUFFSIZE (40 MB) more device memory",
+     "torchrun --standalone --nproc-per-node 3 --no-python python -c \"import time, torch, torch_npu, xccl, "
+     "torch.distributed as d; w = xccl.init(); g = d.new_group(); t = torch.ones(1, device=w.device); "
+     "f = torch.npu.mem_get_info()[0]; time.sleep(200 * (w.rank == 2)); s = time.time(); "
+     "d.send(t, 1, g) if w.rank == 0 else d.recv(t, 0, g) if w.rank == 1 else None; torch.npu.synchronize(); "
+     "print(w.rank, round(time.time() - s), 's', (f - torch.npu.mem_get_info()[0]) >> 20, 'MB')\""),
+    ("all_gather_into_tensor and reduce_scatter_tensor on 6 ranks, which torch_npu 2.13's documentation excludes "
+     "(3, 5, 6, 7; xccl warns once per group): an error, wrong values or right ones (rank r: o = [0, 0, 1, 1, ..., "
+     "5, 5], r = [6r, 6r])",
+     "torchrun --standalone --nproc-per-node 6 --no-python python -c \"import torch, xccl, torch.distributed as d; "
+     "w = xccl.init(); x = torch.full((2,), float(w.rank), device=w.device); o = torch.empty(12, device=w.device); "
+     "d.all_gather_into_tensor(o, x); r = torch.empty(2, device=w.device); d.reduce_scatter_tensor(r, o); "
+     "print(w.rank, o.cpu().tolist(), r.cpu().tolist())\""),
+    ("where a collective's failure surfaces (not simulated: the simulated wait() blocks the host): xccl.all_reduce "
+     "returns once the stream waits, and HCCL's EI0002 after HCCL_EXEC_TIMEOUT reaches Python at the next "
+     "synchronisation (here t.cpu()), outside xccl's typed errors: 'returned after 0 s' then a RuntimeError",
+     "HCCL_EXEC_TIMEOUT=10 torchrun --standalone --nproc-per-node 2 --no-python python -c \"import time, torch, "
+     "xccl; w = xccl.init(); t = torch.ones(4, device=w.device); time.sleep(40 * w.rank); s = time.time(); "
+     "xccl.all_reduce(t); print(w.rank, 'returned after', round(time.time() - s), 's'); print(w.rank, "
+     "t.cpu().tolist(), 'after', round(time.time() - s), 's')\""),
+    ("HCCL_OP_EXPANSION_MODE=AIV caps the execution timeout at 1091 s (CANN envref_07_0078; xccl's policy and "
+     "World.collective_timeout read HCCL_EXEC_TIMEOUT only): rank 0 fails after about 1091 s, not 1500",
+     "HCCL_OP_EXPANSION_MODE=AIV HCCL_EXEC_TIMEOUT=1500 torchrun --standalone --nproc-per-node 2 --no-python python "
+     "-c \"import atexit, time, torch, xccl; w = xccl.init(); print(w.rank, 'xccl bound', w.collective_timeout); "
+     "t = torch.ones(1, device=w.device); s = time.time(); atexit.register(lambda: print(w.rank, 'after', "
+     "round(time.time() - s), 's')); time.sleep(1300 * w.rank); xccl.all_reduce(t); t.cpu()\""),
+    ("a group's hccl_config['hccl_exec_timeout'] bounds its collectives (ProcessGroupHCCL.cpp:3889-3904; CANN: "
+     "the communicator's setting wins), which xccl's policy does not read: rank 0 fails after about 20 s while "
+     "xccl's bound says 1836 s",
+     "torchrun --standalone --nproc-per-node 2 --no-python python -c \"import atexit, time, torch, xccl, "
+     "xccl_ascend; xccl_ascend.set_hccl_config({'hccl_exec_timeout': 20}); w = xccl.init(); print(w.rank, "
+     "'xccl bound', w.collective_timeout); t = torch.ones(1, device=w.device); s = time.time(); "
+     "atexit.register(lambda: print(w.rank, 'after', round(time.time() - s), 's')); time.sleep(60 * w.rank); "
+     "xccl.all_reduce(t); t.cpu()\""),
+    ("TORCH_HCCL_BLOCKING_WAIT=1 forces watchdog mode 0 and makes wait() block the host and raise there "
+     "(ProcessGroupHCCL.cpp:1036-1063, :1205-1215), which xccl's policy does not read: xccl.all_reduce returns "
+     "after about 40 s (it blocks) instead of at once",
+     "TORCH_HCCL_BLOCKING_WAIT=1 torchrun --standalone --nproc-per-node 2 --no-python python -c \"import time, "
+     "torch, xccl; w = xccl.init(); t = torch.ones(1, device=w.device); xccl.all_reduce(t); t.cpu(); "
+     "time.sleep(40 * w.rank); s = time.time(); xccl.all_reduce(t); print(w.rank, 'returned after', "
+     "round(time.time() - s), 's')\""),
     ("the TorchAir torch_npu 2.13 bundles (76ce3004, not public) against the vocabulary xccl derived at fced8842: "
      "a diff, or a missing anchor, shows what differs",
      "mkdir -p /tmp/ta/python && ln -s $(python -c 'import torch_npu, os; print(os.path.dirname(torch_npu.__file__))')"

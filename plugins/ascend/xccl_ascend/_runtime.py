@@ -13,7 +13,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import torch
 import torch.distributed as dist
@@ -26,7 +26,9 @@ from xccl.plugin import (
     Mode,
     RankTableError,
     Runtime,
+    c10d_kernel,
     reduce_op_name,
+    warn_at_user,
 )
 
 from . import _constraints as cons
@@ -39,12 +41,18 @@ from ._torchair_lower import LOWERED, converters, lowering
 if TYPE_CHECKING:
     from ._sdk import HcclSdk
 
-__all__ = ["MC2_DOMAIN", "AscendRuntime", "FusedKernel"]
+__all__ = ["DOCUMENTED_WORLD_SIZES", "MC2_DOMAIN", "AscendRuntime", "FusedKernel", "WorldSizeNote"]
 
 LOG = logging.getLogger("xccl.ascend")
 
 #: The communication domain the fused kernels of this process (model) use: Atlas A2 allows one.
 MC2_DOMAIN = cons.DomainTracker()
+
+#: Where torch_npu 2.13 documents that all_gather_into_tensor and reduce_scatter_tensor do not support world sizes
+#: 3, 5, 6 and 7 (its words: "world_size" 不支持 "3, 5, 6, 7", written with full-width commas).
+DOCUMENTED_WORLD_SIZES: Final = (
+    "Ascend/pytorch@462f4e1 docs/zh/api/native_api/pytorch_2-13-0/torch-distributed.md:300-301,339-341"
+)
 
 
 class AscendRuntime(Runtime):
@@ -102,6 +110,8 @@ class AscendRuntime(Runtime):
             InitError: fewer NPUs are visible than this local rank needs.
         """
         _check_rank_table(os.environ)
+        if not self.simulate:  # the simulated group warns itself, as it takes the value (xccl.plugin._sim_runtime)
+            _check_connect_timeout(self.plugin.vendor_runtime().lazy_connect, os.environ)
         count = self.sdk.device_count()
         if not 0 <= local_rank < count:
             visible = os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
@@ -156,12 +166,18 @@ class AscendRuntime(Runtime):
         made by the next ``xccl.init`` starts clean (Atlas A2's one-domain rule is per model)."""
         MC2_DOMAIN.reset()
         self.sdk.close()
+        if "_size_note" in self.__dict__:
+            self._size_note.clear()
 
     # ------------------------------------------------------------------------------------------------ kernels
 
     def kernels(self) -> Mapping[Collective, Callable[..., Any]]:
         """torch_npu's uneven collectives and MC2 fused kernels (``all_to_all_vc`` where the release has it)."""
         return self._kernels
+
+    @functools.cached_property
+    def _size_note(self) -> WorldSizeNote:
+        return WorldSizeNote()
 
     @functools.cached_property
     def _kernels(self) -> Mapping[Collective, Callable[..., Any]]:
@@ -171,6 +187,7 @@ class AscendRuntime(Runtime):
             Collective.MM_REDUCE_SCATTER: FusedKernel(self, "mm_reduce_scatter"),
             Collective.ALL_GATHER_MM: FusedKernel(self, "all_gather_mm"),
             Collective.MM_ALL_REDUCE: FusedKernel(self, "mm_all_reduce"),
+            **self._size_note.kernels(),
         }
         if self.sdk.has_all_to_all_vc():
             kernels[Collective.ALL_TO_ALL_V] = self._all_to_all_v
@@ -208,6 +225,60 @@ class AscendRuntime(Runtime):
             local_world_size=int(local) if local.isdigit() and int(local) > 0 else None,
             cann_version=self._cann,
         )
+
+
+class WorldSizeNote:
+    """c10d's own kernels of all_gather_into_tensor and reduce_scatter_tensor, warning once per group whose size
+    torch_npu 2.13's documentation excludes (3, 5, 6, 7: :data:`DOCUMENTED_WORLD_SIZES`), before its first such
+    call sends anything.
+
+    Whether HCCL refuses those sizes, runs them, or the documentation is only cautious, needs the hardware (the
+    first hour's list), so nothing is refused: a warning where FSDP2 on a 6-NPU mesh would otherwise meet the
+    question first on the hardware. A plugin kernel, so that it runs on the hardware and in simulation alike and
+    xccl's shared path carries no vendor's rule; the c10d kernel is bound once per group (its kernel context, held
+    until the runtime shuts down), so other groups pay a dictionary lookup per call.
+    """
+
+    #: The group sizes the documentation excludes.
+    SIZES: Final = frozenset({3, 5, 6, 7})
+    #: The ops it excludes them for.
+    OPS: Final = (Collective.ALL_GATHER_INTO_TENSOR, Collective.REDUCE_SCATTER_TENSOR)
+
+    def __init__(self) -> None:
+        self._bound: dict[tuple[Collective, int], Callable[..., Any]] = {}
+        self._contexts: dict[int, KernelContext] = {}  # held, so that an id is not reused while bound
+
+    def kernels(self) -> dict[Collective, Callable[..., Any]]:
+        """The kernel of each op, as ``Runtime.kernels()`` returns them."""
+        return {op: functools.partial(self._call, op) for op in self.OPS}
+
+    def clear(self) -> None:
+        """Forget every group (at the runtime's shutdown)."""
+        self._bound.clear()
+        self._contexts.clear()
+
+    def _call(self, op: Collective, ctx: KernelContext, *args: Any) -> Any:
+        kernel = self._bound.get((op, id(ctx)))
+        if kernel is None:
+            kernel = self._bind(op, ctx)
+        return kernel(*args)
+
+    def _bind(self, op: Collective, ctx: KernelContext) -> Callable[..., Any]:
+        if id(ctx) not in self._contexts:
+            self._contexts[id(ctx)] = ctx
+            if ctx.size in self.SIZES:
+                warn_at_user(
+                    f"xccl: {op.value} on a group of {ctx.size} ranks (global ranks {list(ctx.ranks)}): torch_npu "
+                    "2.13's documentation says all_gather_into_tensor and reduce_scatter_tensor do not support "
+                    f"world sizes 3, 5, 6 and 7 ({DOCUMENTED_WORLD_SIZES}). xccl passes it to HCCL; whether HCCL "
+                    "refuses it, or gives wrong results, is not known without the hardware (docs/fidelity.md, first "
+                    "hour on hardware)"
+                )
+        kernel = c10d_kernel(op, ctx.native)
+        if kernel is None:  # every op of OPS has a c10d method
+            raise RuntimeError(f"no c10d kernel for {op.value}")
+        self._bound[(op, id(ctx))] = kernel
+        return kernel
 
 
 class FusedKernel:
@@ -272,6 +343,14 @@ class FusedKernel:
 
     def __repr__(self) -> str:
         return f"<FusedKernel {self.op} -> torch_npu.{self.kernel}>"
+
+
+def _check_connect_timeout(lazy: Any, env: Mapping[str, str]) -> None:
+    """Warn when ``HCCL_CONNECT_TIMEOUT`` is outside CANN's [120, 7200]: xccl's policy and messages take the nearest
+    bound, as the simulation does; whether HCCL clamps it or refuses it is a first-hour check."""
+    message = None if lazy is None else lazy.out_of_range(env)
+    if message is not None:
+        warn_at_user(message)
 
 
 def _check_rank_table(env: Mapping[str, str]) -> None:

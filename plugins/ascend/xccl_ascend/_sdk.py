@@ -70,8 +70,8 @@ class HcclSdk(Protocol):
         ...
 
     def has_all_to_all_vc(self) -> bool:
-        """Whether the installed torch_npu exports ``torch_npu.distributed.all_to_all_vc`` (v2.7.1-v2.12.0 do,
-        the 2.13.0 releases do not)."""
+        """Whether the installed torch_npu exports ``torch_npu.distributed.all_to_all_vc`` (builds of
+        the development branches v2.7.1 and v2.9.0-v2.12.0 do; the release wheels do not)."""
         ...
 
     def comm_connected(self, group: Any) -> bool | None:

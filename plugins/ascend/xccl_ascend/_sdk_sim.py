@@ -15,10 +15,13 @@ What is simulated, and how faithfully:
   The broadcast runs on the vendor's group itself (``c10d_kernel`` over the simulated HCCL group), not through
   ``torch.distributed`` on xccl's group: on the hardware it happens inside HCCL, which no layer above records. The
   name is cached per group, as HCCL keeps its communicator;
-* the torch_npu release: ``XCCL_SIM_TORCH_NPU`` (default ``2.13.0``) decides which APIs exist.
-  ``torch_npu.distributed.all_to_all_vc`` exists on the v2.7.1-v2.12.0 branches only (Ascend/pytorch@a63ae3a
-  branch v2.12.0 ``torch_npu/distributed/__init__.py:2,29``); the three 2.13.0 tags (462f4e1, 94c0533, 46936d1)
-  do not export it, so with the default release calling it raises the AttributeError the hardware raises;
+* the torch_npu release: ``XCCL_SIM_TORCH_NPU`` (default ``2.13.0``) decides which APIs exist: a version
+  (``2.12.0``) is a release wheel, built from a release branch (``v2.12.0-26.1.0``, ``v2.7.1-7.2.0``); a branch name
+  (``v2.12.0``, ``v2.12.0-26.1.0``) is a build of that branch. ``torch_npu.distributed.all_to_all_vc`` exists on
+  the development branches v2.7.1 (adc41e6) and v2.9.0 to v2.12.0 (da74682, cf90439, 0b74b65, a63ae3a:
+  ``torch_npu/distributed/__init__.py:2``) only: not on v2.8.0 (c419498), on no release branch (-7.2.0, -7.3.0,
+  -26.0.0, -26.1.0 of 2.7.1 to 2.12.0) and in none of the three 2.13.0 tags (462f4e1, 94c0533, 46936d1), so with
+  the default release calling it raises the AttributeError the hardware raises;
 * torch_npu's patches of torch.distributed (``_vendor.ascend_runtime().patches``): a runtime that "imports"
   the SDK (``SimSdk(imported=True)``, as :class:`~xccl_ascend._runtime.AscendRuntime` builds it) applies
   the stand-ins of ``_torch_npu_sim`` and :meth:`SimSdk.close` undoes them;
@@ -55,26 +58,29 @@ from xccl.plugin import (
 )
 
 from ._probe import parse_visible_devices
+from ._simprofile import sim_device_name
 from ._torch_npu_sim import REPLACEMENTS
 from ._torchair_lower import GraphOps
 from ._torchair_sim import register_fx_node_ge_converter, sim_cann_version, sim_graph_ops, simulated_torchair
 from ._vendor import ascend_runtime
 
 __all__ = [
-    "ALL_TO_ALL_VC_RELEASES", "SIM_DEVICES_ENV", "SIM_SOC_ENV", "SIM_TORCH_NPU_ENV", "SimSdk", "sim_device_name",
-    "sim_torch_npu",
+    "ALL_TO_ALL_VC_BRANCHES", "SIM_DEVICES_ENV", "SIM_SOC_ENV", "SIM_TORCH_NPU_ENV", "SimSdk", "sim_device_name",
+    "has_all_to_all_vc", "sim_torch_npu",
 ]
 
 #: Chip to simulate: ``A2``, ``A3`` or a chip name.
 SIM_SOC_ENV: Final = "XCCL_SIM_ASCEND_SOC"
 #: Physical NPUs of the simulated host.
 SIM_DEVICES_ENV: Final = "XCCL_SIM_ASCEND_DEVICES"
-#: The torch_npu release to simulate, e.g. ``2.13.0`` (default) or ``2.12.0``.
+#: The torch_npu release to simulate: a release wheel's version, e.g. ``2.13.0`` (default) or ``2.12.0``, or the
+#: branch it was built from, e.g. ``v2.12.0`` (development) or ``v2.12.0-26.1.0`` (release).
 SIM_TORCH_NPU_ENV: Final = "XCCL_SIM_TORCH_NPU"
 _DEFAULT_TORCH_NPU: Final = "2.13.0"
-#: The releases that export ``torch_npu.distributed.all_to_all_vc``: [first, first release without it).
-ALL_TO_ALL_VC_RELEASES: Final = ((2, 7, 1), (2, 13, 0))
-_CHIPS: Final = {"A2": "Ascend910B1", "A3": "Ascend910_9391"}
+#: The development branches that export ``torch_npu.distributed.all_to_all_vc`` (Ascend/pytorch: v2.7.1 adc41e6,
+#: v2.9.0 da74682, v2.10.0 cf90439, v2.11.0 0b74b65, v2.12.0 a63ae3a). No release branch (``-7.x.0``,
+#: ``-26.x.0``), v2.8.0 (c419498) or 2.13.0 tag exports it, so no release wheel has it.
+ALL_TO_ALL_VC_BRANCHES: Final = frozenset({(2, 7, 1), (2, 9, 0), (2, 10, 0), (2, 11, 0), (2, 12, 0)})
 _NAME_BYTES: Final = 128  # HCCL's communicator names are char[128]
 
 _SUM: Final = dist.ReduceOp.SUM
@@ -93,19 +99,23 @@ def sim_torch_npu(env: Mapping[str, str] | None = None) -> tuple[str, tuple[int,
         InitError: the value is not a version such as ``2.12.0``.
     """
     raw = (os.environ if env is None else env).get(SIM_TORCH_NPU_ENV, "").strip() or _DEFAULT_TORCH_NPU
-    parts = raw.split("+", 1)[0].split(".")
+    # A branch name: the version between the "v" and the release suffix ("v2.12.0-26.1.0").
+    parts = raw.removeprefix("v").split("-", 1)[0].split("+", 1)[0].split(".")
     try:
         major, minor = int(parts[0]), int(parts[1])
         patch = int("".join(c for c in parts[2].split("post")[0] if c.isdigit()) or 0) if len(parts) > 2 else 0
     except (IndexError, ValueError):
-        raise InitError(f"{SIM_TORCH_NPU_ENV}={raw!r} is not a torch_npu release; set e.g. 2.13.0 or 2.12.0") from None
+        raise InitError(f"{SIM_TORCH_NPU_ENV}={raw!r} is not a torch_npu release; set e.g. 2.13.0, 2.12.0 or the "
+                        "development branch v2.12.0") from None
     return raw, (major, minor, patch)
 
 
-def sim_device_name(env: Mapping[str, str] | None = None) -> str:
-    """The simulated chip name from ``XCCL_SIM_ASCEND_SOC`` (default A2)."""
-    raw = (os.environ if env is None else env).get(SIM_SOC_ENV, "").strip() or "A2"
-    return _CHIPS.get(raw.upper(), raw)
+def has_all_to_all_vc(release: str) -> bool:
+    """Whether the torch_npu ``release`` (a value of ``XCCL_SIM_TORCH_NPU``) exports ``all_to_all_vc``: only a build
+    of one of the :data:`ALL_TO_ALL_VC_BRANCHES` development branches does."""
+    _, version = sim_torch_npu({SIM_TORCH_NPU_ENV: release})
+    development = release.strip().startswith("v") and "-" not in release
+    return development and version in ALL_TO_ALL_VC_BRANCHES
 
 
 class SimSdk:
@@ -123,9 +133,8 @@ class SimSdk:
         env = os.environ if env is None else env
         self._env = env
         #: The simulated torch_npu release.
-        self.version, release = sim_torch_npu(env)
-        first, gone = ALL_TO_ALL_VC_RELEASES
-        self._has_all_to_all_vc = first <= release < gone
+        self.version, _ = sim_torch_npu(env)
+        self._has_all_to_all_vc = has_all_to_all_vc(self.version)
         raw = env.get(SIM_DEVICES_ENV, "").strip() or "8"
         if not raw.isdigit():
             raise InitError(f"{SIM_DEVICES_ENV}={raw!r} is not a number of NPUs; set it to e.g. 8, or unset it")

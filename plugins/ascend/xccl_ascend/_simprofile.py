@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -72,6 +73,14 @@ def check_options(pg_options: object | None, group_rank: int, group_size: int) -
 #: The simulated chip (``_sdk_sim.SIM_SOC_ENV``; read here without importing ``_sdk_sim``, which imports this
 #: module): only an ``Ascend950*`` chip moves float8.
 SOC_ENV: Final = "XCCL_SIM_ASCEND_SOC"
+#: The chip name each short name of ``XCCL_SIM_ASCEND_SOC`` stands for.
+_CHIPS: Final = {"A2": "Ascend910B1", "A3": "Ascend910_9391"}
+
+
+def sim_device_name(env: Mapping[str, str] | None = None) -> str:
+    """The simulated chip name from ``XCCL_SIM_ASCEND_SOC`` (default A2)."""
+    raw = (os.environ if env is None else env).get(SOC_ENV, "").strip() or "A2"
+    return _CHIPS.get(raw.upper(), raw)
 
 #: Reductions that cast bool and uint8 to int32 before ``checkSupportedDataType`` (ProcessGroupHCCL.cpp's
 #: allreduce, allreduce_coalesced and reduce; torch_npu 2.13 ``:4734-4737``).

@@ -6,22 +6,32 @@ and where torch_npu reaches the group's HCCL backend (``group._get_backend(npu)`
 simulated HCCL group, so HCCL's own checks still apply while xccl's dispatch is bypassed, as on the hardware.
 :data:`REPLACEMENTS` maps every target the plugin declares (``_vendor.ascend_runtime().patches``) to its stand-in.
 
-What is not reproduced: HCCL's gather in torch_npu's "compatible" mode (off by default) and the coalesced
-batch_isend_irecv path of CANN >= 9.0 on Atlas A2/A3 (the simulation has no CANN version; it takes the path of
-older CANN, which calls the backend's ``batch_isend_irecv``).
+``batch_isend_irecv`` takes torch_npu's branch for the simulated CANN (``XCCL_SIM_CANN_VERSION``, default 9.0.0)
+and chip (``XCCL_SIM_ASCEND_SOC``, default A2 = ``Ascend910B1``): from CANN 9.0 on Ascend910B1..B4_1 and
+Ascend910_9362..9392, torch's coalescing manager over the group's own send/recv, which is xccl's dispatch; otherwise
+one ``batch_isend_irecv`` on the HCCL backend. Both run on the group's communicator, in one batch
+(``GroupRuntime.coalescing``: the group connects, no work before the batch ends), where torch's coalescing manager
+would call ``group._start_coalescing(npu)``, which reaches ProcessGroupHCCL through the group's registered NPU backend:
+in simulation that backend is gloo's, which has no coalescing.
+
+What is not reproduced: HCCL's gather in torch_npu's "compatible" mode (off by default).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from xccl.plugin import Work, simulated_group_of
+from xccl.plugin import Work, simulated_group_of, version_below
+
+from ._simprofile import sim_device_name
 
 __all__ = ["NPU", "REPLACEMENTS"]
 
@@ -121,14 +131,27 @@ def gather_object(obj: Any, object_gather_list: list[Any] | None = None, dst: in
         object_gather_list[i] = c10d._tensor_to_object(tensor.type(torch.uint8), size_list[i], group)
 
 
+def coalesces(device_name: str, cann: str) -> bool:
+    """Whether torch_npu 2.13's ``_batch_isend_irecv`` takes torch's coalescing manager on this chip and CANN
+    (``distributed_c10d.py:67``: ``_is_gte_cann_version("9.0.0")``, read once at import; ``:108-119``: the chip
+    names compared as strings)."""
+    chip = ("Ascend910B1" <= device_name <= "Ascend910B4_1") or ("Ascend910_9362" <= device_name <= "Ascend910_9392")
+    return chip and not version_below(cann, "9.0.0")
+
+
 def batch_isend_irecv(p2p_op_list: list[dist.P2POp]) -> list[Any]:
-    """torch_npu's ``_batch_isend_irecv`` (``distributed_c10d.py:87-164``), the branch of CANN before 9.0: one
+    """torch_npu's ``_batch_isend_irecv`` (``distributed_c10d.py:87-164``): with CANN 9.0 or newer on Atlas A2/A3,
+    torch's coalescing manager over the group's own isend/irecv (xccl's dispatch on xccl's group); otherwise one
     call of the HCCL backend's ``batch_isend_irecv`` with the ops' types, tensors and group ranks (the simulated
-    HCCL group runs them as its own sends and receives)."""
+    HCCL group runs them as its own sends and receives). Either way one batch on the group's communicator."""
+    from ._torchair_sim import sim_cann_version
+
     group = p2p_op_list[0].group
     device = p2p_op_list[0].tensor.device
     is_multi_pg = True
-    if device.type != NPU:
+    # A group that is not the simulated HCCL group (a gloo group: the simulated NPU's device type is the CPU's)
+    # takes torch_npu's branch for other devices, as its CPU tensors would on the hardware.
+    if device.type != NPU or simulated_group_of(c10d._get_default_group() if group is None else group) is None:
         reqs = []
         for op in p2p_op_list:
             work = op.op(op.tensor, op.peer, op.group, op.tag)
@@ -138,15 +161,37 @@ def batch_isend_irecv(p2p_op_list: list[dist.P2POp]) -> list[Any]:
     if group is None:
         group = c10d._get_default_group()
         is_multi_pg = False
+    # torch_npu reads the CANN version once, at import; the simulation reads it per call, so a test may set it.
+    # (It also coalesces over torch's fake backend, which is never the simulated HCCL group's.)
+    if coalesces(sim_device_name(os.environ), sim_cann_version()):
+        c10d._check_p2p_op_list(p2p_op_list)
+        with _coalescing_manager(group) as works:
+            for op in p2p_op_list:
+                peer = {"group_dst" if op.op is dist.isend else "group_src": op.group_peer}
+                op.op(op.tensor, group=op.group, tag=op.tag, **peer)
+        return works
     backend = _hccl(group)
-    works = []
-    for op in p2p_op_list:
-        if op.tensor.device.type != NPU:
-            raise RuntimeError(f"No backend type associated with device type {op.tensor.device.type}")
-        peer = dist.get_group_rank(group, op.peer) if is_multi_pg else op.peer
-        send = op.op.__name__ == "isend"
-        works.append(backend.send([op.tensor], peer, op.tag) if send else backend.recv([op.tensor], peer, op.tag))
-    return [Work(works)]
+    with _coalescing_manager(group) as works:  # one HcclBatchSendRecv on the group's communicator (:4771-4783)
+        for op in p2p_op_list:
+            if op.tensor.device.type != NPU:
+                raise RuntimeError(f"No backend type associated with device type {op.tensor.device.type}")
+            peer = dist.get_group_rank(group, op.peer) if is_multi_pg else op.peer
+            send = op.op.__name__ == "isend"
+            backend.send([op.tensor], peer, op.tag) if send else backend.recv([op.tensor], peer, op.tag)
+    return [works[0] if works else Work()]
+
+
+@contextlib.contextmanager
+def _coalescing_manager(group: Any) -> Iterator[list[Any]]:
+    """torch's ``_coalescing_manager(group, npu, async_ops=True)`` for a batch of point-to-point calls (no op list
+    to fuse) on the simulated HCCL group: ``group._start_coalescing(npu)`` and ``_end_coalescing`` reach its batch,
+    where on the hardware they reach ProcessGroupHCCL through the group's NPU backend; yields the works, as
+    ``cm.works`` (the batch's one work, none for an empty batch)."""
+    sim = simulated_group_of(group)
+    if sim is None:
+        raise RuntimeError(f"{group!r} is not a simulated HCCL group")
+    with sim.simulated_runtime.coalescing() as works:
+        yield works
 
 
 #: Every declared target and its stand-in (the gather, gather_object and batch_isend_irecv aliases under ``distributed_c10d``

@@ -23,7 +23,7 @@ from xccl.plugin import (
     Watchdog,
 )
 
-__all__ = ["CANN_EI0002", "CANN_EI0006", "EI0002", "EI0006", "ascend_runtime"]
+__all__ = ["CANN_BUFFSIZE_ENV", "CANN_CONNECT_ENV", "CANN_EI0002", "CANN_EI0006", "EI0002", "EI0006", "ascend_runtime"]
 
 _PT: Final = "Ascend/pytorch@462f4e1 torch_npu/"
 _PGH: Final = _PT + "csrc/distributed/ProcessGroupHCCL.cpp"
@@ -37,6 +37,11 @@ CANN_EI0002: Final = (f"{_CANN}zh/canncommercial/80RC3/developmentguide/maintenr
 #: CANN's HCCL guide page for EI0006 (link establishment timeout, HCCL_CONNECT_TIMEOUT).
 CANN_EI0006: Final = f"{_CANN}zh/CANNCommunityEdition/850alpha002/hccl/hcclug/hcclug_000050.html"
 _CANN_EXEC_ENV: Final = f"{_CANN}en/canncommercial/850/commlib/hcclug/hcclug_000074.html"
+#: CANN's HCCL_CONNECT_TIMEOUT page: an integer in [120, 7200], default 120 (the real wait is 20 s longer).
+CANN_CONNECT_ENV: Final = f"{_CANN}zh/canncommercial/850/maintenref/envvar/envref_07_0149.html"
+#: CANN's HCCL_BUFFSIZE page: each communicator takes 2 x HCCL_BUFFSIZE, one buffer to send and one to receive;
+#: a communicator's own hcclBufferSize takes precedence.
+CANN_BUFFSIZE_ENV: Final = f"{_CANN}en/CANNCommunityEdition/900/maintenref/envvar/envref_07_0080.html"
 
 #: HCCL's message when a collective does not complete within HCCL_EXEC_TIMEOUT (CANN's EI0002 text; ``{exec_s}``
 #: is the timeout).
@@ -91,17 +96,27 @@ def ascend_runtime() -> VendorRuntime:
             timeout_env="HCCL_CONNECT_TIMEOUT",
             timeout_default=120.0,
             error=EI0006,
+            minimum=120.0,
+            maximum=7200.0,
+            range_source=f"CANN {CANN_CONNECT_ENV}",
             source=(f"{_PGH}:3980-3992 (collective: getHCCLComm), {_PGH}:2600-2627 (the communicator is created "
                     f"on a cache miss, at the group's first collective), {_PGH}:3635-3676 (get_hccl_comm_name with "
-                    f"init_comm creates it), {CANN_EI0006}"),
+                    f"init_comm creates it), {_PGH}:4771-4783 (batch_isend_irecv: a collective on the group's "
+                    f"communicator), {_PGH}:4428-4439 (a plain send/recv: a communicator per pair of ranks, unless "
+                    f"coalescing or P2P_HCCL_BUFFSIZE=0), {CANN_EI0006}, {CANN_CONNECT_ENV} ([120, 7200])"),
         ),
         comm_memory=CommMemory(
             env="HCCL_BUFFSIZE",
             default_mb=200,
             p2p_env="P2P_HCCL_BUFFSIZE",
             p2p_default_mb=20,
-            source=(f"{_OPTS}:541-568 (GetHcclBufferSize: 200 MB; GetP2PBufferSize: 20 MB), {_PGH}:305-312 "
-                    f"(getHcclCommConfig), {_PGH}:4428-4434 (a point-to-point communicator per pair of ranks)"),
+            buffers=2,
+            config_key="hccl_config.hccl_buffer_size",
+            refusal="HCCL_BUFFSIZE should be positive.",
+            source=(f"{_OPTS}:541-568 (GetHcclBufferSize: 200 MB, refuses a value that is not positive; "
+                    f"GetP2PBufferSize: 20 MB), {_PGH}:305-312 (getHcclCommConfig), {_PGH}:3818-3824 (a group's "
+                    f"hccl_config['hccl_buffer_size'] replaces it), {_PGH}:4428-4434 (a point-to-point communicator "
+                    f"per pair of ranks), {CANN_BUFFSIZE_ENV} (2 x HCCL_BUFFSIZE per communicator)"),
         ),
         patches=(
             TorchPatch(
@@ -133,9 +148,12 @@ def ascend_runtime() -> VendorRuntime:
             ),
             TorchPatch(
                 "torch.distributed.batch_isend_irecv",
-                "on NPU tensors calls group._get_backend(npu).batch_isend_irecv directly (before CANN 9.0 or off "
-                "Atlas A2/A3; otherwise torch's coalescing manager over the group's send/recv)",
-                f"{_PATCHES}:27-30, {_C10D}:87-164 (_batch_isend_irecv)",
+                "on NPU tensors, with CANN 9.0 or newer on Atlas A2/A3 (Ascend910B1..B4_1, Ascend910_9362..9392): "
+                "torch's coalescing manager over the group's own send/recv (xccl's dispatch on xccl's group); "
+                "otherwise group._get_backend(npu).batch_isend_irecv directly; either way one batch on the group's "
+                "communicator, which it connects",
+                f"{_PATCHES}:27-30, {_C10D}:67 (_CANN_VERSION), {_C10D}:87-164 (_batch_isend_irecv), "
+                f"{_PGH}:4771-4783, {_PGH}:6260-6375 (startCoalescing, endCoalescing)",
             ),
             TorchPatch(
                 "torch.distributed.distributed_c10d.batch_isend_irecv",

@@ -411,8 +411,9 @@ _RAW: dict[str, Any] = {}
 
 DIRECT = {
     "reduce_scatter": "ProcessGroupSCCL does not support reduce_scatter",
-    "reduce_scatter_tensor": "Backend sccl does not support _reduce_scatter_base",
-    "all_to_all": "Backend sccl does not support alltoall",
+    # c10d's base class names getBackendName(), "SCCL" (ProcessGroupSCCL.hpp:23,65-66).
+    "reduce_scatter_tensor": "Backend SCCL does not support _reduce_scatter_base",
+    "all_to_all": "Backend SCCL does not support alltoall",
     "all_to_all_single-uneven": "ignores all_to_all_single split sizes",
     "all_reduce-float64": "Invalid scalar type",
     # toSCCLReduceOp, ProcessGroupSCCL.cpp:361-375: one message per op it does not map.

@@ -116,8 +116,10 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "with SCCL' (BAND, BOR, BXOR, PREMUL_SUM, AVG: one message each; xccl runs AVG as SUM and a divide)",
           (f"{PG}:345-380 (toSCCLReduceOp)",), _SIM + " (SimProfile.reduce_op_messages)"),
     Claim("methods", "ProcessGroupSCCL overrides broadcast, allreduce, reduce, allgather, _allgather_base, gather, "
-          "scatter, reduce_scatter (raises), alltoall_base, send, recv, barrier; the rest raise c10d's 'Backend sccl "
-          "does not support ...'", (OVERRIDES, f"{PG}:708-712"), _SIM),
+          "scatter, reduce_scatter (raises), alltoall_base, send, recv, barrier; the rest raise c10d's 'Backend SCCL "
+          "does not support ...' (getBackendName() is 'SCCL')", (OVERRIDES, f"{PG}:708-712",
+          _TT + "torch_tpu/csrc/distributed/c10d/ProcessGroupSCCL.hpp:23,65-66 (SCCL_BACKEND_NAME, getBackendName)"),
+          _SIM),
     Claim("all_to_all_single split sizes", "ignored: SCCL always splits evenly, so uneven splits compute garbage "
           "without an error", (f"{PG}:714-743",), "checked (xccl pads uneven splits) and simulated (the simulated "
           "group refuses uneven splits rather than compute garbage)"),
@@ -185,6 +187,11 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "destroys it right after enqueueing the op; whether the destroy waits for the op is not in the source",
           (f"{PG}:131-154 (collective)", f"{PG}:235-246 (getSCCLcomm)", "manifest B3"),
           "not simulated [inferred: the hardware decides; first-hour checklist]"),
+    Claim("no timeout", "ProcessGroupSCCL stores the group's timeout and uses it nowhere, and has no watchdog: a "
+          "collective whose peer never arrives waits forever, unless the closed libsccl has a timeout of its own",
+          (f"{PG}:792-806 (createProcessGroupSCCL: options.timeout set, never read)", f"{PG}:183-191 (WorkSCCL)"),
+          "not simulated: the simulated group's gloo raises after the group's timeout (CollectiveTimeout), so a hang "
+          "is bounded in simulation; xccl's host barrier is bounded on the hardware too (first-hour checklist)"),
     Claim("adaptor frames", "with torch_tpu's torch adaptor (on by default once torch_tpu.accelerator is imported), "
           "dist.broadcast, reduce, all_reduce, all_gather_into_tensor, isend and irecv are wrappers of "
           "torch_tpu.accelerator.adaptor.torch_adaptor.distributed: their frames are not the user's call site",
@@ -212,4 +219,12 @@ HARDWARE: Final = (
      "torch_tpu.tpu.set_chip_map(o); print(o.chip_map)\""),
     ("the mpirun path (LOCAL_WORLD_SIZE set for set_chip_map from Open MPI's variables)",
      "mpirun -np 4 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 python examples/sophgo_all_reduce.py"),
+    ("whether anything bounds a collective whose peer is missing (ProcessGroupSCCL has no timeout and no watchdog; "
+     "the simulation's gloo raises after the group's timeout): rank 1 is 600 s late to an all_reduce on a group "
+     "with timeout=60; 'after 60 s' with an error means libsccl times out, 'after 600 s' that rank 0 waited for it",
+     "ENABLE_TORCH_ADAPTOR=0 torchrun --standalone --nproc-per-node 2 --no-python python -c \"import atexit, time, "
+     "torch, torch_tpu, xccl; w = xccl.init(vendor='sophgo', timeout=60); t = torch.ones(1, device=w.device); "
+     "xccl.all_reduce(t); torch_tpu.tpu.synchronize(); time.sleep(600 * w.rank); s = time.time(); "
+     "atexit.register(lambda: print(w.rank, 'after', round(time.time() - s), 's')); xccl.all_reduce(t); "
+     "torch_tpu.tpu.synchronize(); print(w.rank, t.cpu().tolist())\""),
 )

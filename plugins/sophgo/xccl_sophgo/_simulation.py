@@ -38,14 +38,25 @@ from ._c2c import SG2260
 from ._sdk import SimulatedSCCLOptions, current_simulated_chip
 from ._table import NATIVE_REDUCE_OPS, SCCL_DTYPES
 
-__all__ = ["BOARD", "NATIVE_OPS", "REDUCE_OP_MESSAGES", "check_sccl_options", "sccl_profile"]
+__all__ = [
+    "BASE_CLASS", "BOARD", "NATIVE_OPS", "REDUCE_OP_MESSAGES", "base_class_message", "check_sccl_options",
+    "sccl_profile",
+]
 
 #: The board the simulation runs on (its first ``XCCL_SOPHGO_SIM_DEVICES`` chips).
 BOARD: Final = SG2260
 
-#: c10d ``Backend`` method -> None where ProcessGroupSCCL implements it, else the message it raises. Methods left
-#: out (``_reduce_scatter_base``, ``alltoall``, the coalesced ones) raise the c10d base class's
-#: "Backend sccl does not support <method>", since ProcessGroupSCCL does not override them.
+
+def base_class_message(method: str) -> str:
+    """What c10d's ``Backend`` base class raises for ``method`` (its C++ name) on ProcessGroupSCCL, which does not
+    override it: ``"Backend " + getBackendName() + " does not support <method>"``, and ProcessGroupSCCL's
+    ``getBackendName()`` is ``"SCCL"`` (sophgo/torch-tpu@fe9b478 ``ProcessGroupSCCL.hpp:23,65-66``), upper case,
+    unlike the backend name torch.distributed registers (``sccl``)."""
+    return f"Backend SCCL does not support {method}"
+
+
+#: c10d ``Backend`` method -> None where ProcessGroupSCCL implements it, else the message it raises itself (the
+#: manifest's). The methods it does not override raise c10d's base-class message instead (:data:`BASE_CLASS`).
 NATIVE_OPS: Final = {
     "allreduce": None,
     "broadcast": None,
@@ -61,6 +72,16 @@ NATIVE_OPS: Final = {
     "send": None,
     "recv": None,
     "reduce_scatter": "ProcessGroupSCCL does not support reduce_scatter",
+}
+
+#: The c10d methods ProcessGroupSCCL does not override (``ProcessGroupSCCL.hpp:75-142``) -> c10d's base-class message
+#: (:func:`base_class_message`, C++ method names): listed because xccl's default message names the backend as
+#: torch.distributed registers it, ``sccl``.
+BASE_CLASS: Final = {
+    **{m: base_class_message(m) for m in ("_reduce_scatter_base", "alltoall", "allreduce_coalesced",
+                                          "allgather_coalesced", "allgather_into_tensor_coalesced",
+                                          "reduce_scatter_tensor_coalesced")},
+    "recv_anysource": base_class_message("recvAnysource"),
 }
 
 
@@ -124,7 +145,7 @@ def sccl_profile() -> SimProfile:
     return SimProfile(
         backend="sccl",
         vendor_name="ProcessGroupSCCL",
-        native_ops=NATIVE_OPS,
+        native_ops={**NATIVE_OPS, **BASE_CLASS},
         dtypes=SCCL_DTYPES,
         reduce_ops=NATIVE_REDUCE_OPS,
         uneven_all_to_all=False,

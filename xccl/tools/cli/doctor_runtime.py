@@ -99,7 +99,7 @@ def _communicators(plugin: Any, declared: Any, env: Mapping[str, str]) -> list[F
     table = plugin.capabilities()
     side = any(table.entry(op).via == "host_gloo" for op in (Collective.SEND, Collective.RECV))
     lazy = " once connected" if declared.lazy_connect is not None else ""
-    each = "1 communicator" if memory is None else f"1 communicator of {memory.env}={memory.mb(env)} MB"
+    each = "1 communicator" if memory is None else f"1 communicator of {memory.buffers} x {memory.env}={memory.mb(env)} MB"
     p2p = "" if memory is None or not memory.p2p_env else (
         f"; send/recv add one of {memory.p2p_env}={memory.p2p_mb(env)} MB per pair of ranks that send to each other")
     summary = (f"every process group (world, sub-groups, DeviceMesh's) holds {each}{lazy}{p2p}; "
@@ -137,7 +137,7 @@ def _live(memory: Any, env: Mapping[str, str]) -> list[Finding]:
                            f"{c.kind} communicator ({c.backend}) over ranks {list(c.ranks)}: {state}{size}"))
     out.append(Finding(_SECTION, "device memory", "info",
                        f"{len(held)} communicator(s), {total} MB of device memory for the connected ones"
-                       + ("" if memory is None else f" ({memory.env}={memory.mb(env)} MB each)")))
+                       + ("" if memory is None else f" ({memory.buffers} x {memory.env}={memory.mb(env)} MB each)")))
     return out
 
 
