@@ -116,18 +116,16 @@ class Islands:
         #: The members with this rank's island index, one per island that has it (index 0: the leaders).
         self.peers: Final = _gloo(store, f"xccl.mixed.peers.{self.local}", peers.index(me), len(peers), timeout)
         self.links: Final = LinkBytes()
-        tables = {p: (runtime.capabilities() if p == runtime.plugin.name else default_registry().get(p).capabilities())
-                  for p in self.plugins}
+        # The other islands' plugins, loaded (not their SDKs) once: their tables and declared patches.
+        plugins = {p: runtime.plugin if p == runtime.plugin.name else default_registry().get(p) for p in self.plugins}
         #: Each island's plugin -> its table; each island's size in this group.
-        self.tables: Final = tables
+        self.tables: Final = {p: runtime.capabilities() if p == runtime.plugin.name else plugin.capabilities()
+                              for p, plugin in plugins.items()}
         self.sizes: Final = {world_map.plugins[p[0]]: len(p) for p in self.parts}
         #: Whether some island's SDK replaces ``torch.distributed.gather`` (torch_npu's: the root's sizes go
         #: first, ``_mixed_ops._root_sizes_first``), so the group's gather must send what that replacement sends.
-        self.gather_replaced: Final = any(
-            patch.target == "torch.distributed.gather"
-            for p in self.plugins
-            for patch in (runtime.plugin if p == runtime.plugin.name else default_registry().get(p)).vendor_runtime().patches
-        )
+        self.gather_replaced: Final = any(patch.target == "torch.distributed.gather"
+                                          for plugin in plugins.values() for patch in plugin.vendor_runtime().patches)
 
     def describe(self) -> str:
         """The group's islands, e.g. ``2 ascend + 2 sophgo``."""
