@@ -88,6 +88,11 @@ def _env(block: Block) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.update(block.env)
+    if block.ranks > 1:
+        # Ranks share one pipe. Unbuffered, each print is several writes and two ranks' lines interleave mid-line
+        # ("hh  (16, 16)(16, 16)"); buffered, a rank's small output reaches the pipe in one write of under
+        # PIPE_BUF bytes, which the kernel keeps whole.
+        env.pop("PYTHONUNBUFFERED", None)
     return env
 
 
