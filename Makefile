@@ -12,11 +12,17 @@ PLUGINS := $(wildcard plugins/*/pyproject.toml)
 # once, in one worker). One worker kept about 1.2 of 2 cores busy (CPU time / wall time of a clean run): tests wait
 # on rendezvous, provoked timeouts and sleeping ranks. docs/performance.md, "The test suite's wall time".
 PYTEST_ARGS ?= -m "not slow and not gpu and not frameworks" --durations=30 -n 2 --dist loadfile
+# Two tiers. `make test` runs the first, in at most 10 minutes on 2 cores; `make test-more` (CI runs it after
+# `make test`) runs the second: the tests marked `slow` (long-running, or breadth that a first-tier test covers:
+# more vendors, more world sizes, the docs' multi-rank blocks, the benchmarks' smoke runs, multi-host faults), then
+# the frameworks. docs/performance.md, "The test suite's wall time".
+SLOW_ARGS ?= -m "slow and not gpu and not frameworks" --durations=30 -n 2 --dist loadfile
+TESTS := tests $(wildcard plugins/*/tests) $(wildcard examples/plugin-template/tests)
 # Every rank a test spawns imports xccl; without bytecode (PYTHONDONTWRITEBYTECODE set, as on some machines) each
 # recompiles its ~100 modules, 0.3-1 s of CPU per process. The caches go to the gitignored __pycache__ folders.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 
-.PHONY: demo test test-frameworks bench lint clean
+.PHONY: demo test test-more test-slow test-frameworks bench lint clean
 
 $(VENV)/.core: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,16 +40,23 @@ $(VENV)/.test: $(VENV)/.core $(PLUGINS)
 demo: $(VENV)/.core
 	$(VENV)/bin/xccl demo
 
-## Run the tests (core, plugins in simulation, conformance), excluding slow and GPU-only ones.
+## Run the tests (core, plugins in simulation, conformance): the first tier, without the slow and GPU-only ones.
 test: $(VENV)/.test
-	$(PYTEST) $(PYTEST_ARGS) tests $(wildcard plugins/*/tests) $(wildcard examples/plugin-template/tests)
+	$(PYTEST) $(PYTEST_ARGS) $(TESTS)
+
+## The second tier, which .ci/run runs after `make test`: the slow tests, then the frameworks.
+test-more: test-slow test-frameworks
+
+## The tests marked slow (GPU-only ones excepted).
+test-slow: $(VENV)/.test
+	$(PYTEST) $(SLOW_ARGS) $(TESTS)
 
 $(VENV)/.frameworks: $(VENV)/.test
 	$(PIP) install --quiet -e ".[frameworks]"
 	touch $@
 
 ## The training frameworks on xccl (Lightning, Ray Train, DeepSpeed, Accelerate, torchtitan; tests/frameworks):
-## cpu and simulated Sophgo and Ascend. Installs the `frameworks` extra first. .ci/run runs it after `make test`.
+## cpu and simulated Sophgo and Ascend. Installs the `frameworks` extra first. Part of `make test-more`.
 test-frameworks: $(VENV)/.frameworks
 	$(PYTEST) -m frameworks --durations=15 tests/frameworks tests/test_benchmarks.py
 

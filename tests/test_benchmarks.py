@@ -2,8 +2,9 @@
 JSON, so that none can break unseen (``benchmarks/fused.py`` once failed at import for months).
 
 Each runs in a subprocess as a user runs it. The figures are not judged: a smoke run on a shared machine measures
-nothing; only that the script still works. The scripts that compile a graph or kill a rank take longer and are
-marked ``slow`` (``make test`` skips them; run them with ``-m slow``).
+nothing; only that the script still works. They are the second tier (marked ``slow``: ``make test-more`` runs them,
+``make test`` does not): each starts its own interpreters and ranks, 5-20 s apiece, and none is the only test of a
+behaviour of xccl. ``frameworks.py`` needs the ``frameworks`` extra (marker ``frameworks``, also ``make test-more``).
 """
 
 from __future__ import annotations
@@ -39,8 +40,7 @@ CASES: dict[str, tuple[str, str]] = {
     "stacks.py": (r"ddp", "python"),
     "startup.py": (r"\| cpu \| 2 \|", "python"),
 }
-SLOW = {"graph.py", "soak.py", "detector.py", "cost_model.py", "preflight.py"}
-#: Scripts that need the ``frameworks`` extra: run by ``make test-frameworks`` (marker ``frameworks``).
+#: Scripts that need the ``frameworks`` extra (marker ``frameworks``).
 FRAMEWORKS = {"frameworks.py"}
 
 
@@ -49,8 +49,8 @@ def test_every_benchmark_is_covered():
 
 
 @pytest.mark.parametrize(
-    "script", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW else
-               pytest.param(s, marks=pytest.mark.frameworks) if s in FRAMEWORKS else s for s in CASES]
+    "script", [pytest.param(s, marks=pytest.mark.frameworks) if s in FRAMEWORKS else
+               pytest.param(s, marks=pytest.mark.slow) for s in CASES]
 )
 def test_benchmark_runs_in_its_small_mode(script: str, tmp_path: Path) -> None:
     table, launcher = CASES[script]

@@ -9,6 +9,12 @@ an HTML comment on the line(s) before the block:
 
 ``no-run`` must give its reason; only installation commands may use it. Blocks of other languages (json, text,
 console output) are not code. Blocks marked ``expect=TEXT`` must print TEXT.
+
+Tiers: the blocks that start ranks under torchrun (5-30 s each: a launcher and a torch import per rank, some compile
+a graph) run in ``make test-more`` (marked ``slow``), all but the quickstart's, which are the first steps a new user
+runs; single-process blocks and shell lines run in ``make test``. Each multi-rank block shows a behaviour that a
+first-tier test checks (collectives, stacks, simulations, graph mode); what the second tier adds is that the page's
+code, as printed, still runs.
 """
 
 from __future__ import annotations
@@ -43,6 +49,11 @@ class Block:
     @property
     def id(self) -> str:
         return f"{self.path.relative_to(ROOT / 'docs')}:{self.line}"
+
+    @property
+    def second_tier(self) -> bool:
+        """Whether ``make test-more`` runs this block rather than ``make test`` (see the module docstring)."""
+        return self.ranks > 1 and self.path.name != "quickstart.md"
 
 
 def _blocks(path: Path) -> list[Block]:
@@ -96,7 +107,9 @@ def _env(block: Block) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
+@pytest.mark.parametrize(
+    "block", [pytest.param(b, id=b.id, marks=[pytest.mark.slow] if b.second_tier else []) for b in BLOCKS]
+)
 def test_doc_block_runs(block: Block, tmp_path: Path) -> None:
     if block.no_run:
         assert "install" in block.code, f"{block.id}: only installation commands may be no-run ({block.no_run})"

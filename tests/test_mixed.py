@@ -104,7 +104,9 @@ def cpu_sophgo():
         yield pool
 
 
-@pytest.mark.parametrize("world", ["mixed", "cpu_sophgo"])
+# cpu + Sophgo islands train in the second tier (15 s); the first trains the Ascend + Sophgo world, and checks
+# the cpu + Sophgo one's collectives against the reference (test_cpu_and_sophgo_islands_give_the_reference).
+@pytest.mark.parametrize("world", ["mixed", pytest.param("cpu_sophgo", marks=pytest.mark.slow)])
 def test_ddp_and_fsdp2_train_as_the_single_process_reference(world, request):
     pool = request.getfixturevalue(world)
     got = pool.run_ok(training_steps, timeout=180)
@@ -116,7 +118,8 @@ def test_cpu_and_sophgo_islands_give_the_reference(cpu_sophgo):
     assert cpu_sophgo.run_ok(B.collectives, timeout=120) == [[], [], [], []]
 
 
-@pytest.mark.parametrize(("rank_env", "victim"), [(_ASCEND_SOPHGO, 1), (_CPU_SOPHGO, 3)],
+# 12 s a case (4 ranks started fresh, a death, the survivors' errors): the second island in the second tier.
+@pytest.mark.parametrize(("rank_env", "victim"), [(_ASCEND_SOPHGO, 1), pytest.param(_CPU_SOPHGO, 3, marks=pytest.mark.slow)],
                          ids=["ascend-island", "sophgo-island"])
 def test_a_rank_killed_on_either_island_is_a_typed_error_on_every_survivor(rank_env, victim):
     # timeout=10: the host groups keep it, though Ascend's watchdog policy raises its island group's above

@@ -89,8 +89,16 @@ def body_pipeline(frontend: str, schedule: str) -> list[float]:
 PIPE_CASES = [(p, ws, f, s) for ws in (2, 4) for p in PLUGINS for f in ("manual", "tracer") for s in ("gpipe", "1f1b")]
 
 
-@pytest.mark.parametrize(("plugin", "world_size", "frontend", "schedule"), PIPE_CASES,
-                         ids=[f"{p}-{w}stages-{f}-{s}" for p, w, f, s in PIPE_CASES])
+def tiered(cases: list[tuple[Any, ...]], ids: list[str]) -> list[Any]:
+    """``cases`` as parameters, the simulated vendors' at 4 ranks marked ``slow`` (the second tier, ``make
+    test-more``): the first tier runs every case on every plugin at 2 ranks and on cpu at 4, and the conformance
+    kit runs each vendor's collectives at 4."""
+    return [pytest.param(*c, id=i, marks=[pytest.mark.slow] if c[0] != "cpu" and 4 in c else [])
+            for c, i in zip(cases, ids, strict=True)]
+
+
+@pytest.mark.parametrize(("plugin", "world_size", "frontend", "schedule"),
+                         tiered(PIPE_CASES, [f"{p}-{w}stages-{f}-{s}" for p, w, f, s in PIPE_CASES]))
 def test_pipelining_matches_the_single_process_reference(rank_pools: Any, plugin: str, world_size: int,
                                                          frontend: str, schedule: str) -> None:
     pool = rank_pools.get(world_size, env=PLUGINS[plugin], fallback="emulate")
@@ -130,7 +138,7 @@ def body_object_collectives() -> dict[str, Any]:
 OBJ_CASES = [(p, ws) for ws in (2, 4) for p in PLUGINS]
 
 
-@pytest.mark.parametrize(("plugin", "world_size"), OBJ_CASES, ids=[f"{p}-{w}ranks" for p, w in OBJ_CASES])
+@pytest.mark.parametrize(("plugin", "world_size"), tiered(OBJ_CASES, [f"{p}-{w}ranks" for p, w in OBJ_CASES]))
 def test_object_collectives(rank_pools: Any, plugin: str, world_size: int) -> None:
     pool = rank_pools.get(world_size, env=PLUGINS[plugin], fallback="emulate")
     pool.run_ok(body_object_collectives, timeout=BODY_TIMEOUT)
@@ -207,7 +215,8 @@ def body_dcp_load(path: str, saved: dict[str, torch.Tensor]) -> float:
 DCP_CASES = list(PLUGINS)
 
 
-@pytest.mark.parametrize("plugin", DCP_CASES)
+# 10-11 s a plugin (4 ranks, then 2, then 4): the simulated vendors in the second tier, as above.
+@pytest.mark.parametrize("plugin", [pytest.param(p, marks=[pytest.mark.slow] if p != "cpu" else []) for p in DCP_CASES])
 def test_dcp_save_load_and_reshard_with_fsdp2(rank_pools: Any, tmp_path: Path, plugin: str) -> None:
     four = rank_pools.get(4, env=PLUGINS[plugin], fallback="emulate")
     saved = four.run_ok(body_dcp_save, str(tmp_path / "at4"), timeout=BODY_TIMEOUT)[0]
@@ -276,7 +285,7 @@ def body_uneven_list_all_to_all() -> None:
 ENTRY_CASES = [(p, ws) for ws in (2, 4) for p in PLUGINS]
 
 
-@pytest.mark.parametrize(("plugin", "world_size"), ENTRY_CASES, ids=[f"{p}-{w}ranks" for p, w in ENTRY_CASES])
+@pytest.mark.parametrize(("plugin", "world_size"), tiered(ENTRY_CASES, [f"{p}-{w}ranks" for p, w in ENTRY_CASES]))
 def test_entry_points_torch_code_calls(rank_pools: Any, plugin: str, world_size: int) -> None:
     pool = rank_pools.get(world_size, env=PLUGINS[plugin], fallback="emulate")
     refused = "monitored_barrier is only implemented for GLOO backend."
