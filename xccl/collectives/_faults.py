@@ -50,7 +50,7 @@ from ..errors import CollectiveTimeout, PeerFailure, XcclError
 from ..plugin._vendor_runtime import Fault, VendorFault
 from ..plugin._work import ForwardingWork, future_of
 from ._flight import stamp
-from ._liveness import lost_peers
+from ._liveness import Verdict, lost_peers
 from ._state import PROCESS, missing_members
 
 __all__ = ["LISTENERS", "TypedWork", "classify", "hook", "notify", "translate"]
@@ -174,6 +174,12 @@ def _typed(exc: BaseException, ctx: Any, op: str, started: float | None) -> Base
         return _connect_failure(exc, ctx, where)
     members = list(ctx.ranks)
     if kind is CollectiveTimeout:
+        # A survivor that was not talking to a lost rank only times out (its neighbours gave up on the step). When
+        # a rank is found gone (or another survivor already named it), this is that peer's failure, with the same
+        # ranks on every survivor; a silent rank that is alive stays a timeout.
+        verdict = lost_peers(members)
+        if verdict is not None and verdict.ranks:
+            return _peer_failure(exc, members, verdict, where, waited=True)
         return CollectiveTimeout(
             f"no answer from a peer of ranks {members} ({_first_line(exc)}). A peer is hung, slow, dead without "
             f"closing its connection, or called a different collective; {_timeout_hint()}. "
@@ -182,12 +188,23 @@ def _typed(exc: BaseException, ctx: Any, op: str, started: float | None) -> Base
             **where,
         )
     # Which peer: gloo's text names a connection, not a rank (and not always the lost one's); look (_liveness).
-    lost = lost_peers(members)
+    return _peer_failure(exc, members, lost_peers(members), where)
+
+
+def _peer_failure(exc: BaseException, members: list[int], verdict: Verdict | None, where: dict[str, Any], *,
+                  waited: bool = False) -> PeerFailure:
+    lost = verdict.text if verdict is not None else None
+    ranks = verdict.ranks if verdict is not None else ()
+    # Ranks named alike on every survivor (_liveness: the first verdict wins) can be shrunk away in place, while
+    # the store lives (the survivors meet there).
+    then = ("shrink the world to the survivors (dist.shrink_group(err.ranks), docs/elastic.md) or restart the job "
+            "(torchrun --max-restarts)" if ranks and verdict is not None and verdict.agreed else
+            "restart the job (an elastic launcher such as torchrun --max-restarts does this)")
+    how = "this rank timed out waiting on a peer that talked to it: " if waited else ""
     return PeerFailure(
-        f"{lost or f'a peer of ranks {members} closed its connection'} ({_first_line(exc)}). "
-        f"{'' if lost else 'It probably died: its own log says why. '}The group cannot be used any more; "
-        "restart the job (an elastic launcher such as torchrun --max-restarts does this)",
-        **where,
+        f"{lost or f'a peer of ranks {members} closed its connection'} ({how}{_first_line(exc)}). "
+        f"{'' if lost else 'It probably died: its own log says why. '}The group cannot be used any more; {then}",
+        ranks=ranks, **where,
     )
 
 

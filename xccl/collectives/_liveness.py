@@ -21,6 +21,12 @@ a rank stuck in a collective, or holding the GIL, still answers. At a closed con
 Only the failure path pays: opening the port is one ``listen`` at init, and nothing runs until a fault. The
 verdict is computed once per group's member set and reused by every later fault of the process.
 
+**Every survivor names the same ranks.** Survivors look independently and a moment apart, so two could see
+different pictures (a host whose processes end one after another). The first survivor to find ranks gone publishes
+its verdict (``verdict/<members>``, compare-and-set: the first writer wins) and every later look adopts it, so
+``PeerFailure.ranks`` is one set on every survivor: what ``dist.shrink_group(err.ranks)`` needs
+(``xccl.runtime._shrink``).
+
 Store keys, under ``xccl/world/<restart>.<generation>/`` (the prefix is :attr:`Liveness.prefix`)::
 
     rank/<rank>     the rank's Facts (JSON), set once at init   read at a fault, and by ``xccl doctor --world``
@@ -29,6 +35,7 @@ Store keys, under ``xccl/world/<restart>.<generation>/`` (the prefix is :attr:`L
     count           ranks arrived; full/<n>: set when n arrived; bad: the rank that found a disagreement
     storehost       Facts of the ranks on the store's host, one line each
     survivors       "<rank>," for every rank that saw a peer fail
+    verdict/<ms>    the first verdict that named lost ranks of member set <ms> ("0,1,2,3"): JSON ranks + text
 """
 
 from __future__ import annotations
@@ -53,8 +60,8 @@ from torch._C._distributed_c10d import PrefixStore
 from ._state import PROCESS
 
 __all__ = [
-    "VENDOR_FIELDS", "WORLD", "Facts", "Liveness", "close_quietly", "describe_ranks", "lost_peers", "look_wait", "open_port",
-    "parse_lines", "route_address",
+    "VENDOR_FIELDS", "WORLD", "Facts", "Liveness", "Verdict", "close_quietly", "describe_ranks", "lost_peers", "look_wait",
+    "open_port", "parse_lines", "route_address",
 ]
 
 #: Largest Facts record accepted from the store.
@@ -236,8 +243,8 @@ class Liveness:
         self.hosted_by: Final = hosted_by
         self.store_peers: Final = {f.rank: f for f in store_peers}
         self.wait: Final = wait
-        #: Sorted member tuple -> the sentence already computed for it.
-        self.verdicts: dict[tuple[int, ...], str] = {}
+        #: Sorted member tuple -> the verdict already reached for it.
+        self.verdicts: dict[tuple[int, ...], Verdict] = {}
         # A forked child (a DataLoader worker) would keep the port open after this process died: close its copy.
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=partial(_close_in_child, ref))
@@ -287,6 +294,15 @@ def probe(targets: Mapping[int, tuple[str, int]], wait: float) -> dict[int, str]
     return states
 
 
+def _numeric(host: str, port: int) -> str:
+    """``host`` as an address (the probe takes numeric ones): ``MASTER_ADDR`` is often a name (``localhost`` under
+    ``torchrun --standalone``, a node's hostname). Unresolvable: returned as it is (the probe says unknown)."""
+    try:
+        return str(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0])
+    except OSError:
+        return host
+
+
 def _outcome(err: int) -> str:
     if err == 0:
         return ALIVE
@@ -303,24 +319,58 @@ def _probeable(f: Facts) -> bool:
 # ------------------------------------------------------------------------------------------------ the look
 
 
-def lost_peers(members: Sequence[int]) -> str | None:
-    """A sentence naming the ranks of ``members`` (global ranks) that are gone, or None when xccl cannot look
-    (a world it adopted, of one rank, or without a TCP store). Bounded by about three :func:`look_wait` steps."""
+@final
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a look found: a sentence for the error, and the global ranks found lost (gone or silent)."""
+
+    text: str
+    #: Sorted; empty when none was found (the sentence says what was seen instead).
+    ranks: tuple[int, ...] = ()
+    #: Whether the store answered: then every survivor has the same ``ranks``, and the store a shrink needs is up.
+    agreed: bool = True
+
+
+def lost_peers(members: Sequence[int]) -> Verdict | None:
+    """The :class:`Verdict` on ``members`` (global ranks), or None when xccl cannot look (a world it adopted, of
+    one rank, or without a TCP store). Bounded by about three :func:`look_wait` steps. Every survivor that reaches
+    the store gets the same ranks (see the module docstring)."""
     live = PROCESS.liveness
     if not isinstance(live, Liveness):
         return None
     key = tuple(sorted(members))
     if key not in live.verdicts:
-        live.verdicts[key] = _look(live, [r for r in key if r != live.rank])
+        live.verdicts[key] = _look(live, [r for r in key if r != live.rank], key)
     return live.verdicts[key]
 
 
-def _look(live: Liveness, others: list[int]) -> str:
+def _agreed(store: Any, key: tuple[int, ...], mine: Verdict) -> Verdict:
+    """The group's verdict: the first one published that named lost ranks (``mine`` if it is the first)."""
+    name = "verdict/" + ",".join(map(str, key))
+    try:
+        if mine.ranks:
+            raw = store.compare_set(name, "", json.dumps({"ranks": list(mine.ranks), "text": mine.text}))
+        elif store.check([name]):
+            raw = store.get(name)
+        else:
+            return mine
+        data = json.loads(raw)
+        ranks = tuple(sorted(int(r) for r in data["ranks"]))
+        text = str(data["text"])
+    except (RuntimeError, ValueError, KeyError, TypeError):  # the store went away, or a malformed record
+        return mine
+    if ranks == mine.ranks:
+        return mine
+    return Verdict(f"{text} (as the first survivor to look found it)", ranks)
+
+
+def _look(live: Liveness, others: list[int], key: tuple[int, ...] = ()) -> Verdict:
     started = time.monotonic()
     addr, port = live.store
-    store_state = probe({-1: (addr, port)}, live.wait).get(-1, UNKNOWN)
+    store_state = probe({-1: (_numeric(addr, port), port)}, live.wait).get(-1, UNKNOWN)
     store: Any = None
-    why = {GONE: "connection refused", SILENT: f"no answer within {live.wait:g} s"}.get(store_state, "")
+    why = {GONE: "connection refused", SILENT: f"no answer within {live.wait:g} s",
+           UNKNOWN: f"its address {addr!r} does not resolve"}.get(store_state, "")
     if store_state == ALIVE:
         try:
             # Connecting retries a refused port until the timeout: a store that was dying at the probe must not
@@ -337,6 +387,11 @@ def _look(live: Liveness, others: list[int]) -> str:
             store, why = None, _reason(exc, live.wait)
     if store is None:
         return _without_store(live, why, started)
+    return _agreed(store, key, _found(store, live, others, facts, survivors, started))
+
+
+def _found(store: Any, live: Liveness, others: list[int], facts: dict[int, Facts], survivors: set[int],
+           started: float) -> Verdict:
     suspects = {r: f for r, f in facts.items() if r not in survivors and _probeable(f)}
     states = _settled(suspects, live.wait)
     # A survivor marks itself before it raises, and closes its port only after (at exit or xccl.shutdown): one
@@ -357,14 +412,14 @@ def _look(live: Liveness, others: list[int]) -> str:
         parts.append(f"{describe_ranks(silent, facts)} {_are(silent)} lost: no answer from "
                      f"{'its' if len(silent) == 1 else 'their'} host within {live.wait:g} s: it is down or cut off")
     if parts:
-        return "; ".join(parts) + f" (xccl looked {took:.2f} s after the fault)"
+        return Verdict("; ".join(parts) + f" (xccl looked {took:.2f} s after the fault)", tuple(sorted(gone + silent)))
     alive = sorted(r for r, s in states.items() if s == ALIVE)
     told = sorted(r for r in others if r in survivors)
     seen = [f"{describe_ranks(alive, facts)} answer{'s' if len(alive) == 1 else ''}"] if alive else []
     seen += [f"{describe_ranks(told, facts)} saw the fault too"] if told else []
     found = "; ".join(seen) or "none could be probed"
-    return (f"a connection of this group closed, yet no rank is found gone ({found}): a peer destroyed the group "
-            "or exited after an error of its own, or the network reset the connection")
+    return Verdict(f"a connection of this group closed, yet no rank is found gone ({found}): a peer destroyed the "
+                   "group or exited after an error of its own, or the network reset the connection")
 
 
 def _survivors(store: Any) -> set[int]:
@@ -393,8 +448,9 @@ def _settled(suspects: Mapping[int, Facts], wait: float) -> dict[int, str]:
         states.update(probe({r: (suspects[r].addr, suspects[r].port) for r in again}, max(0.05, limit - time.monotonic())))
 
 
-def _without_store(live: Liveness, why: str, started: float) -> str:
-    """What can be said when the store cannot be reached: its host is the suspect, and its ranks are probed."""
+def _without_store(live: Liveness, why: str, started: float) -> Verdict:
+    """What can be said when the store cannot be reached: its host is the suspect, and its ranks are probed. Not
+    agreed with the other survivors (that needs the store); the ranks are those found closed."""
     addr, port = live.store
     where = f"the rendezvous store at {addr}:{port} ({live.hosted_by}) cannot be reached ({why})"
     peers = dict(live.store_peers)
@@ -413,14 +469,14 @@ def _without_store(live: Liveness, why: str, started: float) -> str:
         if rest:
             verb = "no longer answers" if len(rest) == 1 else "no longer answer"
             text += f"; {describe_ranks(rest, peers)}, on its host, {verb} either (lost with it, or exited after this fault)"
-        return text + tail
+        return Verdict(text + tail, tuple(closed), agreed=False)
     if closed:
-        return (f"{describe_ranks(closed, peers)} {_are(closed)} lost with the store's host: {where}, and their "
-                f"liveness ports {how}" + tail)
+        return Verdict(f"{describe_ranks(closed, peers)} {_are(closed)} lost with the store's host: {where}, and their "
+                       f"liveness ports {how}" + tail, tuple(closed), agreed=False)
     if alive:
-        return (f"{where}, yet {describe_ranks(alive, peers)}, on its host, answer: the store's process is gone, "
-                "not its host" + tail)
-    return f"{where}; the ranks on its host could not be probed from here" + tail
+        return Verdict(f"{where}, yet {describe_ranks(alive, peers)}, on its host, answer: the store's process is "
+                       "gone, not its host" + tail, agreed=False)
+    return Verdict(f"{where}; the ranks on its host could not be probed from here" + tail, agreed=False)
 
 
 def _reason(exc: BaseException, wait: float) -> str:
