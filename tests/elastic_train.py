@@ -100,17 +100,18 @@ def torchrun_argv(
 
 
 def launch(hosts: Hosts, out: Path, args: Sequence[str], *, env: Mapping[str, str] | None = None,
-           rdzv: Mapping[str, int] | None = TUNED_RDZV, max_restarts: int = 1, share_store: bool = False) -> Any:
+           rdzv: Mapping[str, int] | None = TUNED_RDZV, max_restarts: int = 1, share_store: bool = True) -> Any:
     """Start this script under torchrun on every host of ``hosts`` (``--nnodes 1:<n>``); returns a ``netns.Job``.
 
     ``hosts.run_torchrun`` fixes ``--rdzv-conf`` to torch's defaults plus a join timeout; a restart on fewer hosts
     is timed by ``last_call_timeout`` and the keep-alive settings, so this builds the command itself (with the
     harness's public parts: ``popen``, ``env``, ``Job``; teardown kills what runs in the namespaces).
 
-    ``share_store=False`` sets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: the workers' store is then rank 0's, new at
-    each start. With torch's default (the agent's rendezvous store shared with the workers) the keys of the
-    previous start stay in it, and a restarted rank reads its peers' old addresses: the restart fails to connect
-    (pytorch/pytorch#135712, #167288; plain ``init_process_group("gloo")`` fails alike on torch 2.13).
+    ``share_store=False`` sets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (rank 0 of each start hosts a new store);
+    the default keeps torch's own: the agent's rendezvous store, shared with the workers and kept across restarts,
+    where a start's keys stay. xccl puts every world's keys under a prefix of its own per start
+    (``xccl.runtime._rendezvous``), so a restarted rank does not read its peers' old addresses (plain
+    ``init_process_group("gloo")`` does on torch 2.13 and fails to connect: pytorch/pytorch#135712, #167288).
     """
     from netns import Job
 

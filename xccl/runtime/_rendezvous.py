@@ -378,10 +378,16 @@ def rendezvous(
             sock.close()
         raise
     PROCESS.lap("world check", t)
+    # The process group's keys go under this world's prefix too. torchrun's agent shares its store with the
+    # workers and keeps it across restarts: without a prefix per start, a restarted rank reads its peers' gloo
+    # addresses from the start before and fails to connect ("Connection refused"; torch's own env:// handler
+    # fails the same way on 2.13, pytorch/pytorch#167288). A second world in a multi-tenant store (shutdown, then
+    # init again) is kept apart the same way.
+    pg_store = PrefixStore(f"{prefix}/pg", store)
     if sock is None:
-        return store, None
-    return store, Liveness(sock, rank, (endpoint.addr, endpoint.port), prefix, endpoint.hosted_by, peers,
-                           look_wait(timeout))
+        return pg_store, None
+    return pg_store, Liveness(sock, rank, (endpoint.addr, endpoint.port), prefix, endpoint.hosted_by, peers,
+                              look_wait(timeout))
 
 
 def world_map(store: Any, prefix: str, size: int) -> WorldMap:
