@@ -46,7 +46,9 @@ from ..ops._specs import Access, Kind
 from ..ops._vocab import Collective
 from ._state import Part
 
-__all__ = ["DEFAULT_ENTRIES", "FLIGHT", "Entry", "Flight", "capacity", "hook", "message_bytes", "recorder", "stamp"]
+__all__ = [
+    "DEFAULT_ENTRIES", "FLIGHT", "Entry", "Flight", "Mark", "capacity", "hook", "mark", "message_bytes", "recorder", "stamp",
+]
 
 #: Entries kept when the recorder is on without a size (torch's default for ``TORCH_FR_BUFFER_SIZE`` is 2000).
 DEFAULT_ENTRIES: Final = 2000
@@ -95,7 +97,7 @@ def capacity() -> int:
 class Entry:
     """One recorded call, as the ring's readers see it (built from the ring's record when read)."""
 
-    __slots__ = ("completed", "created", "group", "inputs", "is_p2p", "op", "operands", "outputs", "p2p_seq",
+    __slots__ = ("completed", "created", "group", "inputs", "is_p2p", "note", "op", "operands", "outputs", "p2p_seq",
                  "part_bytes", "parts", "peer", "record_id", "seq", "site", "started")
 
     def __init__(self, rec: list[Any]) -> None:
@@ -120,6 +122,8 @@ class Entry:
         #: A fused op's matmul operands, ``(shape, dtype)`` each (its ``inputs`` and ``outputs`` are its
         #: communication's, as torch's analyzer matches them).
         self.operands: tuple[Any, ...] = rec[_EXTRA] if spec.comm is not None else ()
+        #: What a :class:`Mark` says (an event of the group's life, not a call: ``shrink_group``); "" for a call.
+        self.note: str = rec[_EXTRA] if type(spec) is Mark else ""
         #: The emulation's parts, in issue order, and the bytes each read or wrote, whichever is larger (nccl-tests'
         #: message size); None: a native call.
         parts = rec[_PARTS]
@@ -360,6 +364,31 @@ class _Recorder:
             return inner(spec, kargs, kernel, async_op)
 
         return noted
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """The "op" of a record that marks an event in a group's life (``shrink_group``), not a call: no sequence
+    number, no tensors; its entry's :attr:`Entry.note` says what happened."""
+
+    name: str
+    key: None = None
+    comm: None = None
+
+
+def mark(st: Any, name: str, note: str) -> None:
+    """Record the event ``name`` on ``st``'s group (when the recorder is on), completed, with ``note``."""
+    flight = recorder()
+    if flight is None:
+        return
+    try:
+        site = user_site(_getframe(1))
+    except ValueError:  # pragma: no cover - always called from Python
+        site = None
+    now = _time_ns()
+    rid = next(flight._count)
+    flight.ring[rid % flight.size] = [rid, st, Mark(name), 0, 0, (), (), site, now, now, None, note]
 
 
 def hook(st: Any) -> _Recorder | None:

@@ -14,8 +14,8 @@ xccl writes the same keys, so that ``python -m torch.distributed.flight_recorder
 directory of xccl's dumps unchanged (the ``pg_config`` keys are the groups' names, as the entries name them: torch
 2.13's gloo dumps key it ``''`` and its analyzer fails on them). xccl adds keys of its own, which the analyzer
 ignores: ``xccl`` (rank, reason, clock) at the top, ``xccl_op`` (the op as the user called it), ``xccl_parts``
-(an emulation's building blocks), ``xccl_parts_bytes`` (each part's message size) and ``xccl_operands`` (a fused op's
-matmul operands) per entry. A fused op (``mm_reduce_scatter`` & co.) is one entry: ``xccl_op`` names it, and its
+(an emulation's building blocks), ``xccl_parts_bytes`` (each part's message size), ``xccl_operands`` (a fused op's
+matmul operands) and ``xccl_note`` (what a mark of the group's life says: ``shrink_group``'s ranks) per entry. A fused op (``mm_reduce_scatter`` & co.) is one entry: ``xccl_op`` names it, and its
 ``profiling_name`` and sizes are those of the collective inside it (``Spec.torch_name``, ``Spec.comm``), which is
 what torch's analyzer can match across ranks (it knows no fused op).
 
@@ -161,6 +161,7 @@ def _entry(e: Entry, pg_ids: dict[str, int], timeout_ms: int) -> dict[str, Any]:
         "xccl_parts": list(e.parts or ()),
         "xccl_parts_bytes": list(e.part_bytes or ()),
         "xccl_operands": [[list(shape), _dtype_name(dtype)] for shape, dtype in e.operands],
+        "xccl_note": e.note,
     }
 
 

@@ -299,5 +299,12 @@ class Runtime:
         against the capability entries' ``min_sdk`` when a call is resolved; empty when unknown."""
         return {}
 
+    def world_shrunk(self, kept: Sequence[int]) -> None:
+        """The world is shrinking to the old global ranks ``kept`` (``torch.distributed.shrink_group``): the
+        survivor ``kept[i]`` becomes rank ``i``. Called after the old world is destroyed and before the new one is
+        created; this process keeps its device. Re-derive whatever the runtime knows per global rank for the new
+        numbering (Sophgo: the chip of each rank; Ascend: the rank table of the survivors). Default: nothing (a
+        vendor whose groups know no per-rank placement)."""
+
     def shutdown(self) -> None:
         """Release vendor resources after the process group is destroyed."""

@@ -54,6 +54,7 @@ from ._env import (
     timeout_of,
 )
 from ._rendezvous import rendezvous
+from ._shrink import install as install_shrink
 from ._shutdown import at_exit as _at_exit
 from ._shutdown import shutdown
 from ._vendor import collective_timeout, connect, connect_world, watchdog_settings
@@ -122,6 +123,7 @@ def _prepare(runtime: Runtime, fallback: Fallback, check: bool) -> str:
     PROCESS.runtime, PROCESS.fallback, PROCESS.check = runtime, fallback, check
     PROCESS.job = PROCESS.device = PROCESS.job_at = None
     PROCESS.watchdog = watchdog_settings(runtime, choose=True)
+    install_shrink()  # torch.distributed.shrink_group for xccl's groups too (_shrink)
     return register_backend(runtime)
 
 

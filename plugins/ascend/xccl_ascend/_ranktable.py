@@ -28,6 +28,7 @@ from xccl.plugin import (
     check_device_ids,
     check_ranks,
     describe,
+    dump,
     non_negative,
     nonempty_list,
     optional_ipv4,
@@ -45,6 +46,7 @@ __all__ = [
     "generate_hccl",
     "load_hccl",
     "parse_hccl",
+    "write_survivors",
 ]
 
 #: HCCL versions xccl understands: 1.0 (Atlas A2, typical networking) and 1.2 (Atlas A3 super-pod).
@@ -159,6 +161,41 @@ def load_hccl(path: StrPath, *, max_devices: int | None = None) -> HcclRankTable
 
 
 
+
+
+def write_survivors(path: StrPath, kept: Sequence[int], out: StrPath) -> HcclRankTable:
+    """Write the rank table of a world shrunk to the old ranks ``kept`` (new rank ``i`` is ``kept[i]``) to ``out``.
+
+    Every field of the original is kept as written; only the survivors' devices remain, with their new
+    ``rank_id``; servers (and v1.2 super pods) left without a device are dropped and ``server_count`` follows. HCCL
+    builds the world's communicator from the file ``RANK_TABLE_FILE`` names and refuses one whose ranks differ
+    from the world's (``_check_rank_table``), so the survivors need theirs.
+
+    Raises:
+        RankTableError: the original is malformed, or lacks a rank of ``kept``.
+    """
+    name = os.fspath(path)
+    data = read_json(name)
+    table = parse_hccl(data, name)
+    for r in kept:
+        table.server_of(r)  # names a rank the table lacks
+    renumber = {old: new for new, old in enumerate(kept)}
+    doc = json.loads(json.dumps(data))  # a deep copy of the validated document
+    servers = []
+    for server in doc["server_list"]:
+        devices = [dict(d, rank_id=str(renumber[int(d["rank_id"])])) for d in server["device"]
+                   if int(d["rank_id"]) in renumber]
+        if devices:
+            servers.append(dict(server, device=devices))
+    doc["server_list"] = servers
+    doc["server_count"] = str(len(servers))
+    if "super_pod_list" in doc:
+        left = {str(s["server_id"]) for s in servers}
+        pods = [dict(p, server_list=[m for m in p["server_list"] if str(m["server_id"]) in left])
+                for p in doc["super_pod_list"]]
+        doc["super_pod_list"] = [p for p in pods if p["server_list"]]
+    dump(doc, out)
+    return parse_hccl(doc, os.fspath(out))
 
 
 def parse_hccl(data: object, path: str = "<rank table>", *, max_devices: int | None = None) -> HcclRankTable:

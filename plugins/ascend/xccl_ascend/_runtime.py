@@ -35,7 +35,7 @@ from . import _constraints as cons
 from ._capabilities import ALL_TO_ALL_VC
 from ._hccl_config import config_for
 from ._probe import find_cann
-from ._ranktable import load_hccl
+from ._ranktable import load_hccl, write_survivors
 from ._torchair_lower import LOWERED, converters, lowering
 
 if TYPE_CHECKING:
@@ -123,6 +123,19 @@ class AscendRuntime(Runtime):
             )
         self.sdk.set_device(local_rank)
         return torch.device("cpu") if self.sdk.device_type == "cpu" else torch.device(self.sdk.device_type, local_rank)
+
+    def world_shrunk(self, kept: Sequence[int]) -> None:
+        """With ``RANK_TABLE_FILE`` set, point it at the survivors' table (:func:`write_survivors`), written beside
+        the original as ``<name>.shrunk-<survivors>.json``: HCCL builds the new world's communicator from it. This
+        process keeps its NPU (``device_id`` is the table's, unchanged)."""
+        path = os.environ.get("RANK_TABLE_FILE")
+        if not path:
+            return
+        stem, _ = os.path.splitext(path)
+        out = f"{stem}.shrunk-{'-'.join(map(str, kept))}.json"
+        write_survivors(path, kept, out)
+        LOG.info("RANK_TABLE_FILE=%s: the survivors' rank table (was %s)", out, path)
+        os.environ["RANK_TABLE_FILE"] = out
 
     def process_group_options(self, ranks: Sequence[int] | None) -> Any:
         """``ProcessGroupHCCL.Options`` with the configured ``hccl_config``, or None (HCCL's defaults)."""
