@@ -162,6 +162,33 @@ def loop():
     record(ok=True, iterations=n, message="no error within 120 s", at=time.time())
 
 
+def shrink():
+    """loop(), then survive: on the typed error, shrink the world to the survivors and run collectives on it."""
+    t = torch.ones(1 << 14)
+    n = 0
+    try:
+        while True:
+            t.fill_(1.0)
+            xccl.all_reduce(t)
+            n += 1
+            if n == 3:
+                mark("ready")
+                faulthandler.dump_traceback_later(TIMEOUT + 30, exit=False)
+    except xccl.PeerFailure as exc:
+        first = fault(exc)
+        lost = list(exc.ranks)
+    torch.distributed.shrink_group(lost)
+    shrunk = time.time()
+    sums = []
+    for _ in range(3):
+        t.fill_(1.0)
+        xccl.all_reduce(t)
+        sums.append(t[0].item())
+    w = xccl.get_world()
+    record(ok=True, iterations=n, lost=lost, first=first, at=first["at"], shrunk=shrunk, step=time.time(), sums=sums,
+           new_rank=w.rank, new_size=w.world_size, dist_rank=torch.distributed.get_rank(), message="")
+
+
 def timed(fn, reps):
     for _ in range(3):
         fn()
@@ -210,7 +237,7 @@ def first_collective():
     record(ok=True, init_at=INIT_AT, init_s=INIT_S, at=time.time(), sum=x.item())
 
 
-{"conformance": conformance, "loop": loop, "slow": slow, "init": first_collective, "mixed": mixed}[MODE]()
+{"conformance": conformance, "loop": loop, "slow": slow, "init": first_collective, "mixed": mixed, "shrink": shrink}[MODE]()
 '''
 
 
@@ -430,6 +457,29 @@ def test_host_loss_gives_every_survivor_peer_failure_naming_the_lost_host(make_h
     last = max((res[r]["at"] - killed for r in declared), default=float("nan"))
     print(f"  ranks declared lost by each survivor: { {r: sorted(d) for r, d in declared.items()} }; last "
           f"survivor's PeerFailure {last:.2f} s after the kill")
+
+
+@pytest.mark.multihost
+def test_survivors_of_a_lost_host_shrink_the_world_and_go_on(make_hosts, program):
+    """2 hosts x 2 ranks, plain processes (no agent to stop the survivors), the store in rank 0's process: host 1 is
+    killed; ranks 0 and 1 get PeerFailure naming ranks [2, 3], call dist.shrink_group with them, and run on the world
+    of 2 within the timeout + 5 s of the kill."""
+    hosts = make_hosts(2)
+    job = hosts.run_ranks(program, nproc=NPROC, args=["shrink"], env=ENV)
+    ready = job.wait_files("ready-*", 2 * NPROC, timeout=180)
+    assert len(ready) == 2 * NPROC, f"only {len(ready)} ranks started\n{job.log()}"
+    killed = hosts.kill_host(1)
+    job.wait_files("rank-*.json", NPROC, timeout=TIMEOUT + GRACE + 60)
+    res = job.results()
+    job.wait(timeout=TIMEOUT + 30)
+    for r in range(NPROC):
+        d = res.get(r)
+        assert d is not None and d.get("ok"), f"rank {r}: {d}\n{job.log()}"
+        assert d["lost"] == [2, 3] and d["new_rank"] == r == d["dist_rank"] and d["new_size"] == NPROC, d
+        assert d["sums"] == [float(NPROC)] * 3, d
+        assert d["step"] - killed < TIMEOUT + GRACE, f"rank {r} ran on the shrunk world {d['step'] - killed:.1f} s after"
+    took = {r: (round(res[r]["at"] - killed, 2), round(res[r]["step"] - killed, 2)) for r in range(NPROC)}
+    print(f"\nhost 1 killed: (PeerFailure, first collective on the shrunk world) s after the kill per rank: {took}")
 
 
 def _host_log(job: Job, host: int) -> str:
@@ -657,5 +707,5 @@ def test_program_modes_are_known() -> None:
     # Guards PROGRAM's dispatch table against a renamed mode (every test above passes one).
     table = re.search(r"\{(\"conformance\".*?)\}\[MODE\]", PROGRAM)
     assert table is not None
-    assert set(re.findall(r'"(\w+)":', table.group(1))) == {"conformance", "loop", "slow", "init", "mixed"}
+    assert set(re.findall(r'"(\w+)":', table.group(1))) == {"conformance", "loop", "slow", "init", "mixed", "shrink"}
     json.dumps(ENV)
