@@ -3,6 +3,7 @@ which cases of a parametrized test belong to the second tier (``slow_cases``).""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import tempfile
 
@@ -17,7 +18,8 @@ if not (os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or os.environ.get("TORCH_NCCL_
 
 # The two tiers. `make test` runs what is not marked `slow`; `make test-more` (CI, after `make test`) runs the `slow`
 # tests and the frameworks. A parametrized test whose cases are not all alike marks the ones for the second tier
-# with `@pytest.mark.slow_cases("id", ...)`, by their ids (fixture parameters included, as pytest shows them):
+# with `@pytest.mark.slow_cases("id", ...)`, by their ids (fixture parameters included, as pytest shows them;
+# fnmatch patterns such as "4ranks-*" allowed):
 # the place to do it where `pytest.param(..., marks=...)` cannot reach (a case made of a fixture's parameter and
 # the test's own). An id that matches no case is an error (unless the command line picks cases by node id), so
 # that a renamed case does not silently move back to the first tier.
@@ -31,9 +33,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         key = item.nodeid.split("[", 1)[0]
         left = unmatched.setdefault(key, set(marker.args))
         spec = getattr(item, "callspec", None)
-        if spec is not None and spec.id in marker.args:
+        matched = {p for p in marker.args if spec is not None and fnmatch.fnmatchcase(spec.id, p)}
+        if matched:
             item.add_marker(pytest.mark.slow)
-            left.discard(spec.id)
+            left -= matched
     wrong = {k: sorted(v) for k, v in unmatched.items() if v}
     if wrong and not any("::" in str(arg) for arg in config.args):
         raise pytest.UsageError(f"slow_cases names cases that do not exist: {wrong}")

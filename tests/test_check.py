@@ -224,6 +224,8 @@ FRESH_ONLY = {"shape", "dtype", "all_to_all_sizes"}
 CASES = [(k, False) for k in MISMATCHES] + [(k, True) for k in MISMATCHES if k not in FRESH_ONLY]
 
 
+# Every kind at 2 ranks in the first tier; at 4 (about 13 s more with the pool) in the second.
+@pytest.mark.slow_cases("4ranks-*")
 @pytest.mark.parametrize(("kind", "warm"), CASES, ids=[f"{k}-{'warm' if w else 'fresh'}" for k, w in CASES])
 def test_mismatch_is_reported_on_every_rank_before_the_timeout(pool, kind, warm):
     n = pool.world_size

@@ -10,11 +10,12 @@ an HTML comment on the line(s) before the block:
 ``no-run`` must give its reason; only installation commands may use it. Blocks of other languages (json, text,
 console output) are not code. Blocks marked ``expect=TEXT`` must print TEXT.
 
-Tiers: the blocks that start ranks under torchrun (5-30 s each: a launcher and a torch import per rank, some compile
-a graph) run in ``make test-more`` (marked ``slow``), all but the quickstart's, which are the first steps a new user
-runs; single-process blocks and shell lines run in ``make test``. Each multi-rank block shows a behaviour that a
-first-tier test checks (collectives, stacks, simulations, graph mode); what the second tier adds is that the page's
-code, as printed, still runs.
+Tiers: the blocks that start several processes run in ``make test-more`` (marked ``slow``): ranks under torchrun
+(5-30 s each: a launcher and a torch import per rank, some compile a graph) and shell blocks (each ``xccl`` or
+``python`` line a fresh interpreter importing torch, 2-9 s a block). The quickstart's, the first steps a new user
+runs, and the single-process Python blocks (1-5 s) run in ``make test``. Each block moved shows a behaviour that a
+first-tier test checks (collectives, stacks, simulations, graph mode, the CLI); what the second tier adds is that
+the page's code, as printed, still runs.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class Block:
     @property
     def second_tier(self) -> bool:
         """Whether ``make test-more`` runs this block rather than ``make test`` (see the module docstring)."""
-        return self.ranks > 1 and self.path.name != "quickstart.md"
+        return (self.ranks > 1 or self.lang != "python") and self.path.name != "quickstart.md"
 
 
 def _blocks(path: Path) -> list[Block]:
