@@ -140,10 +140,14 @@ def _shrink_world(old: XcclProcessGroup, excluded: Sequence[int], flags: int, pg
     with contextlib.suppress(RuntimeError):  # what this rank asked for, for a survivor that times out to say
         base.set(f"{_PREFIX}/{size}/asked/{rank}", ",".join(map(str, kept)))
     live = PROCESS.liveness
+    laps: dict[str, float] = {}
+    t = _lap(laps, "", t0)
     _teardown_old(flags)
+    t = _lap(laps, "old world destroyed", t)
     runtime.world_shrunk(kept)
     if isinstance(live, Liveness):
         live = _carry_liveness(live, kept, size, rank, new_rank)
+    t = _lap(laps, "placement and liveness", t)
     options = pg_options if pg_options is not None else runtime.process_group_options(None)
     kwargs: dict[str, Any] = {"pg_options": options} if options is not None else {}
     store = PrefixStore(prefix, base)
@@ -153,6 +157,7 @@ def _shrink_world(old: XcclProcessGroup, excluded: Sequence[int], flags: int, pg
         # it out), and the vendor's group connects within the group's timeout: meet first, within the setup
         # timeout, as xccl.init's rendezvous does.
         _meet(store, new_size, setup_timeout_of(None, timeout))
+        t = _lap(laps, "survivors met", t)
         dist.init_process_group(backend=name, store=store, rank=new_rank, world_size=new_size, timeout=timeout,
                                 **kwargs)
     except XcclError:
@@ -162,10 +167,19 @@ def _shrink_world(old: XcclProcessGroup, excluded: Sequence[int], flags: int, pg
     PROCESS.liveness = live
     PROCESS.world = dataclasses.replace(world, rank=new_rank, world_size=new_size)
     st = GROUPS.default = state_of(dist.group.WORLD)
+    t = _lap(laps, "new world", t)
     connect_world()
+    _lap(laps, "connected", t)
+    spent = ", ".join(f"{k} {v:.2f} s" for k, v in laps.items() if k)
     mark(st, "shrink_group", f"world {size} -> {new_size} ranks: excluded {list(excluded)}; this rank {rank} -> "
-                             f"{new_rank}; took {time.monotonic() - t0:.2f} s")
+                             f"{new_rank}; took {time.monotonic() - t0:.2f} s ({spent})")
     return dist.group.WORLD
+
+
+def _lap(laps: dict[str, float], name: str, since: float) -> float:
+    now = time.monotonic()
+    laps[name] = now - since
+    return now
 
 
 def _meet(store: Any, size: int, timeout: _dt.timedelta) -> None:
