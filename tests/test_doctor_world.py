@@ -104,7 +104,7 @@ def rows(text: str) -> dict[int, dict[str, str]]:
 # ------------------------------------------------------------------------------------------- real processes
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [2, pytest.param(4, marks=pytest.mark.slow)])  # 4 ranks: breadth, second tier
 def test_every_rank_agrees_and_only_rank_0_prints(world):
     ran = launch(world, timeout=60)
     assert [r.code for r in ran.values()] == [0] * world, {r: (x.out, x.err[-2000:]) for r, x in ran.items()}

@@ -125,6 +125,9 @@ def _kill(tmp_path: Path, world: int, victim: int, when: str, async_op: bool = F
     return reports
 
 
+# 5-6 s a case: the first tier kills at each moment at 2 ranks, and rank 0 (the store's host) at 4; the other two
+# at 4 ranks are the second tier's.
+@pytest.mark.slow_cases("4-before", "4-during")
 @pytest.mark.parametrize(
     ("world", "victim", "when"),
     [(2, 1, "before"), (2, 1, "during"), (2, 0, "after"), (4, 3, "before"), (4, 1, "during"), (4, 0, "after")],
