@@ -83,8 +83,8 @@ def shrink_group(ranks_to_exclude: list[int], group: Any = None, shrink_flags: i
         ranks_to_exclude: the ranks of ``group`` to leave out (for the world: global ranks), typically
             ``err.ranks`` of the :class:`~xccl.PeerFailure` every survivor got.
         group: the group to shrink (None: the world, which the result replaces).
-        shrink_flags: ``dist.SHRINK_DEFAULT``, or ``dist.SHRINK_ABORT`` to abort what is in flight on the old
-            group first.
+        shrink_flags: ``SHRINK_DEFAULT`` (0), or ``SHRINK_ABORT`` (``torch.distributed.distributed_c10d``) to abort
+            what is in flight on the old group first.
         pg_options: the vendor's options for the new group (default: the plugin's, for the survivors).
 
     Returns:
