@@ -15,8 +15,8 @@ at each timeout, ``--repeat`` launches, medians in the table; JSON in ``benchmar
 
 Usage::
 
-    python benchmarks/shrink.py                   # timeouts 3 and 10 s, cpu, sophgo, ascend, 3 launches each
-    python benchmarks/shrink.py --quick           # cpu, 3 s, 1 launch (the benchmark smoke test)
+    python benchmarks/shrink.py                   # timeouts 5 and 15 s, cpu, sophgo, ascend, 3 launches each
+    python benchmarks/shrink.py --quick           # cpu, 5 s, 1 launch (the benchmark smoke test)
 """
 
 from __future__ import annotations
@@ -118,13 +118,13 @@ def launch(vendor: str, timeout: float) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--vendors", nargs="+", default=list(VENDORS), choices=VENDORS)
-    parser.add_argument("--timeouts", nargs="+", type=float, default=[3.0, 10.0])
+    parser.add_argument("--timeouts", nargs="+", type=float, default=[5.0, 15.0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="cpu, 3 s, one launch")
+    parser.add_argument("--quick", action="store_true", help="cpu, 5 s, one launch")
     parser.add_argument("--json", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.quick:
-        args.vendors, args.timeouts, args.repeat = ["cpu"], [3.0], 1
+        args.vendors, args.timeouts, args.repeat = ["cpu"], [5.0], 1
     rows = []
     for timeout in args.timeouts:
         for vendor in args.vendors:

@@ -370,3 +370,34 @@ def test_a_group_that_is_not_xccls_gets_torchs_shrink(rank_pools: Any) -> None:
     for r, out in enumerate(rank_pools.get(2, vendor="cpu").run_ok(body_not_xccls)):
         assert out["installed"], out
         assert "does not support shrinking operations" in out.get("error", ""), f"rank {r}: {out}"
+
+
+@pytest.mark.slow  # four fresh interpreters (30-40 s on a loaded 2-core machine); the mechanism is tested above
+def test_the_example_runs_as_its_docstring_says(tmp_path: Path) -> None:
+    """examples/lose_a_rank.py, four plain processes on simulated Ascend with a rank table (the first-hour command)."""
+    import socket
+    import subprocess
+    import sys
+
+    from xccl.plugin import dump
+    from xccl_ascend._ranktable import generate_hccl
+
+    table = tmp_path / "rank_table.json"
+    dump(generate_hccl([0, 1, 2, 3]), table)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    example = Path(__file__).resolve().parents[1] / "examples" / "lose_a_rank.py"
+    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    procs = [subprocess.Popen([sys.executable, str(example)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True, env={**base, "RANK": str(r), "WORLD_SIZE": "4", "LOCAL_RANK": str(r),
+                                              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                                              "XCCL_SIMULATE": "ascend", "XCCL_TIMEOUT": "6",
+                                              "HCCL_EXEC_TIMEOUT": "6", "HCCL_CONNECT_TIMEOUT": "300",
+                                              "RANK_TABLE_FILE": str(table)})
+             for r in range(4)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert procs[3].returncode == 1, outs
+    shrunk = str(table.with_suffix("")) + ".shrunk-0-1-2.json"
+    for r in range(3):
+        assert f"lost [3]: rank {r} of 3, all_reduce 3.0, {shrunk}" in outs[r], outs[r]
