@@ -379,8 +379,9 @@ def test_the_example_runs_as_its_docstring_says(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from xccl.plugin import dump
     from xccl_ascend._ranktable import generate_hccl
+
+    from xccl.plugin import dump
 
     table = tmp_path / "rank_table.json"
     dump(generate_hccl([0, 1, 2, 3]), table)

@@ -1,8 +1,9 @@
 """``monitored_barrier``: a barrier that names the ranks that did not arrive, on every backend.
 
 torch's own (``ProcessGroupGloo::monitoredBarrier``, torch 2.13) exists on gloo only (``torch.distributed`` refuses
-it on any other backend, xccl's included: "monitored_barrier is only implemented for GLOO backend."). xccl runs
-torch's algorithm on every backend, over the rendezvous store rather than the backend itself:
+it on any other backend by name, xccl's ``xccl_gloo`` included: "monitored_barrier is only implemented for GLOO
+backend."; ``xccl.runtime._torch_api`` answers ``torch.distributed.monitored_barrier`` for xccl's groups with this).
+xccl runs torch's algorithm on every backend, over the rendezvous store rather than the backend itself:
 
 * every rank posts its arrival; group rank 0 waits for each other rank's within ``timeout`` (for every rank, with
   ``wait_all_ranks``; else until the first one that is late, as torch's fails fast);

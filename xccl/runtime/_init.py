@@ -54,9 +54,9 @@ from ._env import (
     timeout_of,
 )
 from ._rendezvous import rendezvous
-from ._shrink import install as install_shrink
 from ._shutdown import at_exit as _at_exit
 from ._shutdown import shutdown
+from ._torch_api import install as install_torch_api
 from ._vendor import collective_timeout, connect, connect_world, watchdog_settings
 
 __all__ = [
@@ -123,7 +123,7 @@ def _prepare(runtime: Runtime, fallback: Fallback, check: bool) -> str:
     PROCESS.runtime, PROCESS.fallback, PROCESS.check = runtime, fallback, check
     PROCESS.job = PROCESS.device = PROCESS.job_at = None
     PROCESS.watchdog = watchdog_settings(runtime, choose=True)
-    install_shrink()  # torch.distributed.shrink_group for xccl's groups too (_shrink)
+    install_torch_api()  # torch.distributed's shrink_group and monitored_barrier on xccl's groups too
     return register_backend(runtime)
 
 

@@ -9,9 +9,8 @@ the shrunk world out from under xccl (no capability table, no emulation, no type
 lost rank would be gloo's raw error again). A Python process group cannot be returned there (``_register_backend``
 takes a C++ ``Backend``, which Python cannot subclass), so xccl answers the call itself.
 
-:func:`install` puts :func:`shrink_group` where torch's is (``torch.distributed.shrink_group`` and
-``torch.distributed.distributed_c10d.shrink_group``) once a program uses xccl's backend. For any group that is not
-xccl's it calls torch's own, unchanged. For xccl's groups it validates the arguments with torch's own checks (the
+:func:`shrink_group` is where torch's is (``torch.distributed.shrink_group``) once a program uses xccl's backend
+(``_torch_api``). For any group that is not xccl's it calls torch's own, unchanged. For xccl's groups it validates the arguments with torch's own checks (the
 same errors), then rebuilds the vendor's communicator for the survivors:
 
 * **the world** (``group=None``): every other group is destroyed, as torch documents (their ranks are renumbered);
@@ -53,26 +52,14 @@ from ..collectives._process_group import XcclProcessGroup
 from ..collectives._state import GROUPS, PROCESS
 from ..errors import InitError, RendezvousTimeout, XcclError
 from ._env import rendezvous_error, setup_timeout_of
+from ._torch_own import TORCH
 from ._vendor import connect_world
 
-__all__ = ["install", "shrink_group"]
+__all__ = ["shrink_group"]
 
 LOG = logging.getLogger("xccl")
 #: The store prefix under which the survivors of a shrink meet (below the old world's own prefix).
 _PREFIX: Final = "xccl.shrink"
-
-
-def install() -> None:
-    """Make ``torch.distributed.shrink_group`` xccl's :func:`shrink_group` (once; torch's is kept for other groups)."""
-    if c10d.shrink_group is not shrink_group:
-        global _torch_shrink_group
-        _torch_shrink_group = c10d.shrink_group
-        c10d.shrink_group = shrink_group
-    dist.shrink_group = shrink_group
-
-
-def _torch_shrink_group(*args: Any, **kwargs: Any) -> Any:  # replaced by torch's own at install()
-    raise InitError("torch.distributed.shrink_group is not available in this torch")  # pragma: no cover
 
 
 def shrink_group(ranks_to_exclude: list[int], group: Any = None, shrink_flags: int = 0,
@@ -108,7 +95,7 @@ def shrink_group(ranks_to_exclude: list[int], group: Any = None, shrink_flags: i
     """
     target = group if group is not None else c10d._get_default_group()
     if not isinstance(target, XcclProcessGroup):
-        return _torch_shrink_group(ranks_to_exclude, group, shrink_flags, pg_options)
+        return TORCH["shrink_group"](ranks_to_exclude, group, shrink_flags, pg_options)
     c10d._validate_shrink_inputs(ranks_to_exclude, shrink_flags)
     info = c10d._prepare_shrink_target_group(group)
     excluded = sorted(c10d._validate_and_process_excluded_ranks(ranks_to_exclude, info))

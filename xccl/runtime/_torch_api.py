@@ -1,0 +1,53 @@
+"""The torch.distributed functions that refuse xccl's groups by their backend's name, answered by xccl for its own.
+
+Two functions of torch 2.13 decide by the backend before they reach the group, where no method of xccl's process
+group is asked:
+
+* ``monitored_barrier`` refuses every backend but gloo by name (``get_backend(group) != Backend.GLOO``:
+  "monitored_barrier is only implemented for GLOO backend."), so a script that runs on plain gloo fails on xccl's
+  cpu world, whose backend is ``xccl_gloo``. xccl has a monitored barrier on every backend (``xccl.monitored_barrier``,
+  through the store); on xccl's groups this one is it. It raises :class:`~xccl.CollectiveTimeout` naming the late
+  ranks (its message has torch's "Rank 1 failed to pass monitoredBarrier in ... ms"), where gloo's raises a
+  ``RuntimeError``;
+* ``shrink_group`` asks the device backend to shrink and wraps the result in a plain process group
+  (:mod:`._shrink`).
+
+:func:`install` puts xccl's in their place, in ``torch.distributed`` and ``torch.distributed.distributed_c10d``, once a
+program uses xccl's backend (``xccl.init``, ``xccl.process_group_backend``). Each calls torch's own (kept in
+``_torch_own.TORCH``) for any group that is not xccl's. Code that imported one of them from torch before xccl was
+set up holds torch's: call them as ``dist.<name>``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from ..collectives._dispatch import dispatch
+from ..collectives._process_group import XcclProcessGroup
+from ..ops import _specs as S
+from ._shrink import shrink_group
+from ._torch_own import TORCH
+
+__all__ = ["install", "monitored_barrier"]
+
+
+def monitored_barrier(group: Any = None, timeout: Any = None, wait_all_ranks: bool = False) -> None:
+    """``torch.distributed.monitored_barrier``, on xccl's groups too (``xccl.monitored_barrier`` there)."""
+    target = group if group is not None else (c10d._get_default_group() if dist.is_initialized() else None)
+    if not isinstance(target, XcclProcessGroup):
+        return TORCH["monitored_barrier"](group, timeout, wait_all_ranks)  # type: ignore[no-any-return]
+    dispatch(S.MONITORED_BARRIER, group, False, timeout, wait_all_ranks)
+    return None
+
+
+def install() -> None:
+    """Put xccl's functions where torch's are (once; torch's own are kept for the other groups)."""
+    for name, ours in (("shrink_group", shrink_group), ("monitored_barrier", monitored_barrier)):
+        current = getattr(c10d, name)
+        if current is not ours:
+            TORCH[name] = current
+            setattr(c10d, name, ours)
+        setattr(dist, name, ours)
