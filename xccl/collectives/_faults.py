@@ -53,7 +53,7 @@ from ._flight import stamp
 from ._liveness import Verdict, lost_peers
 from ._state import PROCESS, missing_members
 
-__all__ = ["LISTENERS", "TypedWork", "classify", "hook", "notify", "translate"]
+__all__ = ["LISTENERS", "TypedWork", "classify", "handled_by_caller", "hook", "notify", "translate"]
 
 #: Called with (error name, global rank, op, group name) whenever a backend fault is raised typed: the flight
 #: recorder dumps then (``_flight_dump`` adds itself).
@@ -337,6 +337,16 @@ def _guard(work: Any) -> None:
         pending = _IN_BACKWARD[task] = []
         torch.autograd.Variable._execution_engine.queue_callback(partial(_settle, task))
     pending.append(work)
+
+
+def handled_by_caller(work: Any) -> None:
+    """The caller handles ``work``'s faults itself: the running backward pass no longer waits for it at its end
+    (:func:`_guard`, which raises there for DDP's reducer). For a caller that reports faults instead of raising
+    them (torchft's process groups: ``xccl.integrations.torchft``), where raising would end the step it means to
+    discard."""
+    pending = _IN_BACKWARD.get(_graph_task())
+    if pending is not None and any(w is work for w in pending):
+        pending[:] = [w for w in pending if w is not work]
 
 
 def _settle(task: int) -> None:

@@ -120,7 +120,7 @@ class ProcessGroupXccl(ProcessGroupWrapper):  # type: ignore[misc]  # torchft sh
     def _wrap_work(self, work: Any, opts: object) -> Any:
         if work is None or isinstance(work, _DummyWork):
             return work
-        _unguard(work)
+        _faults.handled_by_caller(work)
         return _ReportedWork(self, work)
 
     def _create_pg(self, store: Any, rank: int, world_size: int) -> dist.ProcessGroup:
@@ -150,15 +150,6 @@ class ProcessGroupXccl(ProcessGroupWrapper):  # type: ignore[misc]  # torchft sh
         and its ``torchft-xccl`` is Intel's XCCL."""
         runtime = PROCESS.runtime
         return f"torchft-{backend_name(runtime)}" if runtime is not None else "torchft-xccl_"
-
-
-def _unguard(work: Any) -> None:
-    """Take ``work`` off the list the running backward pass waits for at its end (``_faults._guard``), which
-    raises a fault there, typed, for DDP's reducer: under torchft its fault is reported (:class:`_ReportedWork`),
-    and raising it would end the step torchft means to discard."""
-    pending = _faults._IN_BACKWARD.get(torch._C._current_graph_task_id())
-    if pending is not None and any(w is work for w in pending):
-        pending[:] = [w for w in pending if w is not work]
 
 
 class _ReportedWork(dist.Work):
