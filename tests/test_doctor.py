@@ -83,6 +83,25 @@ def test_selected_vendor_that_cannot_work_fails(vendor, phrase):
     assert finding.status == "fail" and phrase in finding.summary
 
 
+def test_a_backend_name_two_plugins_drive_is_a_warning_naming_both():
+    # Habana's Gaudi plugin drives "hccl" as Ascend's does: adoption of an hccl world picks by SDK, vendor= settles.
+    class Gaudi(Plugin):
+        name, vendor, device_type, backend = "gaudi", "Intel Gaudi", "hpu", "hccl"
+
+    class Aardvark(Plugin):  # a third-party plugin over gloo: xccl's cpu plugin adopts gloo worlds, no warning
+        name, vendor, device_type, backend, accelerator = "aardvark", "Test", "cpu", "gloo", False
+
+    plugins = Registry.from_plugins(CpuPlugin(), FakeNpu(), Gaudi(), Aardvark())
+    report = collect(env=clean_env(), vendor="cpu", registry=plugins)
+    shared = find(report, "plugins", "backend 'hccl'")
+    assert (shared.status, shared.summary) == ("warn", "driven by 2 plugins: fakenpu, gaudi")
+    assert "picks the plugin whose SDK is importable here" in shared.fix
+    assert "xccl.init(vendor=...) settles it (e.g. vendor='fakenpu', or XCCL_VENDOR=<fakenpu|gaudi>)" in shared.fix
+    assert not [f for f in report.findings if f.name == "backend 'gloo'"]
+    assert report.ok  # a warning: the exit status stays 0
+    assert "WARN  backend 'hccl': driven by 2 plugins: fakenpu, gaudi" in render(report)
+
+
 def test_simulation_needs_a_plugin_with_a_simulation():
     report = collect(env=clean_env(XCCL_SIMULATE="cpu"), registry=Registry.from_plugins(CpuPlugin()))
     assert find(report, "selected", "cpu").status == "fail"

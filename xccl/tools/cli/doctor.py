@@ -8,7 +8,8 @@ The first command to run on a broken node. It reports, section by section:
   it fail ("Failed to load the backend extension: torch_npu") and with it every script;
 * **packages**: torch_npu (version, the torch it was built for, CANN variables) and torch_tpu (Sophgo's, or
   Google's TorchTPU from PyPI, told apart by package metadata), read from metadata without importing them;
-* **plugins**: every xccl plugin found, available or not, with its probe's reason, fix and facts;
+* **plugins**: every xccl plugin found, available or not, with its probe's reason, fix and facts; a warning per
+  backend name several plugins drive (Ascend's and Habana's ``hccl``: adopting a world on it picks by SDK);
 * **selected**: the plugin ``xccl.init`` would pick (``--vendor``, ``XCCL_VENDOR``/``XCCL_SIMULATE``, or auto);
 * **devices**: the visible-devices variables (``CUDA_VISIBLE_DEVICES``, ``ASCEND_RT_VISIBLE_DEVICES``,
   ``TPU_VISIBLE_DEVICES``, ``CHIP_MAP``, and any a plugin declares), checked against their vendors' rules;

@@ -335,6 +335,21 @@ def _plugins(registry: Any) -> list[Finding]:
     if not out:
         out.append(Finding("plugins", "(none)", "fail", "no xccl plugin was found, not even cpu",
                            "reinstall xccl (`pip install --force-reinstall xccl`): its entry points are missing"))
+    return out + _shared(registry)
+
+
+def _shared(registry: Any) -> list[Finding]:
+    """A warning per backend name several installed plugins drive (Ascend's and Habana's ``hccl``)."""
+    from xccl.tools._shared_backend import consequence, shared_backends
+
+    out = []
+    for backend, infos in shared_backends(registry.infos().values()).items():
+        names = [i.name for i in infos]
+        out.append(Finding(
+            "plugins", f"backend {backend!r}", "warn", f"driven by {len(names)} plugins: {', '.join(names)}",
+            consequence(backend, names) + "; or uninstall the plugins of vendors this machine does not have",
+            {i.name: i.distribution or "?" for i in infos},
+        ))
     return out
 
 
