@@ -1,7 +1,10 @@
 """``xccl new-plugin``'s generator: a vendor plugin distribution, named for the vendor, that passes the kit.
 
 The files are the templates under ``xccl/tools/scaffold/`` (package data), with ``{{token}}`` placeholders filled
-from :class:`Names`. ``examples/plugin-template`` is this generator's output for the name ``template``
+from :class:`Names`. Two choices of the vendor's shape are sections: lines between ``{{#flag}}`` and ``{{/flag}}``
+(each tag on a line of its own) are kept when the flag is set, between ``{{^flag}}`` and ``{{/flag}}`` when it is
+not (:attr:`Names.bridge_picks_device`, :attr:`Names.rank_table`); a file of one option alone (the rank-table
+format and its tests) is written only with it. ``examples/plugin-template`` is this generator's output for the name ``template``
 (``tests/test_new_plugin.py`` keeps the two equal), so the template users read and the scaffold they run are one.
 """
 
@@ -24,6 +27,11 @@ __all__ = ["Names", "names", "render", "write"]
 _RESERVED: Final = frozenset({"undefined", "gloo", "nccl", "ucc", "mpi", "xccl", "fake", "threaded"})
 _NAME: Final = re.compile(r"[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*")
 _IDENT: Final = re.compile(r"[a-z][a-z0-9_]*")
+#: Templates written only when their option is chosen: template path -> the :class:`Names` flag.
+_ONLY_WITH: Final = {"pkg/_ranktable.py": "rank_table", "tests/test_ranktable.py": "rank_table"}
+#: A section: ``{{#flag}}`` (kept when set) or ``{{^flag}}`` (kept when not), to ``{{/flag}}``, tags on lines of
+#: their own. Sections do not nest.
+_SECTION: Final = re.compile(r"^[ \t]*\{\{([#^])(\w+)\}\}[ \t]*\n(.*?)^[ \t]*\{\{/\2\}\}[ \t]*\n", re.M | re.S)
 
 
 @final
@@ -52,6 +60,11 @@ class Names:
     visible_env: str
     #: The command that generates these files, recorded in them.
     command: str
+    #: The SDK's bridge chooses the device and the process sees that one (Habana's ``habana_frameworks.torch``):
+    #: ``setup_device`` takes the current device instead of making device ``local_rank`` current.
+    bridge_picks_device: bool = False
+    #: Write a stub rank-table format (``_ranktable.py``, its tests); without it ``rank_table_formats()`` is empty.
+    rank_table: bool = False
 
 
 def names(
@@ -63,10 +76,13 @@ def names(
     sdk: str | None = None,
     sdk_dist: str | None = None,
     visible_devices_env: str | None = None,
+    bridge_picks_device: bool = False,
+    rank_table: bool = False,
 ) -> Names:
     """The spellings for ``name``; what is not given derives from it (``acme``: device type ``acme``, backend
     ``acmecl``, SDK ``torch_acme`` from the distribution ``torch-acme``, ``ACME_VISIBLE_DEVICES``). A dotted SDK
     (``habana_frameworks.torch``) comes from the distribution of its top-level package by default.
+    ``bridge_picks_device`` and ``rank_table`` choose the vendor's shape (:class:`Names`); both off by default.
 
     Raises:
         ValueError: a name that cannot be an entry point, a backend or a module, with what to pass instead.
@@ -92,22 +108,28 @@ def names(
     if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", visible):
         raise ValueError(f"--visible-devices-env {visible!r}: an environment variable name in capitals")
     options = [a for k, v in given.items() if v is not None for a in (f"--{k.replace('_', '-')}", v)]
+    options += [flag for flag, on in (("--bridge-picks-device", bridge_picks_device), ("--rank-table", rank_table))
+                if on]
     return Names(
         name=name, ident=ident, pkg=f"xccl_{ident}", dist=f"xccl-{name.replace('_', '-')}",
         Class="".join(p.capitalize() for p in re.split(r"[-_]", name)), vendor=vendor or name.capitalize(),
         device_type=device_type, backend=backend, sdk=sdk,
         sdk_dist=sdk_dist or sdk.partition(".")[0].replace("_", "-"), ENV=env,
         visible_env=visible, command=shlex.join(["xccl", "new-plugin", name, *options]),
+        bridge_picks_device=bridge_picks_device, rank_table=rank_table,
     )
 
 
 def render(n: Names) -> dict[str, str]:
     """Every file of the distribution: relative path -> text."""
-    tokens = {f.name: str(getattr(n, f.name)) for f in fields(n)}
+    values = {f.name: getattr(n, f.name) for f in fields(n)}
+    tokens = {k: v for k, v in values.items() if isinstance(v, str)}
+    flags = {k: v for k, v in values.items() if isinstance(v, bool)}
     root = resources.files("xccl.tools") / "scaffold"
     out = {}
     for rel, text in sorted(_templates(root, "").items()):
-        out[_target(rel, n)] = _fill(text, tokens, rel)
+        if flags.get(_ONLY_WITH.get(rel, ""), True):
+            out[_target(rel, n)] = _fill(_sections(text, flags, rel), tokens, rel)
     return out
 
 
@@ -147,6 +169,18 @@ def _target(rel: str, n: Names) -> str:
     if rel.startswith("tests/test_"):
         return f"tests/test_{n.ident}_{rel.removeprefix('tests/test_')}"
     return rel
+
+
+def _sections(text: str, flags: dict[str, bool], rel: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        if m.group(2) not in flags:
+            raise KeyError(f"scaffold template {rel}: unknown section {m.group(2)!r}")
+        return m.group(3) if flags[m.group(2)] == (m.group(1) == "#") else ""
+
+    out = _SECTION.sub(one, text)
+    if stray := re.search(r"\{\{[#^/]\w+\}\}", out):
+        raise KeyError(f"scaffold template {rel}: {stray.group(0)} is not a whole section (tags on lines of their own)")
+    return out
 
 
 def _fill(text: str, tokens: dict[str, str], rel: str) -> str:
