@@ -317,7 +317,8 @@ def body_disagree(path: str) -> dict[str, Any]:
 
 
 def test_survivors_that_disagree_get_a_typed_error_naming_what_each_asked(tmp_path: Path) -> None:
-    env = {"XCCL_SETUP_TIMEOUT": "4"}
+    # Longer than the collective timeout: a survivor not talking to the lost rank asks only after waiting it out.
+    env = {"XCCL_SETUP_TIMEOUT": str(int(TIMEOUT) + 4)}
     with RankPool(4, {"timeout": TIMEOUT}, env=env, start_method="forkserver", start_timeout=120) as pool:
         outs = pool.run(body_disagree, str(tmp_path / "death"), timeout=TIMEOUT + 90)
     for r in (0, 1, 2):

@@ -25,7 +25,7 @@ from ..plugin._contract import Plugin
 from ..plugin._fake_world import transport
 from ..plugin._registry import PluginInfo, Registry
 
-__all__ = ["all_arrived", "plugin_for", "wrong_backend"]
+__all__ = ["all_arrived", "is_builtin", "plugin_for", "wrong_backend"]
 
 _TARGET = "torch.distributed.init_process_group"
 
@@ -89,11 +89,17 @@ def plugin_for(backend: str, vendor: str, registry: Registry) -> Plugin:
     if not infos:
         raise InitError(f"torch.distributed is initialised on {backend!r}, which no installed xccl plugin drives; "
                         "install the vendor's xccl plugin, or initialise on a backend one drives")
-    builtin = [i for i in infos if type(i.plugin).__module__.startswith("xccl.")]
+    builtin = [i for i in infos if is_builtin(i)]
     if builtin or len(infos) == 1:
         # gloo and nccl: xccl's own plugin of the backend, whatever else drives it (test plugins over gloo).
         return (builtin or infos)[0].plugin  # type: ignore[return-value]
     return _one_vendor_of(backend, infos)
+
+
+def is_builtin(info: PluginInfo) -> bool:
+    """Whether ``info`` is one of xccl's own plugins (cpu, cuda), which adopts its backend's worlds whatever else
+    drives the name."""
+    return info.plugin is not None and type(info.plugin).__module__.startswith("xccl.")
 
 
 def _one_vendor_of(backend: str, infos: Sequence[PluginInfo]) -> Plugin:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from xccl.plugin._registry import PluginInfo
+from xccl.runtime._backend_check import is_builtin
 
 __all__ = ["consequence", "shared_backends", "xccl_drives"]
 
@@ -29,7 +30,7 @@ def shared_backends(infos: Iterable[PluginInfo]) -> dict[str, tuple[PluginInfo, 
 def xccl_drives(infos: Iterable[PluginInfo]) -> bool:
     """Whether one of ``infos`` is xccl's own plugin, which adopts its backend's worlds whatever else drives the
     name (the rule of ``plugin_for``)."""
-    return any(type(i.plugin).__module__.startswith("xccl.") for i in infos if i.plugin is not None)
+    return any(is_builtin(i) for i in infos)
 
 
 def consequence(backend: str, names: Sequence[str]) -> str:
