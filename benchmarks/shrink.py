@@ -22,7 +22,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import signal
@@ -50,13 +49,9 @@ def body(victim: int, path: str) -> dict[str, Any]:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import xccl
+    from xccl.testing import all_here
 
-    # Every rank here before the first collective (a store barrier, generous): ranks of a loaded machine arrive
-    # seconds apart (imports), and the short collective timeout is for the loss, not for them.
-    store, n = dist.distributed_c10d._get_default_store(), dist.get_world_size()
-    if store.add("bench_shrink/here", 1) == n:
-        store.set("bench_shrink/all", "1")
-    store.wait(["bench_shrink/all"], datetime.timedelta(seconds=300))
+    all_here("bench-shrink")  # the short collective timeout is for the loss, not for ranks arriving apart
     torch.manual_seed(0)
     module = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 8))
     x = torch.randn(32, 64)

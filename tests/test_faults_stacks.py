@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import nn
 
 import xccl
-from xccl.testing import RankPool
+from xccl.testing import RankPool, all_here
 
 TIMEOUT = 3.0
 TYPED = ("PeerFailure", "CollectiveTimeout")
@@ -53,6 +53,7 @@ def _model(stack: str, device: torch.device) -> nn.Module:
 def body_train_until_a_rank_dies(stack: str, victim: int, path: str) -> dict[str, Any]:
     """Every rank trains; the victim kills itself from a second thread while its main thread is in a step. Each
     survivor reports what its training loop raised: class names, when, and the chained backend error."""
+    all_here(f"train-{stack}")  # the short timeout is for the kill, not for ranks of a loaded machine arriving apart
     w = xccl.get_world()
     model = _model(stack, w.device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -9,7 +9,6 @@ the survivors started from, and the new world is xccl's (its collectives go thro
 
 from __future__ import annotations
 
-import datetime
 import os
 import signal
 import time
@@ -22,7 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 import xccl
-from xccl.testing import RankPool
+from xccl.testing import RankPool, all_here
 
 TIMEOUT = 6.0  # short, for the loss the test provokes; long enough for ranks of a loaded machine to meet
 ROWS = 12  # divisible by 4 and by 3: every rank's share of a step's batch is equal before and after the shrink
@@ -51,17 +50,6 @@ def _step(model: nn.Module, opt: torch.optim.Optimizer, step: int, rank: int, si
     return float(loss.detach())
 
 
-def _all_here(tag: str) -> None:
-    """Every rank here before the first collective: a store barrier with a generous timeout. On a loaded machine the
-    ranks reach a body seconds apart (imports: DDP's alone can take seconds), and the short collective timeout is
-    for the fault the test provokes, not for them."""
-    store = dist.distributed_c10d._get_default_store()
-    n = dist.get_world_size()
-    if store.add(f"test_shrink/{tag}/here", 1) == n:
-        store.set(f"test_shrink/{tag}/all", "1")
-    store.wait([f"test_shrink/{tag}/all"], datetime.timedelta(seconds=300))
-
-
 def _die(path: str) -> None:
     Path(path).write_text(repr(time.time()))
     os.kill(os.getpid(), signal.SIGKILL)
@@ -70,7 +58,7 @@ def _die(path: str) -> None:
 def body_shrink_and_train_on(victim: int, path: str) -> dict[str, Any]:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    _all_here("body_shrink_and_train_on")
+    all_here("body_shrink_and_train_on")
     w = xccl.get_world()
     module = _module()
     model = DDP(module)
@@ -165,7 +153,7 @@ def test_survivors_shrink_the_world_and_train_on(tmp_path: Path, vendor: str) ->
 
 def body_lose_rank_1(path: str) -> dict[str, Any]:
     """Rank 1 dies; the survivors (old 0, 2, 3) become 0, 1, 2 and report what the vendor sees of the new world."""
-    _all_here("body_lose_rank_1")
+    all_here("body_lose_rank_1")
     w = xccl.get_world()
     before = xccl.comm_name()
     xccl.all_reduce(torch.ones(1))
@@ -227,7 +215,7 @@ def test_ascend_survivors_get_their_rank_table(tmp_path: Path) -> None:
 def body_lose_two_in_turn(paths: list[str]) -> dict[str, Any]:
     """Rank 3 dies, the world shrinks to 3; then (new) rank 1 dies, and it shrinks to 2: the second loss is named by
     its new rank, which needs the liveness facts carried over to the new world."""
-    _all_here("body_lose_two_in_turn")
+    all_here("body_lose_two_in_turn")
     w = xccl.get_world()
     seen = []
     for victim, path in zip((3, 1), paths, strict=True):
@@ -259,7 +247,7 @@ def test_a_second_loss_is_named_by_its_new_rank_and_shrunk_again(tmp_path: Path)
 def body_shrink_a_subgroup(path: str) -> dict[str, Any]:
     """A sub-group of ranks 1, 2, 3 loses rank 3: ranks 1 and 2 shrink it (group ranks, as torch's API takes);
     rank 0, outside it, is not involved, and the world is left as it is."""
-    _all_here("body_shrink_a_subgroup")
+    all_here("body_shrink_a_subgroup")
     sub = xccl.new_group([1, 2, 3])
     r = dist.get_rank()
     if r == 0:
@@ -294,7 +282,7 @@ def test_a_subgroup_shrinks_among_its_survivors(tmp_path: Path) -> None:
 
 def body_disagree(path: str) -> dict[str, Any]:
     """Rank 3 dies; ranks 0 and 1 exclude it, rank 2 (wrongly) excludes 1 as well: nobody meets a wrong world."""
-    _all_here("body_disagree")
+    all_here("body_disagree")
     xccl.all_reduce(torch.ones(1))
     if dist.get_rank() == 3:
         _die(path)
@@ -333,7 +321,7 @@ def test_survivors_that_disagree_get_a_typed_error_naming_what_each_asked(tmp_pa
 
 def body_abort(path: str) -> dict[str, Any]:
     """SHRINK_ABORT: the old world's backends are aborted instead of destroyed in order; the new world works."""
-    _all_here("body_abort")
+    all_here("body_abort")
     xccl.all_reduce(torch.ones(1))
     if dist.get_rank() == 3:
         _die(path)

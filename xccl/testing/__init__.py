@@ -4,6 +4,6 @@
 (:mod:`xccl.testing.plugin`, registered through the ``pytest11`` entry point) provides the ``rank_pools`` fixture.
 """
 
-from ._pool import Outcome, RankPool, free_port
+from ._pool import Outcome, RankPool, all_here, free_port
 
-__all__ = ["Outcome", "RankPool", "free_port"]
+__all__ = ["Outcome", "RankPool", "all_here", "free_port"]

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, final
 
-__all__ = ["Outcome", "RankPool", "free_port"]
+__all__ = ["Outcome", "RankPool", "all_here", "free_port"]
 
 
 def free_port() -> int:
@@ -58,6 +58,24 @@ class Outcome:
         if self.ok:
             return f"rank {self.rank}: ok {self.value!r}"
         return f"rank {self.rank}: {self.error_types[0] if self.error_types else '?'}: {self.message}\n{self.traceback}"
+
+
+def all_here(tag: str, timeout: float = 300.0) -> None:
+    """Wait until every rank of the world has called ``all_here(tag)``: a barrier in the world's store, bounded by
+    ``timeout`` (generous), not by the collective timeout.
+
+    For a body that runs a short collective timeout on purpose (to provoke a fault quickly): on a loaded machine
+    the ranks reach it seconds apart (imports, DDP's or FSDP2's first construction), and without this the first
+    collective would time out on the early ones before the fault the test is about. Each tag is used once per world.
+    """
+    import datetime
+
+    import torch.distributed as dist
+
+    store = dist.distributed_c10d._get_default_store()
+    if store.add(f"xccl.testing/{tag}/here", 1) == dist.get_world_size():
+        store.set(f"xccl.testing/{tag}/all", "1")
+    store.wait([f"xccl.testing/{tag}/all"], datetime.timedelta(seconds=timeout))
 
 
 def _describe(rank: int, exc: BaseException, elapsed: float) -> Outcome:
