@@ -1,11 +1,15 @@
 """The suite's own settings: what its ranks dump stays in a directory of the run, not in /tmp beside the user's;
-which cases of a parametrized test belong to the second tier (``slow_cases``)."""
+which cases of a parametrized test belong to the second tier (``slow_cases``); namespaced hosts for the multi-host
+tests (``make_hosts``)."""
 
 from __future__ import annotations
 
 import fnmatch
 import os
 import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,3 +44,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     wrong = {k: sorted(v) for k, v in unmatched.items() if v}
     if wrong and not any("::" in str(arg) for arg in config.args):
         raise pytest.UsageError(f"slow_cases names cases that do not exist: {wrong}")
+
+
+@pytest.fixture
+def make_hosts(tmp_path: Path) -> Iterator[Callable[[int], Any]]:
+    """``make_hosts(n)``: ``n`` namespaced hosts (tests/netns), torn down after the test (also when it fails); the
+    test is skipped, with the reason, where network namespaces cannot be made (not root)."""
+    from netns import Hosts, NetnsUnavailable, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"multi-host tests need network namespaces: {reason}")
+    made: list[Any] = []
+
+    def make(n: int) -> Any:
+        hosts = Hosts(n, workdir=tmp_path / f"hosts{len(made)}")
+        try:
+            hosts.__enter__()
+        except NetnsUnavailable as exc:
+            pytest.skip(f"multi-host tests need network namespaces: {exc}")
+        made.append(hosts)
+        return hosts
+
+    yield make
+    problems = [p for h in made for p in h.teardown()]
+    assert not problems, f"teardown left: {problems}"

@@ -26,14 +26,12 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import elastic_train as et
 import pytest
 import torch
-from netns import Hosts, NetnsUnavailable, unavailable_reason
 
 NPROC = 2
 #: Host 1 is killed once rank 0 has completed this step (checkpoints after steps 2, 5, 8: the restart resumes from
@@ -41,28 +39,6 @@ NPROC = 2
 KILL_AFTER = 10
 TYPED = ("PeerFailure", "CollectiveTimeout")
 PLUGINS = {"cpu": {}, "sophgo": {"XCCL_SIMULATE": "sophgo"}, "ascend": {"XCCL_SIMULATE": "ascend"}}
-
-
-@pytest.fixture
-def make_hosts(tmp_path: Path) -> Iterator[Callable[[int], Hosts]]:
-    """``make_hosts(n)``: ``n`` namespaced hosts, torn down after the test (also when it fails)."""
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(f"multi-host tests need network namespaces: {reason}")
-    made: list[Hosts] = []
-
-    def make(n: int) -> Hosts:
-        hosts = Hosts(n, workdir=tmp_path / f"hosts{len(made)}")
-        try:
-            hosts.__enter__()
-        except NetnsUnavailable as exc:
-            pytest.skip(f"multi-host tests need network namespaces: {exc}")
-        made.append(hosts)
-        return hosts
-
-    yield make
-    problems = [p for h in made for p in h.teardown()]
-    assert not problems, f"teardown left: {problems}"
 
 
 def _json(path: Path) -> dict[str, Any] | None:

@@ -18,12 +18,11 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from netns import Hosts, Job, NetnsUnavailable, unavailable_reason
+from netns import Hosts, Job
 
 #: xccl.init(timeout=...) of every rank: the collective and rendezvous timeout.
 TIMEOUT = 10.0
@@ -242,28 +241,6 @@ def first_collective():
 
 
 # ---------------------------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture
-def make_hosts(tmp_path: Path) -> Iterator[Callable[[int], Hosts]]:
-    """``make_hosts(n)``: ``n`` namespaced hosts, torn down after the test (also when it fails)."""
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(f"multi-host tests need network namespaces: {reason}")
-    made: list[Hosts] = []
-
-    def make(n: int) -> Hosts:
-        hosts = Hosts(n, workdir=tmp_path / f"hosts{len(made)}")
-        try:
-            hosts.__enter__()
-        except NetnsUnavailable as exc:
-            pytest.skip(f"multi-host tests need network namespaces: {exc}")
-        made.append(hosts)
-        return hosts
-
-    yield make
-    problems = [p for h in made for p in h.teardown()]
-    assert not problems, f"teardown left: {problems}"
 
 
 @pytest.fixture

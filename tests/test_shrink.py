@@ -50,6 +50,19 @@ def _step(model: nn.Module, opt: torch.optim.Optimizer, step: int, rank: int, si
     return float(loss.detach())
 
 
+def _lose(victim: int, path: str) -> list[int]:
+    """A collective on the world, then ``victim`` dies; every survivor returns what its next collective's
+    PeerFailure names (``err.ranks``)."""
+    xccl.all_reduce(torch.ones(1))
+    if dist.get_rank() == victim:
+        _die(path)
+    try:
+        xccl.all_reduce(torch.ones(1))
+    except xccl.PeerFailure as err:
+        return list(err.ranks)
+    raise AssertionError(f"rank {victim} was killed, yet the collective after it completed")
+
+
 def _die(path: str) -> None:
     Path(path).write_text(repr(time.time()))
     os.kill(os.getpid(), signal.SIGKILL)
@@ -177,14 +190,22 @@ def body_lose_rank_1(path: str) -> dict[str, Any]:
     return out
 
 
-def test_sophgo_survivors_keep_their_chips(tmp_path: Path) -> None:
-    env = {"XCCL_SIMULATE": "sophgo", "CHIP_MAP": "0,1,2,3"}
+def _survivors_of_rank_1(tmp_path: Path, env: dict[str, str]) -> list[dict[str, Any]]:
+    """Run :func:`body_lose_rank_1` on 4 ranks; the reports of old ranks 0, 2 and 3, each checked to be new rank
+    0, 1 and 2 of a working world of 3 that lost rank 1."""
     with RankPool(4, {"timeout": TIMEOUT}, env=env, start_method="forkserver", start_timeout=120) as pool:
         outs = pool.run(body_lose_rank_1, str(tmp_path / "death"), timeout=TIMEOUT + 90)
     assert outs[1].raised("RankDied"), str(outs[1])
+    reports = []
     for new, old in enumerate([0, 2, 3]):
         rep = outs[old].value
         assert outs[old].ok and rep["lost"] == [1] and rep["rank"] == new and rep["sum"] == 3.0, str(outs[old])
+        reports.append(rep)
+    return reports
+
+
+def test_sophgo_survivors_keep_their_chips(tmp_path: Path) -> None:
+    for rep in _survivors_of_rank_1(tmp_path, {"XCCL_SIMULATE": "sophgo", "CHIP_MAP": "0,1,2,3"}):
         # sccl:<group>:<chips of its ranks>: the new world's ranks 0, 1, 2 drive the chips of old ranks 0, 2, 3.
         chips = rep["before"].rsplit(":", 1)[1].split(",")
         assert rep["comm"].rsplit(":", 1)[1].split(",") == [chips[0], chips[2], chips[3]], (rep["before"], rep["comm"])
@@ -199,12 +220,7 @@ def test_ascend_survivors_get_their_rank_table(tmp_path: Path) -> None:
     dump(generate_hccl([4, 5, 6, 7], ["10.0.0.4", "10.0.0.5", "10.0.0.6", "10.0.0.7"]), table)
     env = {"XCCL_SIMULATE": "ascend", "RANK_TABLE_FILE": str(table), "HCCL_CONNECT_TIMEOUT": "300",
            "HCCL_EXEC_TIMEOUT": str(int(TIMEOUT))}
-    with RankPool(4, {"timeout": TIMEOUT}, env=env, start_method="forkserver", start_timeout=120) as pool:
-        outs = pool.run(body_lose_rank_1, str(tmp_path / "death"), timeout=TIMEOUT + 90)
-    assert outs[1].raised("RankDied"), str(outs[1])
-    for new, old in enumerate([0, 2, 3]):
-        rep = outs[old].value
-        assert outs[old].ok and rep["lost"] == [1] and rep["rank"] == new and rep["sum"] == 3.0, str(outs[old])
+    for rep in _survivors_of_rank_1(tmp_path, env):
         # The survivors' table: ranks renumbered 0..2, each on the device the old rank had.
         assert rep["table"] == [(0, 4), (1, 6), (2, 7)], rep["table"]
 
@@ -283,13 +299,7 @@ def test_a_subgroup_shrinks_among_its_survivors(tmp_path: Path) -> None:
 def body_disagree(path: str) -> dict[str, Any]:
     """Rank 3 dies; ranks 0 and 1 exclude it, rank 2 (wrongly) excludes 1 as well: nobody meets a wrong world."""
     all_here("body_disagree")
-    xccl.all_reduce(torch.ones(1))
-    if dist.get_rank() == 3:
-        _die(path)
-    try:
-        xccl.all_reduce(torch.ones(1))
-    except xccl.PeerFailure as err:
-        lost = list(err.ranks)
+    lost = _lose(3, path)
     if dist.get_rank() == 2:
         lost = [1, *lost]
     out: dict[str, Any] = {}
@@ -322,13 +332,7 @@ def test_survivors_that_disagree_get_a_typed_error_naming_what_each_asked(tmp_pa
 def body_abort(path: str) -> dict[str, Any]:
     """SHRINK_ABORT: the old world's backends are aborted instead of destroyed in order; the new world works."""
     all_here("body_abort")
-    xccl.all_reduce(torch.ones(1))
-    if dist.get_rank() == 3:
-        _die(path)
-    try:
-        xccl.all_reduce(torch.ones(1))
-    except xccl.PeerFailure as err:
-        lost = list(err.ranks)
+    lost = _lose(3, path)
     dist.shrink_group(lost, shrink_flags=dist.distributed_c10d.SHRINK_ABORT)
     t = torch.ones(1)
     dist.all_reduce(t)
