@@ -35,11 +35,11 @@ OUTPUTS: Final = ("benchmarks/results/",)
 #: Cited on pages this test's author could not edit, as (page, text). Each is either not a path of this repository
 #: or a dead one reported for its page's owner; remove the entry with the fix.
 ALLOWED: Final = {
-    # docs/performance.md: "xccl/raw" is a ratio (xccl's time over raw torch.distributed's) in table headers.
-    ("docs/performance.md", "xccl/raw"),
-    # docs/performance.md: the flat layout of an old commit that `benchmarks/overhead.py --baseline` checks out into
+    # docs/performance-history.md: "xccl/raw" is a ratio (xccl's time over raw torch.distributed's) in table headers.
+    ("docs/performance-history.md", "xccl/raw"),
+    # docs/performance-history.md: the flat layout of an old commit that `benchmarks/overhead.py --baseline` checks out into
     # a worktree; it no longer exists here, by design.
-    ("docs/performance.md", "xccl/_*.py"),
+    ("docs/performance-history.md", "xccl/_*.py"),
     # docs/multinode.md: "xccl/world/<restart count>.<n>/" is a key prefix in the rendezvous store, not a path.
     ("docs/multinode.md", "xccl/world/"),
     # docs/plugin-guide.md: a file of the distribution `xccl new-plugin acme` generates, not of this repository.
