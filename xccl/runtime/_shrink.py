@@ -82,8 +82,9 @@ def shrink_group(ranks_to_exclude: list[int], group: Any = None, shrink_flags: i
         TypeError, ValueError, RuntimeError: torch's own, for bad arguments (an empty list, a rank out of range or
             twice, excluding this rank or every rank).
         InitError: a mixed-vendor group (not supported), or xccl's state is gone (after ``xccl.shutdown``).
-        RendezvousTimeout: a survivor did not come within the group's timeout (the message says what the others
-            asked for: survivors that disagree on the ranks to exclude never meet).
+        RendezvousTimeout: a survivor did not come within the setup timeout (``XCCL_SETUP_TIMEOUT``, else the
+            group's timeout but at least 300 s; the message says what the others asked for: survivors that disagree
+            on the ranks to exclude never meet).
 
     Example::
 
