@@ -45,7 +45,7 @@ import torch.distributed.distributed_c10d as c10d
 from torch._C._distributed_c10d import PrefixStore
 
 from ..collectives._flight import mark
-from ..collectives._groups import state_of
+from ..collectives._groups import close_all, state_of
 from ..collectives._liveness import Facts, Liveness
 from ..collectives._mixed import MixedProcessGroup
 from ..collectives._process_group import XcclProcessGroup
@@ -179,11 +179,7 @@ def _meet(store: Any, size: int, timeout: _dt.timedelta) -> None:
 
 def _teardown_old(flags: int) -> None:
     """Destroy the old world and every group made from it, xccl's state of them first (their scratch buffers)."""
-    for st in dict.fromkeys([GROUPS.default, *GROUPS.groups.values()]):
-        if st is not None:
-            st.close()
-    GROUPS.groups.clear()
-    GROUPS.default = None
+    close_all()
     if flags & c10d.SHRINK_ABORT:
         # torch's own abort: every backend of every group, without communicating (what is in flight fails).
         c10d._abort_process_group()

@@ -10,9 +10,10 @@ import torch.distributed as dist
 
 from ..collectives._flight import FLIGHT
 from ..collectives._flight_dump import dump_at_exit, stop_watch
+from ..collectives._groups import close_all
 from ..collectives._liveness import close_quietly
 from ..collectives._process_group import backend_name
-from ..collectives._state import GROUPS, PROCESS
+from ..collectives._state import PROCESS
 from ..collectives._state import reset as reset_state
 from ._compiled import dump_compiled_at_exit
 
@@ -72,9 +73,7 @@ def _teardown(*, destroy: bool) -> None:
     stop_watch(FLIGHT.watch)
     # Drop our references to the process groups first, so that destroy_process_group releases the last ones
     # and the backends are torn down there, in order, rather than later by whoever drops a reference last.
-    for st in dict.fromkeys([GROUPS.default, *GROUPS.groups.values()]):
-        if st is not None:
-            st.close()
+    close_all()
     reset_state()
     if destroy and dist.is_initialized():
         dist.destroy_process_group()
