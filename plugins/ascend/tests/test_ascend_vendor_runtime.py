@@ -27,6 +27,7 @@ import warnings
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
@@ -125,9 +126,7 @@ def test_the_first_hour_runtime_check_uses_a_connect_timeout_cann_takes() -> Non
 
 def body_point_to_point(cann: str, soc: str) -> dict[str, Any]:
     """A plain send/recv and a dist.batch_isend_irecv, each on a new group, with the simulated CANN and chip."""
-    saved = {k: os.environ.get(k) for k in ("XCCL_SIM_CANN_VERSION", "XCCL_SIM_ASCEND_SOC")}
-    os.environ.update({"XCCL_SIM_CANN_VERSION": cann, "XCCL_SIM_ASCEND_SOC": soc})
-    try:
+    with mock.patch.dict(os.environ, {"XCCL_SIM_CANN_VERSION": cann, "XCCL_SIM_ASCEND_SOC": soc}):
         w = xccl.get_world()
         peer = 1 - w.rank
         plain, batch = dist.new_group(), dist.new_group()
@@ -145,12 +144,6 @@ def body_point_to_point(cann: str, soc: str) -> dict[str, Any]:
             work.wait()
         return {"plain": (plain_recv, _connected(plain)), "batch": (r.tolist(), _connected(batch), len(works)),
                 "through xccl": _planned(batch, Collective.SEND) and _planned(batch, Collective.RECV)}
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @pytest.mark.parametrize(("cann", "soc", "through_xccl"), [
