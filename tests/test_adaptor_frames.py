@@ -14,10 +14,11 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
-from xccl.collectives._flight import user_site
+from xccl.collectives._flight import user_frame
 from xccl.ops import _warn
 from xccl.plugin import Plugin
 from xccl.tools._preflight_child import _user_frame
@@ -51,11 +52,14 @@ def adaptor(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
 def test_the_flight_recorders_call_site_skips_the_adaptor(adaptor: ModuleType) -> None:
     # The recorder walks out from its caller; here from the adaptor's frame, the one that called the lambda.
     here = sys._getframe().f_lineno + 1
-    site = adaptor.gather(lambda: user_site(sys._getframe(1)))
-    assert site is not None
-    code, line = site
+    code, line = adaptor.gather(lambda: _site(user_frame(sys._getframe(1))))
     assert (code.co_filename, code.co_name, line) == (
         __file__, "test_the_flight_recorders_call_site_skips_the_adaptor", here)
+
+
+def _site(frame: Any) -> tuple[Any, int]:
+    assert frame is not None
+    return frame.f_code, frame.f_lineno  # read while the frame is at the call
 
 
 def test_a_warning_names_the_line_that_called_the_adaptor(adaptor: ModuleType) -> None:

@@ -131,8 +131,8 @@ def all_reduce(tensor: torch.Tensor, op: Any, group: Any, async_op: bool) -> Any
     A contiguous plain tensor on the group's device with a plain reduce op needs nothing else checked; anything
     else takes the general path, which validates fully.
     """
-    st = GROUPS.default if group is None else None
-    if st is None:
+    st = GROUPS.default
+    if st is None or (group is not None and st.group is not group):  # the world's state is at hand (DDP's buckets)
         st = state_of(group)
     dev = st.device_type
     if (

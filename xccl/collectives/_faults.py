@@ -49,9 +49,9 @@ import torch
 from ..errors import CollectiveTimeout, PeerFailure, XcclError
 from ..plugin._vendor_runtime import Fault, VendorFault
 from ..plugin._work import ForwardingWork, future_of
-from ._flight import stamp
+from ._flight import STAMPS, stamp
 from ._liveness import Verdict, lost_peers
-from ._state import PROCESS, missing_members
+from ._state import PROCESS, _bare, missing_members
 
 __all__ = ["LISTENERS", "TypedWork", "classify", "handled_by_caller", "hook", "notify", "translate"]
 
@@ -235,15 +235,11 @@ class TypedWork(ForwardingWork):
         #: done: at ``wait()``, ``is_completed()``, or from the future once someone asks for it.
         self.entry: Any = None
 
-    def _completed(self) -> None:
-        if self.entry is not None:
-            stamp(self.entry)
-
     def is_completed(self) -> bool:
         """Whether the collective finished (successfully or not)."""
         done = bool(self.work.is_completed())
-        if done:
-            self._completed()
+        if done and self.entry is not None:
+            stamp(self.entry)
         return done
 
     def get_future(self) -> Any:
@@ -263,8 +259,8 @@ class TypedWork(ForwardingWork):
             done = bool(self.work.wait() if timeout is None else self.work.wait(timeout))
         except RuntimeError as exc:
             raise self._fault(exc) from exc
-        if done or timeout is None:
-            self._completed()
+        if (done or timeout is None) and self.entry is not None:
+            stamp(self.entry)
         return done
 
     def synchronize(self) -> None:
@@ -288,6 +284,7 @@ _IN_BACKWARD: dict[int, list[Any]] = {}
 _KEPT: Final = 8
 #: The handle classes whose ``wait()`` raises typed faults already (the mismatch detector adds its own).
 TYPED: Final[set[type]] = {TypedWork}
+STAMPS.add(TypedWork)
 
 
 class _Faults:
@@ -301,11 +298,13 @@ class _Faults:
     def stage(self, inner: Callable[..., Any]) -> Callable[..., Any]:
         """Translate what the call raises; hand out typed handles."""
         st = self.st
+        # Innermost (no detector on the group), this stage calls the kernel itself: a frame less on every call.
+        direct = inner is _bare
 
         def typed(spec: Any, kargs: Sequence[Any], kernel: Callable[..., Any], async_op: bool) -> Any:
             started = _monotonic()
             try:
-                work = inner(spec, kargs, kernel, async_op)
+                work = kernel(*kargs, async_op) if direct else inner(spec, kargs, kernel, async_op)
             except RuntimeError as exc:
                 error = translate(exc, st, spec.name, started)
                 if error is exc:

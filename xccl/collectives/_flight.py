@@ -26,6 +26,7 @@ torch keeps its NCCL recorder on: measured side by side with an A/A control (``b
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import sys
@@ -47,7 +48,8 @@ from ..ops._vocab import Collective
 from ._state import Part
 
 __all__ = [
-    "DEFAULT_ENTRIES", "FLIGHT", "Entry", "Flight", "Mark", "capacity", "hook", "mark", "message_bytes", "recorder", "stamp",
+    "DEFAULT_ENTRIES", "FLIGHT", "STAMPS", "Entry", "Flight", "Mark", "capacity", "hook", "mark", "message_bytes",
+    "recorder", "stamp", "user_frame",
 ]
 
 #: Entries kept when the recorder is on without a size (torch's default for ``TORCH_FR_BUFFER_SIZE`` is 2000).
@@ -59,6 +61,7 @@ _getframe: Final = sys._getframe
 _internal: Final = _warn.internal
 _INTERNAL_CODE: Final = _warn.INTERNAL_CODE
 _TENSOR: Final = torch.Tensor
+_DTYPE: Final = torch.dtype
 _WORK: Final = dist.Work
 _IN: Final = Access.READ
 _OUT: Final = Access.WRITE
@@ -113,10 +116,14 @@ class Entry:
         self.p2p_seq: int = rec[_P2P_SEQ]
         self.is_p2p: bool = spec.key in _P2P
         #: ``(shape, dtype)`` of each tensor read, and of each tensor written.
-        self.inputs: tuple[Any, ...] = rec[_INPUTS]
-        self.outputs: tuple[Any, ...] = rec[_OUTPUTS]
+        inputs, outputs = rec[_INPUTS], rec[_OUTPUTS]
+        if type(outputs) is _DTYPE:  # the op's one tensor, read and written (Spec.solo_index): its shape, dtype
+            inputs = outputs = ((inputs, outputs),)
+        self.inputs: tuple[Any, ...] = inputs
+        self.outputs: tuple[Any, ...] = outputs
         #: The user's frame: its code object and line (formatted only when dumped).
-        self.site: tuple[types.CodeType, int] | None = rec[_SITE]
+        code = rec[_CODE]
+        self.site: tuple[types.CodeType, int] | None = None if code is None else (code, _line(code, rec[_LASTI]))
         #: Peer group rank of a point-to-point call (-1 otherwise).
         self.peer: int = rec[_EXTRA] if self.is_p2p else -1
         #: A fused op's matmul operands, ``(shape, dtype)`` each (its ``inputs`` and ``outputs`` are its
@@ -140,8 +147,23 @@ class Entry:
 
 
 # A record in the ring: one list per call (one allocation; the stage below is on every call's path), read through
-# Entry. Its fields, by index:
-_ID, _GROUP, _SPEC, _SEQ, _P2P_SEQ, _INPUTS, _OUTPUTS, _SITE, _CREATED, _COMPLETED, _PARTS, _EXTRA = range(12)
+# Entry. Its fields, by index (the user's frame as its code object and the offset of its last instruction: the line
+# is found from them when the entry is read, since ``frame.f_lineno`` scans the code's line table up to that
+# offset, which costs microseconds in a long function such as a training loop):
+_ID, _GROUP, _SPEC, _SEQ, _P2P_SEQ, _INPUTS, _OUTPUTS, _CODE, _LASTI, _CREATED, _COMPLETED, _PARTS, _EXTRA = range(13)
+
+
+def _line(code: types.CodeType, lasti: int) -> int:
+    """The line of the instruction at byte offset ``lasti`` of ``code`` (what ``frame.f_lineno`` gives)."""
+    for start, end, line in code.co_lines():
+        if start <= lasti < end and line is not None:
+            return line
+    return code.co_firstlineno
+
+
+#: Handle classes that stamp their call's record complete themselves when they find the work done (an ``entry``
+#: attribute the recorder sets to the record): ``_faults.TypedWork``.
+STAMPS: Final[set[type]] = set()
 
 
 def stamp(rec: list[Any], _fut: Any = None) -> None:
@@ -150,17 +172,15 @@ def stamp(rec: list[Any], _fut: Any = None) -> None:
         rec[_COMPLETED] = _time_ns()
 
 
-def user_site(frame: types.FrameType | None) -> tuple[types.CodeType, int] | None:
+def user_frame(frame: types.FrameType | None) -> types.FrameType | None:
     """The first frame from ``frame`` outwards outside xccl, torch and the adaptors: the user's call (None when the
     call came from C++ alone). The rule is ``ops/_warn.py``'s :func:`~xccl.ops._warn.internal`; its cache is read
     here first."""
     known = _INTERNAL_CODE
     while frame is not None:
-        internal = known.get(frame.f_code)
-        if internal is None:
-            internal = _internal(frame)
-        if not internal:
-            return frame.f_code, frame.f_lineno
+        entry = known.get(id(frame.f_code))
+        if not (_internal(frame) if entry is None else entry[1]):
+            return frame
         frame = frame.f_back
     return None
 
@@ -233,15 +253,17 @@ class Flight:
 
     def __init__(self, size: int) -> None:
         self.size: Final = size
-        self.ring: Final[list[list[Any] | None]] = [None] * size
+        #: The records, oldest first (a deque drops the oldest as it appends: no index to compute per call).
+        self.ring: Final[collections.deque[list[Any]]] = collections.deque(maxlen=size)
         self._count: Final = itertools.count()
         self._lock: Final = threading.Lock()
 
     def entries(self) -> list[Entry]:
         """The entries still held, oldest first."""
         with self._lock:
-            held = [Entry(r) for r in list(self.ring) if r is not None]
-        return sorted(held, key=lambda e: e.record_id)
+            held = list(self.ring)
+        # Threads append in about the order they took their ids (a mixed group's worker and the main thread).
+        return sorted((Entry(r) for r in held), key=lambda e: e.record_id)
 
 
 def _on_completion(work: Any, rec: list[Any]) -> None:
@@ -308,44 +330,62 @@ class _Recorder:
         (``benchmarks/flight_recorder.py``).
         """
         flight, st = self.flight, self.st
-        ring, size, count = flight.ring, flight.size, flight._count
-        describers, p2p, work_type = _DESCRIBERS, _P2P, _WORK
+        record, count = flight.ring.append, flight._count
+        describers, p2p, work_type, known, stamps = _DESCRIBERS, _P2P, _WORK, _INTERNAL_CODE, STAMPS
 
         def recorded(spec: Any, kargs: Sequence[Any], kernel: Callable[..., Any], async_op: bool) -> Any:
-            describe = describers.get(spec)
-            if describe is None:
-                describe = describers[spec] = _describer(spec)
-            inputs, outputs = describe(kargs)
+            solo = spec.solo_index
             extra: Any = None
-            if spec.key in p2p:
-                self.p2p += 1
-                extra = int(kargs[1]) if kargs[1] is not None else -1
-            else:
+            if solo is not None:  # all_reduce, broadcast, reduce: the tensor's shape and dtype (Entry reads them)
+                t = kargs[solo]
+                inputs, outputs = t.shape, t.dtype
                 self.seq += 1
-                if spec.comm is not None:  # a fused op: its communication as torch's analyzer matches it
-                    extra = inputs
-                    inputs, outputs = spec.comm(kargs, st.size)
+            else:
+                describe = describers.get(spec)
+                if describe is None:
+                    describe = describers[spec] = _describer(spec)
+                inputs, outputs = describe(kargs)
+                if spec.key in p2p:
+                    self.p2p += 1
+                    extra = int(kargs[1]) if kargs[1] is not None else -1
+                else:
+                    self.seq += 1
+                    if spec.comm is not None:  # a fused op: its communication as torch's analyzer matches it
+                        extra = inputs
+                        inputs, outputs = spec.comm(kargs, st.size)
             # This stage is the outermost: its caller is xccl's dispatch, whose caller is xccl's too (a public
             # function, a c10d method, a fused or graph op): the walk to the user's frame starts past both (each
-            # frame it looks at is a new object to Python).
+            # frame it looks at is a new object to Python). The walk is user_frame's, written out (a call less).
             try:
-                site = user_site(_getframe(3))
+                frame: Any = _getframe(3)
             except ValueError:  # called from C++ with no Python frame above xccl's (DDP's reducer)
-                site = None
-            rid = next(count)
-            rec = [rid, st, spec, self.seq, self.p2p, inputs, outputs, site, _time_ns(), 0, None, extra]
-            ring[rid % size] = rec
-            outer, self.current = self.current, rec
-            try:
-                work = inner(spec, kargs, kernel, async_op)
-            finally:
-                self.current = outer
-            if work is None or (type(work) is not work_type and not isinstance(work, work_type)):
-                rec[_COMPLETED] = _time_ns()  # done, or a fused op's result
-            elif hasattr(work, "entry"):  # _faults.TypedWork: it stamps the record when it finds the work done
-                work.entry = rec
+                frame = None
+            code = lasti = None
+            while frame is not None:
+                code = frame.f_code
+                entry = known.get(id(code))
+                if not (_internal(frame) if entry is None else entry[1]):
+                    lasti = frame.f_lasti
+                    break
+                frame = frame.f_back
             else:
+                code = None
+            rid = next(count)
+            rec = [rid, st, spec, self.seq, self.p2p, inputs, outputs, code, lasti, _time_ns(), 0, None, extra]
+            record(rec)
+            # No try/finally: a call that raises leaves its record current until the next call on the group, and
+            # only a call's own building blocks (issued inside it) are noted on the current record.
+            outer, self.current = self.current, rec
+            work = inner(spec, kargs, kernel, async_op)
+            self.current = outer
+            if work is None:
+                rec[_COMPLETED] = _time_ns()
+            elif type(work) in stamps:  # _faults.TypedWork: it stamps the record when it finds the work done
+                work.entry = rec
+            elif isinstance(work, work_type):
                 _on_completion(work, rec)
+            else:
+                rec[_COMPLETED] = _time_ns()  # a fused op's result
             return work
 
         return recorded
@@ -383,12 +423,13 @@ def mark(st: Any, name: str, note: str) -> None:
     if flight is None:
         return
     try:
-        site = user_site(_getframe(1))
+        frame = user_frame(_getframe(1))
     except ValueError:  # pragma: no cover - always called from Python
-        site = None
+        frame = None
     now = _time_ns()
     rid = next(flight._count)
-    flight.ring[rid % flight.size] = [rid, st, Mark(name), 0, 0, (), (), site, now, now, None, note]
+    code, lasti = (None, None) if frame is None else (frame.f_code, frame.f_lasti)
+    flight.ring.append([rid, st, Mark(name), 0, 0, (), (), code, lasti, now, now, None, note])
 
 
 def hook(st: Any) -> _Recorder | None:

@@ -161,10 +161,16 @@ class Spec:
                                                                                                   repr=False)
     #: Position of the reduce op among the kernel arguments, or None (derived from ``args``).
     reduce_op_index: int | None = field(default=None, init=False)
+    #: Position of the op's one tensor when that tensor is all it reads and writes (all_reduce, broadcast, reduce),
+    #: or None (derived from ``args``): the flight recorder describes such a call by that tensor alone.
+    solo_index: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         idx = next((i for i, a in enumerate(self.args) if a.kind is Kind.REDUCE_OP), None)
         object.__setattr__(self, "reduce_op_index", idx)
+        tensors = [(i, a) for i, a in enumerate(self.args) if a.access is not None]
+        solo = len(tensors) == 1 and tensors[0][1].kind is Kind.TENSOR and tensors[0][1].access is Access.UPDATE
+        object.__setattr__(self, "solo_index", tensors[0][0] if solo else None)
 
     def index(self, name: str) -> int:
         """Position of the kernel argument called ``name``."""

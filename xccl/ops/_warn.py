@@ -7,7 +7,7 @@ the custom-op and autograd machinery of a graph op, xccl's own emulations, and, 
 adaptor: torch_npu's and torch_tpu's replacements of torch.distributed functions, which the user's
 ``dist.gather`` reaches first (:meth:`xccl.plugin.Plugin.adaptor_modules`), or a framework's communication layer
 (:data:`FRAMEWORK_COMM_LAYERS`). :func:`internal` is the one rule, used by :func:`warn_at_user`, by the flight
-recorder's call sites (``xccl.collectives._flight.user_site``) and by the preflight's error sites
+recorder's call sites (``xccl.collectives._flight.user_frame``) and by the preflight's error sites
 (``xccl.tools._preflight_child``). A fixed ``stacklevel`` names one of those layers; :func:`warn_at_user` walks the
 stack instead, once per warning, so it costs nothing on the hot path.
 """
@@ -54,9 +54,11 @@ FRAMEWORK_COMM_LAYERS: Final = ("deepspeed.comm",)
 
 #: The module-name prefixes whose frames are not the user's: the frameworks' and the selected plugin's adaptors.
 _adaptors: tuple[str, ...] = FRAMEWORK_COMM_LAYERS
-#: Code object -> whether its frames are not the user's (a dict lookup per frame instead of prefix tests; the
-#: flight recorder reads it directly on its hot path). Cleared when the adaptor list changes.
-INTERNAL_CODE: Final[dict[types.CodeType, bool]] = {}
+#: ``id`` of a code object -> (the code object, whether its frames are not the user's): a dict lookup per frame
+#: instead of prefix tests, which the flight recorder reads directly on its hot path. Keyed by ``id`` because a code
+#: object's hash is computed from its contents on every lookup; the entry holds the code object, so its ``id`` is not
+#: reused while cached. Cleared when the adaptor list changes.
+INTERNAL_CODE: Final[dict[int, tuple[types.CodeType, bool]]] = {}
 
 
 def set_adaptor_modules(modules: Sequence[str]) -> None:
@@ -81,8 +83,8 @@ def internal(frame: types.FrameType, skip: tuple[str, ...] = ()) -> bool:
     """Whether ``frame`` is not the user's: it lies in xccl, torch, the deprecation wrappers or ``skip`` (file or
     directory prefixes), or in a module of an adaptor (:func:`adaptor_modules`)."""
     code = frame.f_code
-    if not skip and (known := INTERNAL_CODE.get(code)) is not None:
-        return known
+    if not skip and (known := INTERNAL_CODE.get(id(code))) is not None:
+        return known[1]
     # "<eval_with_key>.N": the code torch.fx generates for a GraphModule (a compiled region's graph, run by the
     # backend); the user's frame is the compiled function's, further out.
     found = (code.co_filename.startswith(_INTERNAL + skip + _GENERATED)
@@ -90,7 +92,7 @@ def internal(frame: types.FrameType, skip: tuple[str, ...] = ()) -> bool:
     if not skip:
         if len(INTERNAL_CODE) > 4096:  # code objects made at run time (exec, lambdas in loops): start over
             INTERNAL_CODE.clear()
-        INTERNAL_CODE[code] = found
+        INTERNAL_CODE[id(code)] = (code, found)
     return found
 
 
