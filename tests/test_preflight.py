@@ -408,7 +408,7 @@ class _Page(HTMLParser):
 
 
 def test_html_page_parses_and_holds_every_call_site_and_the_totals_the_json_has(fsdp2: Report) -> None:
-    from xccl.tools._preflight_format import seconds as _seconds
+    from xccl.tools._preflight_charts import seconds as _seconds
 
     page = _Page()
     text = fsdp2.html()

@@ -4,23 +4,9 @@
 127.0.0.1 with a free port), each calls ``xccl.init`` with the chosen plugin and runs the sweep; rank 0 prints
 the table as it goes and hands the results back to the launching process as JSON.
 
-What is measured, per op and message size:
-
-* ``size``/``count`` follow nccl-tests: the bytes of the whole buffer the op is named after (the gathered output
-  of all_gather, the full input of reduce_scatter, one rank's send buffer of all_to_all);
-* ``time`` is the median over rounds of the slowest rank's time for one call (each rank times every call;
-  the per-call maximum over ranks is taken, then the median over rounds), with the interquartile range;
-* ``algbw = size / time`` and ``busbw = algbw * factor`` with nccl-tests' bus-bandwidth factors
-  (``doc/PERFORMANCE.md``): all_reduce ``2(n-1)/n``; all_gather, reduce_scatter, all_to_all, gather, scatter
-  ``(n-1)/n``; broadcast, reduce, send/recv ``1``. Bandwidths are in GB/s (1e9 bytes per second).
-
-With ``compare_raw`` every size also runs the plain ``torch.distributed`` call (or, for xccl's uneven ops, the
-plain ``torch.distributed`` way of doing the same) on the vendor's own group, interleaved with xccl's call by
-call; ``ratio`` is xccl's busbw over raw's (1.0: the same, below 1: xccl slower), taken as the median over rounds
-of raw's time over xccl's in the same round, with its 95% confidence interval. With ``control`` the raw call also
-runs a second time per round, and the same ratio between the two raw calls (an A/A control) shows how much the
-machine's noise alone moves a ratio. How the rounds are ordered, split into passes and sized by time is in
-:mod:`._bench_measure`.
+What the columns mean (sizes and counts as nccl-tests counts them, the slowest rank's median time, nccl-tests'
+bus-bandwidth factors) and what ``compare_raw`` and ``control`` add is in docs/cli.md (``xccl bench``); how the
+rounds are ordered, split into passes and sized by time is in :mod:`._bench_measure`.
 
 The pieces: :mod:`._bench_config` (ops, factors, sizes, :class:`BenchConfig`), :mod:`._bench_ops` (the buffers
 and calls per op), :mod:`._bench_measure` (timing and statistics), :mod:`._bench_report` (table, summary, plot).
@@ -37,44 +23,16 @@ from typing import Any
 
 import torch
 
-from ._bench_config import (
-    BUSBW_FACTORS,
-    COLLECTIVE,
-    DTYPES,
-    OPS,
-    BenchConfig,
-    BenchError,
-    busbw_factor,
-    human_size,
-    parse_size,
-    sweep_sizes,
-)
-from ._bench_measure import Progress, run_op, slowest
-from ._bench_ops import Case, build_case
-from ._bench_report import format_row, plot, summarize
+from ._bench_config import COLLECTIVE, OPS, BenchConfig, BenchError, busbw_factor, parse_size, sweep_sizes
+from ._bench_measure import Progress, run_op
+from ._bench_report import plot, summarize
 
-__all__ = [
-    "BUSBW_FACTORS",
-    "DTYPES",
-    "OPS",
-    "BenchConfig",
-    "BenchError",
-    "Case",
-    "build_case",
-    "busbw_factor",
-    "format_row",
-    "human_size",
-    "launch",
-    "parse_size",
-    "plot",
-    "run_op",
-    "summarize",
-    "sweep_sizes",
-]
+#: What the CLI, the tests and ``benchmarks/`` use; the rest is in the modules named above.
+__all__ = ["OPS", "BenchConfig", "BenchError", "busbw_factor", "launch", "parse_size", "plot", "summarize",
+           "sweep_sizes"]
 
-#: Older names, kept for the benchmarks that import them.
+#: An older name, kept for the tests that use it.
 _COLLECTIVE = COLLECTIVE
-_slowest = slowest
 
 
 # ---------------------------------------------------------------------------------------------------- ranks
@@ -82,10 +40,8 @@ _slowest = slowest
 
 def _rounds(cfg: BenchConfig) -> str:
     """How many rounds per size and how, in words, for the header."""
-    if cfg.time_per_size > 0:
-        parts = [f"{cfg.time_per_size:g} s of rounds per size (at most {cfg.iters})"]
-    else:
-        parts = [f"{cfg.iters} rounds per size"]
+    parts = [f"{cfg.time_per_size:g} s of rounds per size (at most {cfg.iters})" if cfg.time_per_size > 0
+             else f"{cfg.iters} rounds per size"]
     if cfg.passes > 1:
         parts.append(f"in {cfg.passes} passes over the sizes")
     parts.append(f"{cfg.batch} call(s) per sample after {cfg.warmup} warm-up")

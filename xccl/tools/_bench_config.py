@@ -62,19 +62,8 @@ def busbw_factor(op: str, n: int) -> float:
     return BUSBW_FACTORS[op](n)
 
 
-_UNITS: Final = {
-    "": 1,
-    "B": 1,
-    "K": 1 << 10,
-    "KB": 1 << 10,
-    "KIB": 1 << 10,
-    "M": 1 << 20,
-    "MB": 1 << 20,
-    "MIB": 1 << 20,
-    "G": 1 << 30,
-    "GB": 1 << 30,
-    "GIB": 1 << 30,
-}
+#: Binary unit suffixes, upper-cased (``K``, ``KB`` and ``KiB`` alike).
+_UNITS: Final = {"": 1, "B": 1, **{p + s: 1 << 10 * i for i, p in enumerate("KMG", 1) for s in ("", "B", "IB")}}
 
 
 def parse_size(text: str | int) -> int:
@@ -144,15 +133,11 @@ class BenchConfig:
     time_per_size: float = 0.0
     #: With ``time_per_size``: the fewest rounds per size, however long its calls.
     min_iters: int = MIN_ROUNDS
-    #: Microseconds of idle before each timed call (0: calls back to back). Above 0 every call is timed as a
-    #: training step issues it: the ranks meet at a barrier, idle this long (the step's computation, while the
-    #: communicator's threads sleep), then make one call. Back-to-back calls overlap one call's tail with the next
-    #: call's start and find the peers' threads awake, so they fit a lower latency than a step pays (measured on
-    #: 2 ranks: docs/performance.md, "Cost model").
+    #: Microseconds of idle before each timed call (0: back to back): above 0 each call is timed as a training step
+    #: issues it, after a barrier and this gap (docs/cli.md, ``--gap-us``: back-to-back calls cost less).
     gap_us: float = 0.0
-    #: With ``gap_us``: spend the gap computing (a busy loop on this rank's core, as a step's forward pass does)
-    #: instead of sleeping; on a machine with fewer free cores than threads the communicator's threads then wait
-    #: for a core, as they do inside a step.
+    #: With ``gap_us``: spend the gap in a busy loop on this rank's core (a step's forward pass) instead of
+    #: sleeping, so that the communicator's threads wait for a core as they do inside a step.
     gap_busy: bool = False
     #: Show a one-line progress counter on stderr (rank 0).
     progress: bool = False
@@ -166,28 +151,21 @@ class BenchConfig:
     def check(self) -> None:
         """Raise :class:`BenchError` for a configuration that cannot run."""
         bad = [op for op in self.ops if op not in OPS]
-        if bad:
-            raise BenchError(f"unknown op(s) {', '.join(bad)}; choose from: {', '.join(OPS)} (or 'all')")
-        if self.dtype not in DTYPES:
-            raise BenchError(f"unknown dtype {self.dtype!r}; choose from: {', '.join(DTYPES)}")
-        if self.nproc < 1:
-            raise BenchError(f"--nproc must be >= 1, got {self.nproc}")
-        if self.iters < 1 or self.warmup < 0 or self.batch < 1:
-            raise BenchError("--iters and --batch must be >= 1 and --warmup >= 0")
-        if self.passes < 1 or self.passes > self.iters:
-            raise BenchError(f"--passes must be between 1 and --iters ({self.iters}), got {self.passes}")
-        if self.time_per_size < 0:
-            raise BenchError(f"--time-per-size must be >= 0 seconds, got {self.time_per_size}")
-        if self.min_iters < 1:
-            raise BenchError(f"--min-iters must be >= 1, got {self.min_iters}")
-        if self.gap_us < 0:
-            raise BenchError(f"--gap-us {self.gap_us}: must be 0 (back to back) or a positive number of microseconds")
-        if self.gap_busy and self.gap_us <= 0:
-            raise BenchError("--gap-busy is what the gap does: pass --gap-us too")
-        if self.gap_us > 0 and self.batch != 1:
-            raise BenchError("--gap-us times calls one at a time: drop --batch")
-        if self.control and not self.compare_raw:
-            raise BenchError("--aa-control is a control for --compare-raw: pass both")
-        if self.simulate and self.plugin == "auto":
-            raise BenchError("--simulate needs a plugin: --plugin sophgo --simulate")
+        for wrong, why in (
+            (bad, f"unknown op(s) {', '.join(bad)}; choose from: {', '.join(OPS)} (or 'all')"),
+            (self.dtype not in DTYPES, f"unknown dtype {self.dtype!r}; choose from: {', '.join(DTYPES)}"),
+            (self.nproc < 1, f"--nproc must be >= 1, got {self.nproc}"),
+            (self.iters < 1 or self.warmup < 0 or self.batch < 1, "--iters and --batch must be >= 1 and --warmup >= 0"),
+            (not 1 <= self.passes <= self.iters,
+             f"--passes must be between 1 and --iters ({self.iters}), got {self.passes}"),
+            (self.time_per_size < 0, f"--time-per-size must be >= 0 seconds, got {self.time_per_size}"),
+            (self.min_iters < 1, f"--min-iters must be >= 1, got {self.min_iters}"),
+            (self.gap_us < 0, f"--gap-us {self.gap_us}: must be 0 (back to back) or a positive number of microseconds"),
+            (self.gap_busy and self.gap_us <= 0, "--gap-busy is what the gap does: pass --gap-us too"),
+            (self.gap_us > 0 and self.batch != 1, "--gap-us times calls one at a time: drop --batch"),
+            (self.control and not self.compare_raw, "--aa-control is a control for --compare-raw: pass both"),
+            (self.simulate and self.plugin == "auto", "--simulate needs a plugin: --plugin sophgo --simulate"),
+        ):
+            if wrong:
+                raise BenchError(why)
         sweep_sizes(self.min_bytes, self.max_bytes, self.factor)

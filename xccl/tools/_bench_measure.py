@@ -11,16 +11,10 @@
 * **An A/A control.** With ``control`` the raw call runs twice per round and the same ratio is taken between the
   two: it would be exactly 1 on a quiet machine, and how far it strays (and how wide its interval is) is the noise
   any other ratio of the run has to be read against.
-* **Passes.** With ``passes`` > 1 the sweep visits every size several times, each visit running its share of the
-  rounds, so that a minute of heavy load lands on a part of each size's rounds rather than on all rounds of one.
-* **Calls as a step issues them.** With ``gap_us`` each timed call follows a barrier and a gap (idle, or with
-  ``gap_busy`` a busy loop standing for the step's computation), instead of the previous call: what one call costs
-  inside a training step, where back-to-back calls cost less.
-* **Rounds by time.** With ``time_per_size`` each size runs the rounds that fit in that time (at least
-  ``min_iters``, at most ``iters``): thousands for microsecond calls, where the noise is
-  relatively largest, a few dozen for the 100 ms ones. The count comes from the lower quartile of the warm-up
-  calls' times (a burst of load during the warm-up does not cut the rounds short), the slowest rank's, so every
-  rank runs the same.
+* **Passes, calls as a step issues them, rounds by time** (``passes``, ``gap_us``, ``time_per_size``): as
+  docs/cli.md (``xccl bench``) says. The rounds a size gets come from the lower quartile of the warm-up calls'
+  times (a burst of load during the warm-up does not cut them short), the slowest rank's, so every rank runs the
+  same.
 """
 
 from __future__ import annotations
@@ -30,6 +24,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
 import torch
@@ -47,19 +42,17 @@ __all__ = ["median_ci", "paired", "plan_rounds", "run_op"]
 _NO_DATA: Final = frozenset({"barrier", "monitored_barrier"})
 
 
+@dataclass
 class Progress:
     """A one-line counter on stderr, redrawn at most 5 times a second and cleared before table rows."""
 
-    def __init__(self, stream: TextIO | None) -> None:
-        self.stream = stream
-        self.last = 0.0
-        self.width = 0
+    stream: TextIO | None
+    last: float = 0.0
+    width: int = 0
 
-    def show(self, text: str, force: bool = False) -> None:
-        if self.stream is None:
-            return
+    def show(self, text: str) -> None:
         now = time.monotonic()
-        if not force and now - self.last < 0.2:
+        if self.stream is None or now - self.last < 0.2:
             return
         self.last = now
         self.stream.write("\r" + text.ljust(self.width))

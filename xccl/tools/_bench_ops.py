@@ -1,9 +1,7 @@
 """``xccl bench``'s cases: per op, the buffers, the xccl call and the plain ``torch.distributed`` call.
 
-Sizes follow nccl-tests: ``size`` is the bytes of the whole buffer the op is named after (the gathered output of
-all_gather, the full input of reduce_scatter, one rank's send buffer of all_to_all), rounded to what the op's layout
-allows. The raw call is what ``torch.distributed`` alone would run for the same result, on the vendor's own group
-(for xccl's uneven ops, the plain ``torch.distributed`` way of doing the same).
+Sizes follow nccl-tests (docs/cli.md, ``xccl bench``). The raw call is what ``torch.distributed`` alone would run
+for the same result, on the vendor's own group (for xccl's uneven ops, the plain ``torch.distributed`` way).
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from ._bench_config import BenchError
 
 __all__ = ["Case", "build_case"]
 
+
 @dataclass
 class Case:
     """One op at one size on this rank: the xccl call, the raw torch.distributed call, and the accounting."""
@@ -34,11 +33,6 @@ class Case:
     raw_name: str = ""
     #: Keeps the buffers alive.
     buffers: list[Any] = field(default_factory=list)
-
-
-def _uneven_unit(elems: int, n: int) -> int:
-    """Rows per unit for the uneven patterns (rank j holds ``unit*(j+1)``): the total stays near ``elems``."""
-    return max(1, elems // (n * (n + 1) // 2))
 
 
 def build_case(
@@ -58,7 +52,6 @@ def build_case(
     (``None``: the world; the raw group, which xccl adopts, to compare the two on one communicator).
     """
     g, xg = raw_group, xccl_group
-
     e = dtype.itemsize
     elems = max(1, nbytes // e)
     per = max(1, elems // n)  # one rank's chunk for the evenly split ops
@@ -66,140 +59,60 @@ def build_case(
     def z(*shape: int) -> torch.Tensor:
         return torch.zeros(shape, dtype=dtype, device=device)
 
-    ag_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    rs_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    def zs(count: int) -> list[torch.Tensor]:
+        return [z(count) for _ in range(n)]
+
+    def same(count: int, *args: Any, raw: Callable[..., Any] | None = None) -> Case:
+        """``op`` called alike through xccl and ``raw`` (default: torch.distributed's function of that name)."""
+        xfn, rfn = getattr(xccl, op), raw or getattr(dist, op)
+        return Case(count * e, count, lambda: xfn(*args, group=xg), lambda: rfn(*args, group=g),
+                    f"dist.{rfn.__name__}", [a for a in args if not isinstance(a, int)])
+
     if op == "all_reduce":
-        t = z(elems)
-        return Case(elems * e, elems, lambda: xccl.all_reduce(t, group=xg), lambda: dist.all_reduce(t, group=g), "dist.all_reduce", [t])
-    if op == "broadcast":
-        t = z(elems)
-        return Case(elems * e, elems, lambda: xccl.broadcast(t, 0, group=xg), lambda: dist.broadcast(t, 0, group=g), "dist.broadcast", [t])
-    if op == "reduce":
-        t = z(elems)
-        return Case(elems * e, elems, lambda: xccl.reduce(t, 0, group=xg), lambda: dist.reduce(t, 0, group=g), "dist.reduce", [t])
+        return same(elems, z(elems))
+    if op in ("broadcast", "reduce"):
+        return same(elems, z(elems), 0)
     if op == "all_gather_into_tensor":
-        out, inp = z(per * n), z(per)
-        return Case(
-            per * n * e,
-            per * n,
-            lambda: xccl.all_gather_into_tensor(out, inp, group=xg),
-            lambda: ag_single(out, inp, group=g),
-            f"dist.{ag_single.__name__}",
-            [out, inp],
-        )
+        return same(per * n, z(per * n), z(per), raw=getattr(dist, "all_gather_single", dist.all_gather_into_tensor))
     if op == "all_gather":
-        outs, inp = [z(per) for _ in range(n)], z(per)
-        return Case(
-            per * n * e,
-            per * n,
-            lambda: xccl.all_gather(outs, inp, group=xg),
-            lambda: dist.all_gather(outs, inp, group=g),
-            "dist.all_gather",
-            [outs, inp],
-        )
+        return same(per * n, zs(per), z(per))
     if op == "reduce_scatter_tensor":
-        out, inp = z(per), z(per * n)
-        return Case(
-            per * n * e,
-            per * n,
-            lambda: xccl.reduce_scatter_tensor(out, inp, group=xg),
-            lambda: rs_single(out, inp, group=g),
-            f"dist.{rs_single.__name__}",
-            [out, inp],
-        )
+        return same(per * n, z(per), z(per * n), raw=getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor))
     if op == "reduce_scatter":
-        out, ins = z(per), [z(per) for _ in range(n)]
-        return Case(
-            per * n * e,
-            per * n,
-            lambda: xccl.reduce_scatter(out, ins, group=xg),
-            lambda: dist.reduce_scatter(out, ins, group=g),
-            "dist.reduce_scatter",
-            [out, ins],
-        )
+        return same(per * n, z(per), zs(per))
     if op == "all_to_all_single":
-        out, inp = z(per * n), z(per * n)
-        return Case(
-            per * n * e,
-            per * n,
-            lambda: xccl.all_to_all_single(out, inp, group=xg),
-            lambda: dist.all_to_all_single(out, inp, group=g),
-            "dist.all_to_all_single",
-            [out, inp],
-        )
+        return same(per * n, z(per * n), z(per * n))
     if op == "all_to_all":
-        outs, ins = [z(per) for _ in range(n)], [z(per) for _ in range(n)]
-        return Case(
-            per * n * e,
-            per * n,
-            lambda: xccl.all_to_all(outs, ins, group=xg),
-            lambda: dist.all_to_all(outs, ins, group=g),
-            "dist.all_to_all",
-            [outs, ins],
-        )
+        return same(per * n, zs(per), zs(per))
+    if op in ("gather", "scatter"):
+        return same(per * n, z(per), zs(per) if rank == 0 else None, 0)
+    u = max(1, elems // (n * (n + 1) // 2))  # the uneven ops' unit: rank j holds u*(j+1), near ``elems`` in all
     if op in ("all_to_all_single_uneven", "all_to_all_v"):
         # rank i sends unit*(1 + (i+j) % n) elements to rank j: symmetric, so sends and receives match per rank.
-        u = _uneven_unit(elems, n)
         matrix = [[u * (1 + (i + j) % n) for j in range(n)] for i in range(n)]
         isz, osz = matrix[rank], [row[rank] for row in matrix]
         out, inp = z(sum(osz)), z(sum(isz))
-        raw = lambda: dist.all_to_all_single(out, inp, osz, isz, group=g)  # noqa: E731
         if op == "all_to_all_v":
             run = lambda: xccl.all_to_all_v(out, inp, matrix, group=xg)  # noqa: E731
         else:
             run = lambda: xccl.all_to_all_single(out, inp, osz, isz, group=xg)  # noqa: E731
-        return Case(sum(isz) * e, sum(isz), run, raw, "dist.all_to_all_single with splits", [out, inp])
+        return Case(sum(isz) * e, sum(isz), run, lambda: dist.all_to_all_single(out, inp, osz, isz, group=g),
+                    "dist.all_to_all_single with splits", [out, inp])
+    sizes = [u * (j + 1) for j in range(n)]
     if op == "all_gather_into_tensor_uneven":
-        u = _uneven_unit(elems, n)
-        sizes = [u * (j + 1) for j in range(n)]
         out, inp = z(sum(sizes)), z(sizes[rank])
         # torch.distributed has no uneven all_gather into a tensor (gloo's list all_gather refuses uneven
         # sizes); the plain way is an all_to_all_single that sends this rank's rows to every peer.
         # The input repeated for every peer is built per call, as an emulation of the op would have to.
-        raw = lambda: dist.all_to_all_single(out, inp.repeat(n), sizes, [sizes[rank]] * n, group=g)  # noqa: E731
-        return Case(
-            sum(sizes) * e,
-            sum(sizes),
-            lambda: xccl.all_gather_into_tensor_uneven(out, inp, sizes, group=xg),
-            raw,
-            "dist.all_to_all_single (own rows to every peer)",
-            [out, inp],
-        )
+        return Case(sum(sizes) * e, sum(sizes), lambda: xccl.all_gather_into_tensor_uneven(out, inp, sizes, group=xg),
+                    lambda: dist.all_to_all_single(out, inp.repeat(n), sizes, [sizes[rank]] * n, group=g),
+                    "dist.all_to_all_single (own rows to every peer)", [out, inp])
     if op == "reduce_scatter_tensor_uneven":
-        u = _uneven_unit(elems, n)
-        sizes = [u * (j + 1) for j in range(n)]
         out, inp = z(sizes[rank]), z(sum(sizes))
         chunks = list(torch.split(inp, sizes))
-        return Case(
-            sum(sizes) * e,
-            sum(sizes),
-            lambda: xccl.reduce_scatter_tensor_uneven(out, inp, sizes, group=xg),
-            lambda: dist.reduce_scatter(out, chunks, group=g),
-            "dist.reduce_scatter with uneven chunks",
-            [out, inp, chunks],
-        )
-    if op == "gather":
-        t = z(per)
-        lst = [z(per) for _ in range(n)] if rank == 0 else None
-        return Case(
-            per * n * e,
-            per * n,
-            lambda: xccl.gather(t, lst, 0, group=xg),
-            lambda: dist.gather(t, lst, 0, group=g),
-            "dist.gather",
-            [t, lst],
-        )
-    if op == "scatter":
-        t = z(per)
-        lst = [z(per) for _ in range(n)] if rank == 0 else None
-        return Case(
-            per * n * e,
-            per * n,
-            lambda: xccl.scatter(t, lst, 0, group=xg),
-            lambda: dist.scatter(t, lst, 0, group=g),
-            "dist.scatter",
-            [t, lst],
-        )
+        return Case(sum(sizes) * e, sum(sizes), lambda: xccl.reduce_scatter_tensor_uneven(out, inp, sizes, group=xg),
+                    lambda: dist.reduce_scatter(out, chunks, group=g), "dist.reduce_scatter with uneven chunks",
+                    [out, inp, chunks])
     if op == "sendrecv":
         send, recv = z(elems), z(elems)
         nxt, prv = (rank + 1) % n, (rank - 1) % n
@@ -212,26 +125,19 @@ def build_case(
 
             return call
 
-        return Case(
-            elems * e,
-            elems,
-            ring(partial(xccl.isend, group=xg), partial(xccl.irecv, group=xg)),
-            ring(partial(dist.isend, group=g), partial(dist.irecv, group=g)),
-            "dist.isend/irecv",
-            [send, recv],
-        )
+        return Case(elems * e, elems, ring(partial(xccl.isend, group=xg), partial(xccl.irecv, group=xg)),
+                    ring(partial(dist.isend, group=g), partial(dist.irecv, group=g)), "dist.isend/irecv", [send, recv])
     if op == "all_reduce_coalesced":
         ts = [z(max(1, elems // 2)), z(max(1, elems - elems // 2))]
-        return Case(sum(x.numel() for x in ts) * e, sum(x.numel() for x in ts), lambda: xccl.all_reduce_coalesced(ts, group=xg),
+        count = sum(x.numel() for x in ts)
+        return Case(count * e, count, lambda: xccl.all_reduce_coalesced(ts, group=xg),
                     lambda: [dist.all_reduce(x, group=g) for x in ts], "dist.all_reduce per tensor", [ts])
     if op == "all_gather_coalesced":
         ins = [z(max(1, per // 2)), z(max(1, per - per // 2))]
         outs_l = [[torch.empty_like(x) for x in ins] for _ in range(n)]
-        return Case(
-            per * n * e, per * n, lambda: xccl.all_gather_coalesced(outs_l, ins, group=xg),
-            lambda: [dist.all_gather([row[i] for row in outs_l], x, group=g) for i, x in enumerate(ins)],
-            "dist.all_gather per tensor", [outs_l, ins],
-        )
+        return Case(per * n * e, per * n, lambda: xccl.all_gather_coalesced(outs_l, ins, group=xg),
+                    lambda: [dist.all_gather([row[i] for row in outs_l], x, group=g) for i, x in enumerate(ins)],
+                    "dist.all_gather per tensor", [outs_l, ins])
     if op == "gather_any":
         # Every rank but the last sends to the last, which receives from any source (recv without src).
         t = z(elems)
@@ -246,11 +152,9 @@ def build_case(
 
             return call
 
-        return Case(elems * e * (n - 1), elems * (n - 1), fan_in(partial(xccl.recv, group=xg), partial(xccl.send, group=xg)),
+        return Case(elems * e * (n - 1), elems * (n - 1),
+                    fan_in(partial(xccl.recv, group=xg), partial(xccl.send, group=xg)),
                     fan_in(partial(dist.recv, group=g), partial(dist.send, group=g)), "dist.recv without src", [t])
-    if op == "barrier":
-        return Case(0, 0, lambda: xccl.barrier(group=xg), lambda: dist.barrier(group=g), "dist.barrier")
-    if op == "monitored_barrier":
-        return Case(0, 0, lambda: xccl.monitored_barrier(group=xg), lambda: dist.monitored_barrier(group=g),
-                    "dist.monitored_barrier")
+    if op in ("barrier", "monitored_barrier"):
+        return same(0)
     raise BenchError(f"unknown op {op!r}")

@@ -174,7 +174,7 @@ def _row_time(row: Mapping[str, Any], stat: str) -> float:
 
 
 def _from_bench(path: str, doc: Mapping[str, Any], stat: str = "median") -> list[Point]:
-    from ._bench_config import COLLECTIVE  # the bench's own op -> Collective map; sendrecv is measured as SEND
+    from ._bench_config import BUSBW_FACTORS, COLLECTIVE  # the bench's op -> Collective map (sendrecv: SEND)
 
     n = doc.get("world_size")
     if not isinstance(n, int) or n < 2:
@@ -183,8 +183,8 @@ def _from_bench(path: str, doc: Mapping[str, Any], stat: str = "median") -> list
     for i, res in enumerate(doc.get("results") or []):
         name = res.get("op")
         where = f"{path}: results[{i}] ({name})"
-        if res.get("error") or name not in COLLECTIVE or _moves_nothing(name):
-            continue  # a failed op, or one that moves no data (barrier): nothing to fit
+        if res.get("error") or name not in COLLECTIVE or BUSBW_FACTORS[name](4) == 0.0:
+            continue  # a failed op, or one that moves no data (barrier: a latency, no bandwidth): nothing to fit
         ops = _ALIASES.get(name, (COLLECTIVE[name],))
         for j, row in enumerate(res.get("rows") or []):
             try:
@@ -196,14 +196,6 @@ def _from_bench(path: str, doc: Mapping[str, Any], stat: str = "median") -> list
     if not points:
         raise _bad(path, "no op with measured rows (every op failed or moves no data)")
     return points
-
-
-def _moves_nothing(bench_op: str) -> bool:
-    """Whether a bench op moves no data (barrier, monitored_barrier): it has a latency but no bandwidth."""
-    from ._bench_config import BUSBW_FACTORS
-
-    factor = BUSBW_FACTORS.get(bench_op)
-    return factor is not None and factor(4) == 0.0
 
 
 def _nccl_world(lines: Sequence[str], rows: Sequence[tuple[str, float, float, float, float]],

@@ -15,16 +15,16 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
-from typing import Any, Final, Literal
+from collections.abc import Mapping, Sequence
+from typing import Final, Literal
 
 from ..errors import InvalidArgument
 from ..plugin._cost import CostModel
-from ..plugin._registry import default_registry
+from ..plugin._registry import Registry, default_registry
 from ._preflight_compiled import load_compiled, regions
 from ._preflight_launch import launch, rank_env
-from ._preflight_report import Report, build, groups_of, load_records
-from ._preflight_settings import settings
+from ._preflight_report import Report, Setting, build, groups_of, load_records
+from .cli.doctor_node import vendor_runtime
 
 __all__ = ["FAKE_NOTES", "MAX_REAL", "NOTES", "derived_nodes", "devices_per_node", "preflight"]
 
@@ -123,23 +123,6 @@ def derived_nodes(world: int, per_node: int | None) -> int:
     return nodes
 
 
-def _device_noun(device_type: str) -> str:
-    """``tpu`` -> ``TPUs``, ``npu`` -> ``NPUs``; other device types as ``acme devices``."""
-    if device_type.endswith("pu") and len(device_type) <= 4:
-        return f"{device_type.upper()}s"
-    return f"{device_type} devices"
-
-
-def _nodes_for(vendor: str, world: int, plugin: Any) -> tuple[int, str]:
-    """``nodes`` when not given: :func:`derived_nodes`, and how it was found, for the report's header (empty when
-    the vendor's node has no known device count)."""
-    per_node = devices_per_node(vendor)
-    if per_node is None:
-        return 1, ""
-    noun = _device_noun(str(plugin.device_type))
-    return derived_nodes(world, per_node), f"{world} ranks / {per_node} {noun} per node"
-
-
 def _checked(vendor: str, world: int, nodes: int, argv: Sequence[str], timeout: float) -> None:
     if world < 1:
         raise InvalidArgument("preflight", f"world={world}: a world needs at least one rank")
@@ -152,6 +135,20 @@ def _checked(vendor: str, world: int, nodes: int, argv: Sequence[str], timeout: 
         raise InvalidArgument("preflight", f"timeout={timeout}: must be a positive number of seconds")
     if not vendor:
         raise InvalidArgument("preflight", "no vendor: name a plugin (`xccl caps` lists them)")
+
+
+def settings(registry: Registry, vendor: str, env: Mapping[str, str], groups: int) -> list[Setting]:
+    """The vendor's settings that would bite the script: ``xccl doctor``'s vendor-runtime findings for ``vendor``,
+    judged in ``env`` (the ranks' environment), and the device memory ``groups`` process groups per rank hold."""
+    out = [Setting(f.name, f.status, f.summary, f.fix) for f in vendor_runtime(env, registry, vendor)]
+    memory = registry.get(vendor).vendor_runtime().comm_memory
+    if memory is not None and groups:
+        mb = memory.comm_mb(env)
+        out.append(Setting("communicator memory", "info",
+                           f"the script's {groups} process group(s) per rank hold {groups} communicator(s) of "
+                           f"{memory.buffers} x {memory.env}={memory.mb(env)} MB: {groups * mb} MB of device memory "
+                           "per rank (a group's own buffer size, where set, changes its share)"))
+    return out
 
 
 def preflight(vendor: str, world: int, argv: Sequence[str], *, nodes: int | None = 1, timeout: float = 300.0,
@@ -197,10 +194,14 @@ def preflight(vendor: str, world: int, argv: Sequence[str], *, nodes: int | None
     if argv and os.path.basename(argv[0]).startswith("python"):
         argv = argv[1:]  # `-- python train.py`: the ranks run this interpreter, where xccl and the plugins are
     registry = default_registry()
-    derivation = ""
+    derivation = ""  # how ``nodes`` was derived when not given, for the report's header
     if nodes is None:
         _checked(vendor, world, 1, argv, timeout)  # a bad request is refused before the child is asked
-        nodes, derivation = _nodes_for(vendor, world, registry.get(vendor))
+        nodes, per_node = 1, devices_per_node(vendor)
+        if per_node is not None:
+            kind = str(registry.get(vendor).device_type)
+            noun = f"{kind.upper()}s" if kind.endswith("pu") and len(kind) <= 4 else f"{kind} devices"  # TPUs
+            nodes, derivation = derived_nodes(world, per_node), f"{world} ranks / {per_node} {noun} per node"
     _checked(vendor, world, nodes, argv, timeout)
     fake = _mode(world, mode, ranks)
     plugin = registry.get(vendor)

@@ -92,7 +92,8 @@ def _internal(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_INTERNAL)
 
 
-def _where(filename: str, line: int | str, name: str, cwd: str) -> str:
+def where(filename: str, line: int | str, name: str, cwd: str) -> str:
+    """``file:line function``, the file relative to ``cwd`` when it is under it."""
     rel = os.path.relpath(filename, cwd) if os.path.isabs(filename) else filename
     return f"{filename if rel.startswith('..') else rel}:{line} {name}"
 
@@ -140,7 +141,7 @@ def _breaks(record: Mapping[str, Any], cwd: str) -> list[_Break]:
             if loc in seen:
                 out.append(seen[loc])
             elif at:
-                out.append((_where(at.group(1), at.group(2), "?", cwd), None, _reason(text), ()))
+                out.append((where(at.group(1), at.group(2), "?", cwd), None, _reason(text), ()))
             continue
         frames = [(m.group(1), m.group(2), m.group(3).strip())
                   for m in _FRAME.finditer(text.split("User code traceback:", 1)[1])]
@@ -149,7 +150,7 @@ def _breaks(record: Mapping[str, Any], cwd: str) -> list[_Break]:
             continue
         user = users[-1]
         callers = tuple((frames[i][0], frames[i][2]) for i in users)  # the compiled function is one of them
-        row = (_where(*frames[user], cwd), _collective(frames, user), _reason(text), callers)
+        row = (where(*frames[user], cwd), _collective(frames, user), _reason(text), callers)
         seen[loc] = row
         out.append(row)
     return out
@@ -203,7 +204,7 @@ def regions(records: Mapping[int, Mapping[str, Any]], cwd: str) -> list[Compiled
         problems = tuple(dict.fromkeys(f"{c['phase']} graph: {p['message']}"
                                        for c in mine for p in c.get("problems", ())))
         out.append(CompiledRegion(
-            region=_where(filename, first_line.get(key, "?"), name, cwd), graphs=max(counts.values()),
+            region=where(filename, first_line.get(key, "?"), name, cwd), graphs=max(counts.values()),
             breaks=tuple(GraphBreak(site, coll, why, max(r.values()), len(r))
                          for (site, coll, why), r in breaks.get(key, {}).items()),
             compiler=str(mine[0]["compiler"]) if mine else None, converts=(not problems) if mine else None,

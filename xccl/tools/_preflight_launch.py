@@ -1,11 +1,9 @@
 """Launch the ranks of a preflight: N processes of the user's script on this machine, as torchrun would start them.
 
-Each rank gets torchrun's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
-``GROUP_RANK``/``NODE_RANK``, ``MASTER_ADDR``/``MASTER_PORT``; ranks are laid out node by node, ``N / M`` per node),
-the vendor's simulation (``XCCL_SIMULATE``) and the flight recorder, on and dumping its record at exit into a
-directory of the preflight's own, with its compiled regions next to it (``XCCL_COMPILED_DUMP_AT_EXIT``). As torchrun does, the first rank that fails ends the run: the others are given
-a moment to fail alike (a refusal before communicating is raised on every rank), then asked to dump their record
-(``SIGUSR1``, the recorder's own signal) and stopped. Every wait is bounded by the preflight's timeout.
+Each rank gets torchrun's variables (ranks laid out node by node, ``N / M`` per node), the vendor's simulation
+(``XCCL_SIMULATE``) and the flight recorder, dumping its record at exit into the preflight's directory with its
+compiled regions next to it. As with torchrun, the first rank that fails ends the run (docs/preflight.md, "What it
+does, and what it cannot show"); every wait is bounded by the preflight's timeout.
 """
 
 from __future__ import annotations
@@ -68,15 +66,12 @@ def rank_env(base: Mapping[str, str], *, rank: int, world: int, nodes: int, port
         COMPILED_AT_EXIT: "1",
         "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS", "1"),
     })
+    for name in (FAKE_ENV, "XCCL_VENDOR", "XCCL_SIMULATE"):  # XCCL_SIMULATE names the vendor; with XCCL_VENDOR too
+        env.pop(name, None)                                  # they would conflict
     if fake:
         env[FAKE_ENV] = f"{rank}/{world}"
-    else:
-        env.pop(FAKE_ENV, None)
-    env.pop("XCCL_VENDOR", None)  # XCCL_SIMULATE names the vendor; the two together are a conflict
     if vendor != "cpu":
         env["XCCL_SIMULATE"] = vendor
-    else:
-        env.pop("XCCL_SIMULATE", None)
     return env
 
 
@@ -108,11 +103,9 @@ def launch(argv: Sequence[str], *, vendor: str, world: int, nodes: int, timeout:
     port = free_port()
     base = dict(os.environ if env is None else env)
     procs: list[subprocess.Popen[bytes]] = []
-    logs: list[str] = []
     ranks = list(range(world)) if fake is None else list(fake)
-    for rank in ranks:
-        log = os.path.join(trace_dir, f"output_{rank}.log")
-        logs.append(log)
+    logs = [os.path.join(trace_dir, f"output_{rank}.log") for rank in ranks]
+    for rank, log in zip(ranks, logs, strict=True):
         with open(log, "wb") as out:
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "xccl.tools._preflight_child", trace_dir, "--", *argv],
@@ -120,8 +113,8 @@ def launch(argv: Sequence[str], *, vendor: str, world: int, nodes: int, timeout:
                              trace_dir=trace_dir, fake=fake is not None),
                 cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
     stopped = _wait(procs, timeout, first_failure_ends=fake is None)
-    return [RankExit(rank, int(p.returncode), _tail(logs[i]), i in stopped)
-            for i, (rank, p) in enumerate(zip(ranks, procs, strict=True))]
+    return [RankExit(rank, int(p.returncode), _tail(log), i in stopped)
+            for i, (rank, p, log) in enumerate(zip(ranks, procs, logs, strict=True))]
 
 
 def _wait(procs: Sequence[subprocess.Popen[bytes]], timeout: float, *, first_failure_ends: bool = True) -> set[int]:

@@ -11,6 +11,7 @@ dtype, bytes, emulation); ``calls`` counts one rank's calls (the most any rank m
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import re
@@ -23,17 +24,16 @@ from ..collectives._flight_dump import itemsize_of
 from ..ops._vocab import Collective
 from ..plugin._cost import CostModel
 from ._cost_model import Prediction, predict
+from ._preflight_charts import html, png
+from ._preflight_charts import nbytes as _bytes
+from ._preflight_charts import ranges as _ranges
+from ._preflight_charts import seconds as _seconds
+from ._preflight_charts import what as _what
 from ._preflight_child import error_path
-from ._preflight_compiled import CompiledRegion, render_compiled
-from ._preflight_format import nbytes as _bytes
-from ._preflight_format import ranges as _ranges
-from ._preflight_format import seconds as _seconds
-from ._preflight_format import what as _what
+from ._preflight_compiled import CompiledRegion, render_compiled, where
 from ._preflight_launch import RankExit
-from ._preflight_settings import Setting
 
-__all__ = ["CallSite", "Failure", "Report", "build", "groups_of", "load_records", "render"]
-
+__all__ = ["CallSite", "Failure", "Report", "Setting", "build", "groups_of", "load_records", "render"]
 
 
 @final
@@ -96,6 +96,23 @@ class Failure:
     op: str
     site: str
     kind: str
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One vendor setting that would bite the script, as ``xccl doctor``'s vendor-runtime checks judge it.
+
+    Attributes:
+        name: what was checked (``watchdog``, ``communicators``, ``communicator memory``).
+        status: ``ok``, ``info``, ``warn`` or ``fail``.
+        summary: what was found; fix: what to do (empty: nothing).
+    """
+
+    name: str
+    status: str
+    summary: str
+    fix: str = ""
 
 
 @final
@@ -174,16 +191,12 @@ class Report:
         return render(self)
 
     def html(self) -> str:
-        """The report as one self-contained HTML page, with its charts (``--html``; :mod:`._preflight_html`)."""
-        from ._preflight_html import html  # the renderers load on use: a terminal report needs neither
-
+        """The report as one self-contained HTML page, with its charts (``--html``; :mod:`._preflight_charts`)."""
         return html(self)
 
     def png(self, path: str) -> None:
         """Write the per-rank breakdown by op and by group to ``path`` as a PNG (``--png``; needs matplotlib, the
         ``plot`` extra, else :class:`~xccl.MissingExtra`)."""
-        from ._preflight_png import png
-
         png(self, path)
 
     def to_json(self) -> dict[str, Any]:
@@ -196,26 +209,13 @@ class Report:
 def _site(frames: Sequence[Mapping[str, Any]] | None, cwd: str) -> str:
     if not frames:
         return "<no Python caller>"
-    frame = frames[0]
-    name = str(frame["filename"])
-    rel = os.path.relpath(name, cwd) if os.path.isabs(name) else name
-    return f"{name if rel.startswith('..') else rel}:{frame['line']} {frame['name']}"
+    return where(str(frames[0]["filename"]), frames[0]["line"], frames[0]["name"], cwd)
 
 
 def _nbytes(sizes: Sequence[Sequence[int]], dtypes: Sequence[str]) -> int:
-    total = 0
-    for shape, dtype in zip(sizes, dtypes, strict=False):
-        count = 1
-        for dim in shape:
-            count *= int(dim)
-        size = itemsize_of(dtype)
-        total += count * (4 if size is None else size)
-    return total
-
-
-def _mesh_dim(desc: str) -> str | None:
-    # torch's DeviceMesh names the groups it creates "mesh_<dim name>" (device_mesh.py, _init_process_groups).
-    return desc.removeprefix("mesh_") if desc.startswith("mesh_") else None
+    itemsizes = [itemsize_of(dtype) for dtype in dtypes]
+    return sum(math.prod(int(dim) for dim in shape) * (4 if size is None else size)
+               for shape, size in zip(sizes, itemsizes, strict=False))
 
 
 def _price(model: CostModel | None, op: str, nbytes: int, n: int, intra: bool) -> Prediction:
@@ -242,15 +242,6 @@ def _priced(model: CostModel | None, op: str, nbytes: int, parts: Sequence[str],
     return Prediction(seconds, "; ".join(whys))
 
 
-def _load(directory: str, rank: int) -> dict[str, Any] | None:
-    try:
-        with open(os.path.join(directory, f"rank_{rank}"), "rb") as f:
-            record: dict[str, Any] = pickle.load(f)  # written by this preflight's own ranks
-    except FileNotFoundError:
-        return None
-    return record
-
-
 def _calls(records: Mapping[int, dict[str, Any]], model: CostModel | None, per_node: int,
            cwd: str) -> list[CallSite]:
     per_rank: dict[tuple[Any, ...], Counter[int]] = {}
@@ -269,8 +260,10 @@ def _calls(records: Mapping[int, dict[str, Any]], model: CostModel | None, per_n
     for (site, op, desc, n, intra, dtype, nbytes, parts, part_bytes), counts in per_rank.items():
         pred = _priced(model, op, nbytes, parts, part_bytes, n, intra)
         calls = max(counts.values())
+        # torch's DeviceMesh names the groups it creates "mesh_<dim name>" (device_mesh.py, _init_process_groups).
+        mesh_dim = desc.removeprefix("mesh_") if desc.startswith("mesh_") else None
         rows.append(CallSite(
-            site=site, op=op, group=desc, group_size=n, mesh_dim=_mesh_dim(desc), intra_node=intra, dtype=dtype,
+            site=site, op=op, group=desc, group_size=n, mesh_dim=mesh_dim, intra_node=intra, dtype=dtype,
             nbytes=nbytes, calls=calls, ranks=len(counts), status="emulated" if parts else "native", via=parts,
             extra_bytes=(sum(part_bytes) - nbytes) if parts and part_bytes else None, seconds=pred.seconds,
             total=None if pred.seconds is None else pred.seconds * calls, why=pred.why))
@@ -313,7 +306,13 @@ def _failures(directory: str, ranks: Sequence[int], cwd: str) -> list[Failure]:
 
 def load_records(directory: str, ranks: Sequence[int]) -> dict[int, dict[str, Any]]:
     """The records the ranks dumped in ``directory`` (a rank killed before it could dump has none)."""
-    return {r: rec for r in ranks if (rec := _load(directory, r)) is not None}
+    out = {}
+    for rank in ranks:
+        path = os.path.join(directory, f"rank_{rank}")
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                out[rank] = pickle.load(f)  # written by this preflight's own ranks
+    return out
 
 
 def build(directory: str, records: Mapping[int, dict[str, Any]], *, vendor: str, world: int, nodes: int,

@@ -13,7 +13,7 @@ preferences with their reasons. Dtypes and reduce ops per op are in the JSON and
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, final
 
 import torch
@@ -131,20 +131,17 @@ def footnote(op: Collective, sup: Support, mode: Mode = Mode.EAGER) -> str:
     return "; ".join(parts)
 
 
+@dataclass
 class _Footnotes:
     """Numbers distinct footnote texts in order of first appearance."""
 
-    def __init__(self) -> None:
-        self.texts: dict[str, int] = {}
+    texts: dict[str, int] = field(default_factory=dict)
 
     def mark(self, text: str) -> str:
         if not text:
             return ""
         number = self.texts.setdefault(text, len(self.texts) + 1)
         return f" [{number}]"
-
-    def lines(self) -> list[str]:
-        return [f"[{n}] {text}" for text, n in self.texts.items()]
 
 
 #: Tables to render: one table, several (named by ``table.backend``), or a mapping from plugin name to table
@@ -159,10 +156,6 @@ def named(tables: Tables) -> list[tuple[str, CapabilityTable]]:
     if isinstance(tables, Mapping):
         return list(tables.items())
     return [(t.backend, t) for t in tables]
-
-
-def _columns(tables: Tables, modes: Sequence[Mode]) -> list[tuple[str, CapabilityTable, Mode]]:
-    return [(name, t, m) for name, t in named(tables) for m in modes]
 
 
 def render_text(
@@ -181,16 +174,9 @@ def render_text(
     notes = _Footnotes()
     pairs = named(tables)
     # Cells per plugin; footnotes are numbered plugin by plugin, so the numbers grow from block to block.
-    columns: list[list[list[str]]] = []
-    for name, t in pairs:
-        cols = []
-        for m in modes:
-            cells = [name, m.value]
-            for op in Collective:
-                sup = t.entry(op, m)
-                cells.append(cell(sup, dash) + notes.mark(footnote(op, sup, m)))
-            cols.append(cells)
-        columns.append(cols)
+    columns = [[[name, m.value, *(cell(sup, dash) + notes.mark(footnote(op, sup, m))
+                                  for op in Collective for sup in (t.entry(op, m),))]
+                for m in modes] for name, t in pairs]
     first = ["collective", "", *(op.value for op in Collective)]
     out: list[str] = []
     for block in _blocks(first, columns, width):
@@ -207,7 +193,7 @@ def render_text(
     if any(sup.prefer for _, t in pairs for m in modes for op in Collective for sup in (t.entry(op, m),)):
         out.append(_LEGEND_PREFER)
     if notes.texts:
-        out += ["", "Notes:", *(f"  {line}" for line in notes.lines())]
+        out += ["", "Notes:", *(f"  [{n}] {text}" for text, n in notes.texts.items())]
     for name, t in pairs:
         out += [f"  {name}: {n}" for n in t.notes]
     out.append("Dtypes, reduce ops and dtype casts per op: xccl caps --json.")
@@ -244,7 +230,7 @@ def _md_escape(text: str) -> str:
 
 def render_markdown_matrix(tables: Tables, modes: Sequence[Mode] = tuple(Mode)) -> str:
     """The overview matrix as one Markdown table (no footnotes; the detail tables carry them)."""
-    cols = _columns(tables, modes)
+    cols = [(name, t, m) for name, t in named(tables) for m in modes]
     head = ["collective", *(f"{name} {m.value}" for name, _, m in cols)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for op in Collective:
@@ -334,14 +320,13 @@ def _markdown_detail(
         lines.append("")
     head = ["collective", "mode", "level", "dtypes", "reduce ops", "dtype casts", "notes"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    hidden: list[Mode] = []
+    hidden = False
     for m in modes:
-        shown = 0
         for op in Collective:
             sup = table.entry(op, m)
             if m is Mode.GRAPH and sup.level is Level.UNSUPPORTED and not footnote(op, sup, m):
-                continue  # listed once below instead of a screenful of dashes
-            shown += 1
+                hidden = True  # listed once below instead of a screenful of dashes
+                continue
             unsupported = sup.level is Level.UNSUPPORTED
             cells = [
                 f"`{op.value}`",
@@ -354,8 +339,6 @@ def _markdown_detail(
                 footnote(op, sup, m),
             ]
             lines.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
-        if m is Mode.GRAPH and shown < len(Collective):
-            hidden.append(m)
     if hidden:
         lines += ["", "Graph-mode entries not listed are unsupported."]
     return "\n".join(lines) + "\n"

@@ -126,11 +126,8 @@ def render(n: Names) -> dict[str, str]:
     tokens = {k: v for k, v in values.items() if isinstance(v, str)}
     flags = {k: v for k, v in values.items() if isinstance(v, bool)}
     root = resources.files("xccl.tools") / "scaffold"
-    out = {}
-    for rel, text in sorted(_templates(root, "").items()):
-        if flags.get(_ONLY_WITH.get(rel, ""), True):
-            out[_target(rel, n)] = _fill(_sections(text, flags, rel), tokens, rel)
-    return out
+    return {_target(rel, n): _fill(_sections(text, flags, rel), tokens, rel)
+            for rel, text in sorted(_templates(root, "").items()) if flags.get(_ONLY_WITH.get(rel, ""), True)}
 
 
 def write(n: Names, dest: Path) -> list[Path]:

@@ -17,7 +17,7 @@ import pickle
 import re
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, final
 
@@ -160,9 +160,10 @@ def analyse(dumps: Mapping[int, Mapping[str, Any]], window: int = 100) -> list[G
             at = {r: es[first_open] for r, es in per_rank.items() if first_open in es}
             missing = tuple(r for r in per_rank if first_open not in per_rank[r])
             some = next(iter(at.values()))
-            report = _with(report, first_open, _op(some), {r: _site(e) for r, e in at.items()}, missing,
-                           tuple(r for r in per_rank if entered[r] > first_open),
-                           {r: _last(per_rank[r]) for r in missing})
+            report = replace(report, stuck_seq=first_open, stuck_op=_op(some),
+                             stuck_sites={r: _site(e) for r, e in at.items()}, missing=missing,
+                             ahead=tuple(r for r in per_rank if entered[r] > first_open),
+                             missing_last={r: _last(per_rank[r]) for r in missing})
         reports.append(report)
     return reports
 
@@ -172,12 +173,6 @@ def _last(entries: Mapping[int, Mapping[str, Any]]) -> str:
         return "no call on this group"
     s = max(entries)
     return f"#{s} {_op(entries[s])} at {_site(entries[s])}"
-
-
-def _with(report: GroupReport, seq: int, op: str, sites: Mapping[int, str], missing: tuple[int, ...],
-          ahead: tuple[int, ...], missing_last: Mapping[int, str]) -> GroupReport:
-    return GroupReport(report.name, report.desc, report.ranks, report.no_dump, report.completed, report.entered, seq,
-                       op, sites, missing, ahead, missing_last, report.stragglers)
 
 
 def render(reports: Sequence[GroupReport], min_share: float = 0.5) -> str:

@@ -28,23 +28,12 @@ COMMANDS = {
 }
 
 
-def _modules() -> dict[str, object]:
-    mods: dict[str, object] = {}
-    for name, mod in COMMANDS.items():
-        try:
-            mods[name] = importlib.import_module(f"xccl.tools.cli.{mod}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"xccl.tools.cli.{mod}":
-                raise
-    return mods
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every available subcommand."""
     parser = argparse.ArgumentParser(prog="xccl", description="vendor-neutral collective communication")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, mod in _modules().items():
-        mod.add_parser(sub, name)  # type: ignore[attr-defined]
+    for name, mod in COMMANDS.items():
+        importlib.import_module(f"xccl.tools.cli.{mod}").add_parser(sub, name)
     return parser
 
 

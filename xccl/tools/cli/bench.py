@@ -1,13 +1,7 @@
 """``xccl bench``: nccl-tests-style bandwidth sweeps of any collective through xccl.
 
-Example::
-
-    xccl bench --op all_reduce -n 2 --min-bytes 4 --max-bytes 64M --compare-raw --json out.json --plot out.png
-    xccl bench --op all_gather_into_tensor,all_to_all_v --plugin sophgo --simulate
-    xccl bench --compare-raw --aa-control --passes 4 --time-per-size 2 --iters 4000   # parity, with its noise
-
-Exit status: 0; 1 when a rank fails or ``--plot`` lacks matplotlib; 2 for a bad configuration (unknown op,
-plugin, size) with the reason.
+Options, columns and exit statuses (0; 1 when a rank fails or ``--plot`` lacks matplotlib; 2 for a configuration
+that cannot run) are in docs/cli.md (``xccl bench``).
 """
 
 from __future__ import annotations
@@ -131,12 +125,10 @@ def _check_plugin(name: str, simulate: bool) -> str:
         return ""
     registry = default_registry()
     try:
-        plugin = registry.get(name)
-        if simulate:
-            if plugin.simulation() is None:
-                return f"plugin {name!r} has no CPU simulation; run it on its hardware without --simulate"
-            return ""
-        registry.select(name)
+        if not simulate:
+            registry.select(name)
+        elif registry.get(name).simulation() is None:
+            return f"plugin {name!r} has no CPU simulation; run it on its hardware without --simulate"
     except XcclError as exc:
         return str(exc)
     return ""
@@ -151,28 +143,13 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         ops = _bench.OPS if args.op.strip() == "all" else tuple(o.strip() for o in args.op.split(",") if o.strip())
+        same = ("plugin", "simulate", "nproc", "factor", "dtype", "iters", "warmup", "batch", "compare_raw", "passes",
+                "time_per_size", "min_iters", "gap_us", "gap_busy", "timeout")  # options named as the fields
         cfg = _bench.BenchConfig(
-            ops=ops,
-            plugin=args.plugin,
-            simulate=args.simulate,
-            nproc=args.nproc,
-            min_bytes=_bench.parse_size(args.min_bytes),
-            max_bytes=_bench.parse_size(args.max_bytes),
-            factor=args.factor,
-            dtype=args.dtype,
-            iters=args.iters,
-            warmup=args.warmup,
-            batch=args.batch,
-            compare_raw=args.compare_raw,
-            control=args.aa_control,
-            same_group=not args.xccl_on_world,
-            passes=args.passes,
-            time_per_size=args.time_per_size,
-            min_iters=args.min_iters,
-            gap_us=args.gap_us,
-            gap_busy=args.gap_busy,
+            ops=ops, min_bytes=_bench.parse_size(args.min_bytes), max_bytes=_bench.parse_size(args.max_bytes),
+            control=args.aa_control, same_group=not args.xccl_on_world,
             progress=sys.stderr.isatty() if args.progress is None else args.progress,
-            timeout=args.timeout,
+            **{name: getattr(args, name) for name in same},
         )
         cfg.check()
     except _bench.BenchError as exc:

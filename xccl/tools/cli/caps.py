@@ -1,14 +1,9 @@
 """``xccl caps [PLUGIN ...] [--all] [--json | --markdown] [--mode eager|graph|both] [--group PLUGIN:N,...]``: the
 capability matrix, or (``--group``) the derived table of a mixed-vendor group (``xccl.collectives._mixed``).
 
-Rows are collectives, columns plugin x mode; a cell is ``native``, ``emul(via)`` or ``—``. Without a plugin name
-the text matrix shows xccl's own plugins and the vendors' (:func:`shown_by_default`), available here or not (a
-table is data and needs no device), wrapped to the terminal's width or, when the output is not a terminal, to
-:data:`WIDTH` columns; ``--all``, ``--json`` and ``--markdown`` show every plugin that loads. Plugins named on the
-command line print unwrapped when the output is not a terminal, as before. The rendering lives
-in ``xccl.tools._render``, shared with ``scripts/gen_docs.py``.
-
-Exit status: 0; 2 when a named plugin does not exist or fails to load (the message says which are installed).
+Which plugins it shows, how it wraps and what ``--json`` holds are in docs/cli.md (``xccl caps``); the rendering
+lives in ``xccl.tools._render``, shared with ``scripts/gen_docs.py``. Exit status: 0; 2 when a named plugin does not
+exist or fails to load (the message says which are installed).
 """
 
 from __future__ import annotations
@@ -53,28 +48,21 @@ def add_parser(sub: Any, name: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the tables in the requested format."""
-    from xccl.errors import BackendNotFound, BackendUnavailable, XcclError
+    from xccl.errors import BackendNotFound, BackendUnavailable
     from xccl.plugin._registry import Status, plugins
     from xccl.tools import _render
 
     infos = {i.name: i for i in plugins()}
     if args.group:
         return _group(args.group, args.json)
-    if args.plugin:
-        chosen = []
-        for name in args.plugin:
+    usable = {n: i for n, i in infos.items() if i.plugin is not None and i.status is not Status.INCOMPATIBLE}
+    for name in args.plugin:
+        if name not in usable:
             info = infos.get(name)
-            try:
-                if info is None:
-                    raise BackendNotFound(name, list(infos))
-                if info.plugin is None or info.status is Status.INCOMPATIBLE:
-                    raise BackendUnavailable(name, info.reason, info.fix)
-            except XcclError as exc:
-                print(f"xccl caps: {exc}", file=sys.stderr)
-                return 2
-            chosen.append(info)
-    else:
-        chosen = [i for i in infos.values() if i.plugin is not None and i.status is not Status.INCOMPATIBLE]
+            exc = BackendNotFound(name, list(infos)) if info is None else BackendUnavailable(name, info.reason, info.fix)
+            print(f"xccl caps: {exc}", file=sys.stderr)
+            return 2
+    chosen = [usable[name] for name in args.plugin] if args.plugin else list(usable.values())
     hidden: list[str] = []
     if not (args.plugin or args.all or args.json or args.markdown):
         hidden = [i.name for i in chosen if not shown_by_default(i)]
@@ -122,14 +110,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def shown_by_default(info: Any) -> bool:
-    """Whether ``xccl caps`` without plugin names shows the plugin of ``info`` (a ``PluginInfo``).
-
-    Nothing marks a plugin as a test or an example, so the rule is what a plugin runs on: shown are xccl's own
-    plugins (``cpu``, the reference every other column is read against, and ``cuda``) and every plugin for a device
-    other than the CPU, i.e. a vendor's (``ascend``, ``sophgo``, a third party's, and the example ``template`` when
-    installed). Left out are other plugins for CPU tensors: test doubles (``gloo-emulated``, ``fake-accel-a``...)
-    and experiments, which ``--all`` or their name shows.
-    """
+    """Whether ``xccl caps`` without plugin names shows the plugin of ``info`` (a ``PluginInfo``): xccl's own plugins
+    and every plugin for a device other than the CPU, i.e. a vendor's; not the test doubles and experiments on CPU
+    tensors (docs/cli.md, ``xccl caps``)."""
     plugin = info.plugin
     if plugin is None:
         return False

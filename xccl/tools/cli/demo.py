@@ -1,9 +1,8 @@
-"""``xccl demo``: train a small tensor-parallel MLP on N local ranks through xccl collectives.
+"""``xccl demo``: train a small tensor-parallel MLP on N local ranks through xccl collectives (docs/cli.md).
 
 Megatron-style: the first linear layer is split by output columns, the second by input rows, and one all_reduce
-joins the partial outputs (its backward is the identity). Every rank starts from the same seed, so the sharded
-model is the single-device model; rank 0 trains an unsharded copy alongside and reports how far apart they are.
-Ranks are launched with ``torch.multiprocessing`` and rendezvous through torch's ``env://`` store.
+joins the partial outputs. Every rank starts from the same seed, so the sharded model is the single-device model
+that rank 0 trains alongside.
 """
 
 from __future__ import annotations
@@ -63,8 +62,6 @@ def _rank_main(rank: int, args: argparse.Namespace) -> None:
         xccl.shutdown()
 
 
-
-
 def _train(world: Any, args: argparse.Namespace) -> None:
     import torch
     import torch.nn.functional as F
@@ -104,7 +101,6 @@ def _train(world: Any, args: argparse.Namespace) -> None:
     if rank == 0:
         ref_w = [w1.clone().requires_grad_(), w2.clone().requires_grad_()]
         ref_opt = torch.optim.SGD(ref_w, lr=0.1)
-    if rank == 0:
         print(f"xccl demo: {n} ranks, plugin {world.plugin} ({world.backend}{', simulated' if world.simulate else ''}), "
               f"TP MLP {d}->{h}->{d}, batch {args.batch}{', compiled' if args.compile else ''}")
         print(f"{'step':>4}  {'loss':>12}  {'same on all ranks':>17}  {'vs 1-device':>11}  {'ms/step':>8}")

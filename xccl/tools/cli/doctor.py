@@ -1,32 +1,14 @@
 """``xccl doctor [--vendor NAME] [--json] [--world [--timeout S]]``: what is wrong with this node, and how to fix it.
 
-The first command to run on a broken node. It reports, section by section:
+The first command to run on a broken node; docs/cli.md (``xccl doctor``) lists what it reports, section by
+section, and what ``--world`` compares. Exit status: 0 when the selected plugin can work here; 1 when it cannot, or
+when a check found something that makes ``xccl.init`` fail (a bad variable, an invalid rank table, ``import torch``
+failing). Warnings do not change the status. Doctor never imports a vendor SDK: vendor knowledge comes from the
+plugins' probes and package metadata.
 
-* **torch**: version and build (CUDA/ROCm/CPU, git commit, C++ ABI), which torch.distributed backends it has;
-* **autoload**: device-backend extensions torch imports by itself (``[torch.backends]`` entry points). A bare
-  ``import torch`` is tried in a child process with autoload on, because torch_npu installed without CANN makes
-  it fail ("Failed to load the backend extension: torch_npu") and with it every script;
-* **packages**: torch_npu (version, the torch it was built for, CANN variables) and torch_tpu (Sophgo's, or
-  Google's TorchTPU from PyPI, told apart by package metadata), read from metadata without importing them;
-* **plugins**: every xccl plugin found, available or not, with its probe's reason, fix and facts; a warning per
-  backend name several plugins drive (Ascend's and Habana's ``hccl``: adopting a world on it picks by SDK);
-* **selected**: the plugin ``xccl.init`` would pick (``--vendor``, ``XCCL_VENDOR``/``XCCL_SIMULATE``, or auto);
-* **devices**: the visible-devices variables (``CUDA_VISIBLE_DEVICES``, ``ASCEND_RT_VISIBLE_DEVICES``,
-  ``TPU_VISIBLE_DEVICES``, ``CHIP_MAP``, and any a plugin declares), checked against their vendors' rules;
-* **rank table**: ``RANK_TABLE_FILE`` found and valid (parsed by xccl, either format);
-* **rendezvous**: the launcher's variables (torchrun, Open MPI) and xccl's own, as ``xccl.init`` reads them.
-
-Exit status: 0 when the selected plugin can work here; 1 when it cannot, or when a check found something that
-makes ``xccl.init`` fail (a bad variable, an invalid rank table, ``import torch`` failing). Warnings do not change
-the status. Doctor never imports a vendor SDK: vendor knowledge comes from the plugins' probes and package metadata.
-
-``--world``, run on every rank under the launcher (``torchrun ... --no-python xccl doctor --world``), compares
-what every rank found and prints, on rank 0, a row per rank grouped by host and every difference (a torch, xccl,
-plugin or vendor version that differs between hosts, ``WORLD_SIZE``, ranks that never answered); exit status 1 when
-one is flagged. See ``doctor_world``.
-
-The checks live in ``doctor_checks`` (what is installed) and ``doctor_node`` (what the environment tells this
-rank); ``doctor_model`` holds :class:`Finding` and :class:`Report`.
+The checks live in ``doctor_checks`` (what is installed), ``doctor_node`` (what the environment tells this rank, and
+the selected vendor's run-time behaviour); ``--world`` in ``doctor_facts`` and ``doctor_world``; ``doctor_model``
+holds :class:`Finding` and :class:`Report`.
 
 If ``xccl doctor`` itself dies in ``import torch`` with "Failed to load the backend extension", run it as
 ``TORCH_DEVICE_BACKEND_AUTOLOAD=0 xccl doctor``: it then says why and how to fix it for good.

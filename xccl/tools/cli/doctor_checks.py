@@ -13,15 +13,14 @@ import platform
 import re
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
 from typing import Any, Final
 
 from .doctor_model import Finding, Report, Status
-from .doctor_node import devices, rank_table, rendezvous
-from .doctor_runtime import vendor_runtime
+from .doctor_node import devices, rank_table, rendezvous, vendor_runtime
 
-__all__ = ["AUTOLOAD_ENV", "autoload_failure", "collect", "tpu_flavour"]
+__all__ = ["AUTOLOAD_ENV", "autoload_failure", "collect", "consequence", "tpu_flavour", "xccl_drives"]
 
 #: torch's switch for importing device-backend extensions at ``import torch``.
 AUTOLOAD_ENV: Final = "TORCH_DEVICE_BACKEND_AUTOLOAD"
@@ -199,17 +198,10 @@ def _packages(env: Mapping[str, str], registry: Any) -> list[Finding]:
         packages = getattr(info.plugin, "sdk_packages", ())
         for package in packages if isinstance(packages, tuple) else ():
             wanted.setdefault(str(package), []).append(info.name)
-    return [_known(package, env) or _package(package, plugins) for package, plugins in wanted.items()]
-
-
-def _known(package: str, env: Mapping[str, str]) -> Finding | None:
-    """The findings of the two SDK packages doctor knows more about (CANN's variables, whose torch_tpu), or None."""
-    key = package.replace("-", "_")
-    if key == "torch_npu":
-        return _torch_npu(env)
-    if key == "torch_tpu":
-        return _torch_tpu()
-    return None
+    # Two doctor knows more about: torch_npu (CANN's variables), torch_tpu (whose).
+    known = {"torch_npu": lambda: _torch_npu(env), "torch_tpu": _torch_tpu}
+    return [known[key]() if (key := package.replace("-", "_")) in known else _package(package, plugins)
+            for package, plugins in wanted.items()]
 
 
 def _package(name: str, plugins: list[str]) -> Finding:
@@ -339,11 +331,19 @@ def _plugins(registry: Any) -> list[Finding]:
 
 
 def _shared(registry: Any) -> list[Finding]:
-    """A warning per backend name several installed plugins drive (Ascend's and Habana's ``hccl``)."""
-    from xccl.tools._shared_backend import consequence, shared_backends
-
+    """A warning per backend name two or more loaded plugins drive, none of them xccl's own (Ascend's and Habana's
+    ``hccl``). Selecting a plugin by name (``xccl.init(vendor=...)``) is unaffected; adopting a world created on that
+    backend (``dist.init_process_group("hccl")`` then ``xccl.init()``) picks the plugin whose SDK is importable here,
+    and raises ``InitError`` naming them all when none or several are (``xccl/runtime/_backend_check.py``,
+    ``plugin_for``). A name one of xccl's own plugins drives (gloo, nccl) is no ambiguity: adoption takes xccl's."""
+    by_backend: dict[str, list[Any]] = {}
+    for info in registry.infos().values():
+        if info.plugin is not None:
+            by_backend.setdefault(info.plugin.backend, []).append(info)
     out = []
-    for backend, infos in shared_backends(registry.infos().values()).items():
+    for backend, infos in sorted(by_backend.items()):
+        if len(infos) < 2 or xccl_drives(infos):
+            continue
         names = [i.name for i in infos]
         out.append(Finding(
             "plugins", f"backend {backend!r}", "warn", f"driven by {len(names)} plugins: {', '.join(names)}",
@@ -351,6 +351,24 @@ def _shared(registry: Any) -> list[Finding]:
             {i.name: i.distribution or "?" for i in infos},
         ))
     return out
+
+
+def xccl_drives(infos: Iterable[Any]) -> bool:
+    """Whether one of ``infos`` (``PluginInfo`` objects) is xccl's own plugin, which adopts its backend's worlds
+    whatever else drives the name (the rule of ``plugin_for``)."""
+    from xccl.runtime._backend_check import is_builtin
+
+    return any(is_builtin(i) for i in infos)
+
+
+def consequence(backend: str, names: Sequence[str]) -> str:
+    """What sharing ``backend`` among the plugins ``names`` means, and what settles it: one sentence (``xccl doctor``
+    and ``xccl new-plugin`` warn with it)."""
+    return (
+        f"adopting a world created on {backend!r} (dist.init_process_group({backend!r}) then xccl.init()) picks the "
+        "plugin whose SDK is importable here, and raises InitError naming them when none or several are; "
+        f"xccl.init(vendor=...) settles it (e.g. vendor={names[0]!r}, or XCCL_VENDOR=<{'|'.join(names)}>)"
+    )
 
 
 def _selected(env: Mapping[str, str], vendor: str | None, registry: Any) -> tuple[str | None, Finding]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import os
 import platform
 import socket
@@ -305,14 +306,8 @@ class WorldVerdict:
 def rank_list(ranks: Sequence[int]) -> str:
     """``"rank 3"``, ``"ranks 0-2, 5"``."""
     items = sorted(set(ranks))
-    spans: list[str] = []
-    i = 0
-    while i < len(items):
-        j = i
-        while j + 1 < len(items) and items[j + 1] == items[j] + 1:
-            j += 1
-        spans.append(str(items[i]) if i == j else f"{items[i]}-{items[j]}")
-        i = j + 1
+    runs = [[r for _, r in run] for _, run in itertools.groupby(enumerate(items), lambda p: p[1] - p[0])]
+    spans = [str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs]
     return ("rank " if len(items) == 1 else "ranks ") + ", ".join(spans)
 
 
@@ -334,9 +329,8 @@ def compare(ranks: Sequence[RankFacts], timeout: float) -> WorldVerdict:
         if len(values) > 1:
             found.append(Difference(label, status, {v: {h: tuple(r) for h, r in hs.items()} for v, hs in values.items()}))
     found += _rank_defects(ordered, expected)
-    for f in ordered:
-        for problem in f.problems:
-            found.append(Difference("problem", "fail", summary=f"rank {f.rank} (host {f.host}): {problem}"))
+    found += [Difference("problem", "fail", summary=f"rank {f.rank} (host {f.host}): {problem}")
+              for f in ordered for problem in f.problems]
     return WorldVerdict(tuple(ordered), expected, missing, tuple(found), timeout)
 
 

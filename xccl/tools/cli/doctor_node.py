@@ -1,11 +1,15 @@
 """``xccl doctor``'s checks of what the environment tells this rank: visible devices, rank table, rendezvous
-(which launcher started it, as :func:`xccl.plugin.job_env` reads it: torchrun, Slurm, LSF, Kubeflow, MPI).
+(which launcher started it, as :func:`xccl.plugin.job_env` reads it: torchrun, Slurm, LSF, Kubeflow, MPI), and the
+*vendor runtime* section: what the selected plugin's SDK does at run time (its watchdog, lazy connection,
+communicators, the ``torch.distributed`` functions it patches, what ``Work.wait()`` waits for) and what xccl does
+about it, from the plugin's :class:`~xccl.plugin.VendorRuntime` and the environment (no SDK import).
 
-Each check takes the environment as a mapping (a test seam) and returns :class:`~.doctor_model.Finding` objects.
+Each check takes the environment as a mapping (a test seam) and returns :class:`~.doctor.Finding` objects.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 import socket
 import threading
@@ -16,7 +20,7 @@ from ...errors import InitError
 from ...plugin import JobEnv, job_env
 from .doctor_model import Finding, Status
 
-__all__ = ["LAUNCHER_ENV", "devices", "rank_table", "rendezvous"]
+__all__ = ["LAUNCHER_ENV", "devices", "rank_table", "rendezvous", "vendor_runtime"]
 
 #: The launchers' variables doctor reports (torchrun, Slurm, LSF, Kubeflow, MPI: what ``job_env`` reads).
 LAUNCHER_ENV: Final = (
@@ -33,26 +37,18 @@ LAUNCHER_ENV: Final = (
 
 
 def devices(env: Mapping[str, str], registry: Any, chosen: str | None) -> list[Finding]:
-    owners: dict[str, list[str]] = {
-        "CUDA_VISIBLE_DEVICES": [], "ASCEND_RT_VISIBLE_DEVICES": [], "TPU_VISIBLE_DEVICES": [], "CHIP_MAP": [],
-    }
+    owners: dict[str, list[str]] = {var: [] for var in _CHECKS}
     for info in registry.infos().values():
         var = getattr(info.plugin, "visible_devices_env", None) if info.plugin is not None else None
         if var:
             owners.setdefault(var, []).append(info.name)
-    checks: dict[str, Callable[[str], tuple[Status, str, str]]] = {
-        "CUDA_VISIBLE_DEVICES": _cuda_visible,
-        "ASCEND_RT_VISIBLE_DEVICES": _ascend_visible,
-        "TPU_VISIBLE_DEVICES": _tpu_visible,
-        "CHIP_MAP": _chip_map,
-    }
     out = []
     for var, plugins in owners.items():
         raw = env.get(var)
         if raw is None:
             out.append(Finding("devices", var, "info", _UNSET.get(var, "unset (every device visible)")))
             continue
-        status, summary, fix = checks.get(var, _generic_visible)(raw)
+        status, summary, fix = _CHECKS.get(var, _generic_visible)(raw)
         # A bad value is fatal only for the vendor that reads it, and only when that vendor is selected.
         if status == "fail" and chosen not in plugins and not (var == "CHIP_MAP" and chosen == "sophgo"):
             status = "warn"
@@ -112,6 +108,13 @@ def _chip_map(raw: str) -> tuple[Status, str, str]:
 
 def _generic_visible(raw: str) -> tuple[Status, str, str]:
     return "info", "set", ""
+
+
+#: The visible-devices variables doctor knows the rules of (others, a plugin's, are reported as set).
+_CHECKS: Final[dict[str, Callable[[str], tuple[Status, str, str]]]] = {
+    "CUDA_VISIBLE_DEVICES": _cuda_visible, "ASCEND_RT_VISIBLE_DEVICES": _ascend_visible,
+    "TPU_VISIBLE_DEVICES": _tpu_visible, "CHIP_MAP": _chip_map,
+}
 
 
 # -------------------------------------------------------------------------------------------------- rank table
@@ -262,3 +265,147 @@ def _xccl_vars(env: Mapping[str, str]) -> list[Finding]:
         out.append(Finding("rendezvous", "XCCL_CHECK", "info",
                            "mismatch detector on (a local record per call; store traffic only for new calls and in the background)" if on else "off"))
     return out
+
+
+# --------------------------------------------------------------------------------------------- vendor runtime
+
+
+_SECTION = "vendor runtime"
+
+
+def vendor_runtime(env: Mapping[str, str], registry: Any, chosen: str | None) -> list[Finding]:
+    """The section for the plugin ``xccl.init`` would select (nothing when none can be selected)."""
+    if chosen is None:
+        return []
+    from xccl.plugin._vendor_runtime import PLAIN
+
+    plugin = registry.get(chosen)
+    declared = plugin.vendor_runtime()
+    if declared == PLAIN:
+        return []  # plain torch.distributed: nothing the vendor does around the calls
+    out: list[Finding] = []
+    if declared.watchdog is not None:
+        out.append(_watchdog(declared, env))
+    if declared.lazy_connect is not None:
+        out.append(_connect(declared, env))
+    out += _communicators(plugin, declared, env)
+    if declared.patches:
+        out.append(_patches(declared))
+    if declared.completion.value != "blocking":
+        out.append(Finding(_SECTION, "completion", "info",
+                           f"Work.wait() {declared.completion.value}: it does not wait for the collective itself",
+                           facts={"source": declared.completion_source} if declared.completion_source else {}))
+    return out
+
+
+def _watchdog(declared: Any, env: Mapping[str, str]) -> Finding:
+    from xccl.collectives._watchdog import CHOSEN_MODE, group_timeout
+
+    wd = declared.watchdog
+    name = wd.mode_source(env)
+    try:
+        mode = wd.mode(env) if name is not None else CHOSEN_MODE
+    except ValueError as exc:
+        return Finding(_SECTION, "watchdog", "fail", f"{exc}: xccl.init raises InitError",
+                       f"set {wd.mode_env} to 2 (clean up only), or unset it and let xccl choose")
+    source = f"{name}={env[name].strip()}, set by you" if name else f"set by xccl.init (the vendor's default is {wd.default_mode.value})"
+    raw = env.get("XCCL_TIMEOUT", "").strip()
+    try:
+        asked = _dt.timedelta(seconds=float(raw)) if raw else _dt.timedelta(seconds=wd.torch_default)
+    except ValueError:
+        asked = _dt.timedelta(seconds=wd.torch_default)
+    decided = group_timeout(wd, asked, env)
+    exec_s = wd.exec_timeout(env)
+    group_s = decided.timeout.total_seconds()
+    bound = group_s if exec_s == 0 else min(group_s, exec_s)
+    status: Status = "warn" if mode.tears_down else "ok"
+    summary = (f"mode {mode.value} ({mode.name}; {source}); a hung collective fails after {bound:g} s "
+               f"({wd.exec_timeout_env}={'never' if exec_s == 0 else f'{exec_s:g} s'}); the process groups get "
+               f"{group_s:g} s")
+    fix = (f"mode {mode.value} takes the whole process down when the watchdog fires, and nothing reaches Python: unset "
+           f"{name} to let xccl choose 2 (clean up only)") if mode.tears_down else ""
+    facts = {"given": raw or "none (the vendor's default)", "source": _first(wd.source)}
+    if decided.note:
+        facts["note"] = decided.note
+    return Finding(_SECTION, "watchdog", status, summary, fix, facts)
+
+
+def _connect(declared: Any, env: Mapping[str, str]) -> Finding:
+    lazy = declared.lazy_connect
+    seconds = lazy.timeout(env)
+    return Finding(
+        _SECTION, "connect", "info",
+        f"a communicator connects at its group's first collective, within {lazy.timeout_env}={seconds:g} s; xccl.init "
+        "connects the world's at once (every rank is there); call xccl.runtime.connect(group) on every rank after "
+        "creating another group to connect it while the ranks are together",
+        facts={"source": _first(lazy.source)},
+    )
+
+
+def _communicators(plugin: Any, declared: Any, env: Mapping[str, str]) -> list[Finding]:
+    from xccl.plugin._capabilities import Collective
+
+    memory = declared.comm_memory
+    table = plugin.capabilities()
+    side = any(table.entry(op).via == "host_gloo" for op in (Collective.SEND, Collective.RECV))
+    lazy = " once connected" if declared.lazy_connect is not None else ""
+    each = "1 communicator" if memory is None else f"1 communicator of {memory.buffers} x {memory.env}={memory.mb(env)} MB"
+    p2p = "" if memory is None or not memory.p2p_env else (
+        f"; send/recv add one of {memory.p2p_env}={memory.p2p_mb(env)} MB per pair of ranks that send to each other")
+    summary = (f"every process group (world, sub-groups, DeviceMesh's) holds {each}{lazy}{p2p}; "
+               f"xccl's host-side gloo group per group: {'yes (send/recv staged through host memory)' if side else 'none'}")
+    out = [Finding(_SECTION, "communicators", "info", summary,
+                   facts={"source": _first(memory.source)} if memory is not None else {})]
+    out += _live(memory, env)
+    return out
+
+
+def _first(sources: str) -> str:
+    """The first of a declaration's sources (``repository@commit path:lines``), for a short line."""
+    return sources.split(" (")[0].split(", ")[0]
+
+
+def _live(memory: Any, env: Mapping[str, str]) -> list[Finding]:
+    """The communicators of this process and the runtime's refinements of the table, when xccl is initialised
+    here (doctor called from a job)."""
+    from xccl.collectives._state import PROCESS
+    from xccl.runtime._communicators import communicators
+
+    runtime = PROCESS.runtime
+    if PROCESS.world is None or runtime is None:
+        return []
+    static, live = runtime.plugin.capabilities(), runtime.capabilities()
+    out = [Finding(_SECTION, f"{op.value} ({mode.value})", "info",
+                   f"{sup.level.value} here, {static.entry(op, mode).level.value} in the plugin's table: {sup.note}")
+           for (op, mode), sup in live.items() if sup != static.entry(op, mode)]
+    held = communicators()
+    total = sum(c.memory_mb or 0 for c in held if c.connected is not False)
+    for c in held:
+        state = {True: "connected", False: "not connected yet", None: "connected at creation"}[c.connected]
+        size = "" if c.memory_mb is None else f", {c.memory_mb} MB"
+        out.append(Finding(_SECTION, f"group {c.group}", "info",
+                           f"{c.kind} communicator ({c.backend}) over ranks {list(c.ranks)}: {state}{size}"))
+    out.append(Finding(_SECTION, "device memory", "info",
+                       f"{len(held)} communicator(s), {total} MB of device memory for the connected ones"
+                       + ("" if memory is None else f" ({memory.buffers} x {memory.env}={memory.mb(env)} MB each)")))
+    return out
+
+
+def _patches(declared: Any) -> Finding:
+    def names(patches: Any) -> str:
+        return ", ".join(p.target.removeprefix("torch.distributed.") for p in patches)
+
+    on_import = declared.patches_on_import
+    said = [f"the vendor's SDK replaces torch.distributed's {names(on_import)} when it is imported"] if on_import else []
+    conditions = dict.fromkeys(p.condition for p in declared.patches if p.condition)
+    said += [f"{names(p for p in declared.patches if p.condition == c)}: replaced {c}" for c in conditions]
+    bypass = [p for p in on_import if "directly" in p.effect]
+    if bypass:
+        # The same function may be replaced under two paths (torch.distributed.gather and its distributed_c10d twin).
+        leaves = list(dict.fromkeys(p.target.rpartition(".")[2] for p in bypass))
+        said.append(f"{names(bypass)} then call the vendor's backend directly, past xccl's dispatch (no validation, "
+                    f"mismatch detector or typed faults): call {' and '.join(f'xccl.{leaf}' for leaf in leaves)} "
+                    "instead")
+    return Finding(_SECTION, "patches", "info", "; ".join(said),
+                   facts={p.target: p.effect for p in declared.patches})
+

@@ -1,16 +1,12 @@
-"""``xccl doctor --world``: every rank of a job runs doctor, and rank 0 prints what differs between them.
+"""``xccl doctor --world``: every rank of a job runs doctor, and rank 0 prints what differs between them
+(docs/cli.md, ``xccl doctor --world``).
 
-Run on every rank, under the launcher (``torchrun ... --no-python xccl doctor --world``). Each rank runs the node
-checks, condenses them into its :class:`~.doctor_facts.RankFacts` and leaves them in the launcher's rendezvous
-store; rank 0 collects them until every rank has answered or the timeout has passed, prints one row per rank
-grouped by host and every difference, and leaves its verdict in the store, which every rank exits with.
-
-The exchange uses the store only, never a collective: the point is to diagnose worlds that cannot form one (a
-rank with another plugin, torch or ``WORLD_SIZE`` makes ``init_process_group`` hang until its timeout). The store
-is torchrun's agent store where torchrun provides one (``TORCHELASTIC_USE_AGENT_STORE=True``), else a
-``TCPStore`` that rank 0 hosts at ``MASTER_ADDR:MASTER_PORT``, as ``env://`` does. Every wait has a timeout:
-a rank that never answers is named, by number, after ``--timeout`` seconds; when rank 0 never answers, every
-other rank says so and exits 1.
+Each rank condenses its node checks into its :class:`~.doctor_facts.RankFacts` and leaves them in the launcher's
+rendezvous store, never a collective: the point is to diagnose worlds that cannot form one (a rank with another
+plugin, torch or ``WORLD_SIZE`` makes ``init_process_group`` hang until its timeout). Rank 0 collects them until
+every rank has answered or ``--timeout`` has passed, prints, and leaves its verdict in the store, which every rank
+exits with. The store is torchrun's agent store where torchrun provides one (``TORCHELASTIC_USE_AGENT_STORE=True``),
+else a ``TCPStore`` that rank 0 hosts at ``MASTER_ADDR:MASTER_PORT``, as ``env://`` does.
 
 Protocol (keys under ``xccl.doctor/<run id>/<restart>/``): each rank takes a slot with ``add("n", 1)`` and sets
 ``slot/<i>`` to its facts as JSON (slots rather than one key per rank, so that two processes given the same

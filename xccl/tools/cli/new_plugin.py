@@ -1,17 +1,8 @@
 """``xccl new-plugin NAME``: a vendor plugin distribution, named for the vendor, passing the kit in simulation.
 
-It writes ``./xccl-NAME`` (or ``-o DIR``): the entry point, a cheap probe, a lazy SDK boundary raising
-``BackendUnavailable`` with what is missing and the fix, device setup, a capability table, a simulation profile,
-the vendor's run-time behaviour, the conformance test and a README; with ``--rank-table``, a stub rank-table
-format. The device is local rank's (``set_device(LOCAL_RANK)``) unless ``--bridge-picks-device`` says the SDK's
-bridge chooses it. Then::
-
-    pip install -e "./xccl-acme[test]" && (cd xccl-acme && pytest)
-
-A backend name an installed plugin already drives (``--backend hccl`` beside Ascend's) is written all the same,
-with a warning on stderr naming that plugin and what sharing the name means.
-
-Exit status: 0; 2 for a bad name or option, or an output directory that is not empty.
+It writes ``./xccl-NAME`` (or ``-o DIR``) from the templates of :mod:`xccl.tools._scaffold`; the options and what a
+shared backend name means are in docs/cli.md (``xccl new-plugin``). Exit status: 0; 2 for a bad name or option, or
+an output directory that is not empty.
 """
 
 from __future__ import annotations
@@ -81,7 +72,7 @@ def _shared_backend(name: str, backend: str) -> str:
     """
     try:
         from xccl.plugin._registry import default_registry
-        from xccl.tools._shared_backend import consequence, xccl_drives
+        from xccl.tools.cli.doctor_checks import consequence, xccl_drives
 
         infos = default_registry().infos().values()
     except Exception:  # the scaffold is written; a warning that cannot be computed is not an error

@@ -2,16 +2,7 @@
 report every collective it issued by call site: native, emulated (by what) or unsupported (the typed error the
 hardware run would raise), with its predicted time on the vendor's hardware.
 
-Example::
-
-    xccl preflight --vendor sophgo --world 4 -- python train.py --steps 2
-    xccl preflight --vendor ascend --world 8 --nodes 2 --json preflight.json -- python -m mypkg.train
-    xccl preflight --vendor sophgo --world 64 --ranks 0,63 -- python train.py --steps 1   # a fake world, 8 nodes
-    xccl preflight --vendor sophgo --world 8 --html report.html --png report.png -- python train.py --steps 1
-
-Exit status: 0 when every rank finished and no call would fail on the vendor; 1 otherwise (a CI gate: "still runs
-on Sophgo"); 2 when the command line cannot be run (``--png`` without matplotlib included, said before the script
-runs).
+Options and exit statuses: docs/cli.md (``xccl preflight``); the walk-through: docs/preflight.md.
 """
 
 from __future__ import annotations
@@ -19,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -59,7 +51,7 @@ def add_parser(sub: Any, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the preflight and print its report; see the module's exit statuses."""
+    """Run the preflight and print its report; 0 when it runs on the vendor, 1 when not, 2 for a bad request."""
     from xccl.errors import XcclError
     from xccl.tools._preflight import preflight
     from xccl.tools._preflight_report import render
@@ -69,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     try:
         if args.png:
-            from xccl.tools._preflight_png import require_matplotlib
+            from xccl.tools._preflight_charts import require_matplotlib
 
             require_matplotlib("--png")  # before the script runs: a missing extra costs seconds, not a preflight
         model = _calibrated(args.vendor, args.calibrate, args.calibrate_inter)
@@ -80,11 +72,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(render(report))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(report.to_json(), f, indent=2, default=str)
+        Path(args.json).write_text(json.dumps(report.to_json(), indent=2, default=str), encoding="utf-8")
     if args.html:
-        with open(args.html, "w", encoding="utf-8") as f:
-            f.write(report.html())
+        Path(args.html).write_text(report.html(), encoding="utf-8")
     if args.png:
         report.png(args.png)
     return report.exit_code
@@ -107,8 +97,7 @@ def _calibrated(vendor: str, intra: list[str], inter: list[str]) -> Any:
 
     model = default_registry().get(vendor).cost_model()
     generation = f"{model.generation if model is not None else vendor}, calibrated"
-    for path in intra:
-        model = calibrate(path, generation=generation, intra_node=True, base=model)
-    for path in inter:
-        model = calibrate(path, generation=generation, intra_node=False, base=model)
+    for paths, intra_node in ((intra, True), (inter, False)):
+        for path in paths:
+            model = calibrate(path, generation=generation, intra_node=intra_node, base=model)
     return model

@@ -1,11 +1,6 @@
-"""``xccl rank-table``: generate a rank table of any installed plugin's format, or validate any rank table.
-
-The formats are the plugins' (``Plugin.rank_table_formats``): Sophgo's and HCCL's come with ``xccl-sophgo`` and
-``xccl-ascend``, and a third-party plugin adds its own. ``xccl rank-table <format> ...`` generates one
-(``xccl rank-table sophgo --device-id '[[0,1,2,3,4,5,6,7]]'`` does what Sophgo's ``tpu_gen_sccl_rank_table``
-does, but takes JSON and writes atomically); the output goes to ``-o``, else ``$RANK_TABLE_FILE``, else the
-format's default file. ``xccl rank-table validate FILE [--max-devices N]`` recognises every installed format and
-prints a summary, or the :class:`~xccl.RankTableError` (file, JSON path of the field, problem) and exits 1.
+"""``xccl rank-table``: generate a rank table of any installed plugin's format (``Plugin.rank_table_formats``),
+or validate any rank table (docs/cli.md, ``xccl rank-table``): ``validate`` prints a summary, or the
+:class:`~xccl.RankTableError` (file, JSON path of the field, problem) and exits 1.
 """
 
 from __future__ import annotations

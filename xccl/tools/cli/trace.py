@@ -1,11 +1,5 @@
 """``xccl trace DIR``: where every group's ranks stand in a directory of flight-recorder dumps, who is missing or
-ahead, the call sites, and which rank makes the others wait.
-
-Example::
-
-    TORCH_FR_DUMP_TEMP_FILE=/tmp/fr/rank_ torchrun ... train.py     # dumps at a fault, or xccl.dump_trace()
-    xccl trace /tmp/fr
-    xccl trace /tmp/fr -p rank_ --window 50 --json verdict.json
+ahead, the call sites, and which rank makes the others wait (docs/cli.md, ``xccl trace``).
 
 Exit status: 0 when every group completed every call it recorded; 1 when some group has a call not completed
 everywhere (a hang or a fault); 2 when the directory holds no dumps.
@@ -17,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -48,6 +43,5 @@ def run(args: argparse.Namespace) -> int:
     reports = analyse(dumps, window=args.window)
     print(render(reports))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump([dataclasses.asdict(r) for r in reports], f, indent=2, default=str)
+        Path(args.json).write_text(json.dumps([dataclasses.asdict(r) for r in reports], indent=2, default=str))
     return 1 if any(r.stuck_seq is not None for r in reports) else 0
