@@ -4,38 +4,9 @@ A plugin is a separate distribution with one entry point in the ``xccl.plugins``
 :class:`Plugin` (identity, a cheap probe, the capability table, the simulation profile, the vendor's run-time
 behaviour). Its :class:`Runtime` (device setup, process-group options, communicator names, kernels, graph
 converters) is built only once the plugin is selected, and ``xccl.init`` checks both against the contract then.
-``xccl new-plugin NAME`` writes a plugin that passes the conformance kit; docs/plugin-guide.md documents every name
-below. What is here, by concern:
-
-* the contract: :class:`Plugin`, :class:`Runtime`, :class:`ProbeResult`, :data:`PLUGIN_API_VERSION`;
-* kernels: :class:`KernelContext` (what a kernel sees of its group), :data:`KERNEL_SIGNATURES` (the arguments of
-  each kind of kernel), :func:`c10d_kernel` (the plain c10d call, for kernels that only add a check), :class:`Work`
-  and :func:`finish` (a handle for kernels that compose several steps);
-* the capability table: :class:`CapabilityTable` built with :func:`table_from` from :class:`Support` entries
-  (:class:`Level`, :class:`Mode`, :class:`Collective`; :class:`Prefer` and :data:`AGREED_SIZE` for a native op
-  that runs faster as a composition), :data:`PORTABLE` (the emulations any backend gets), :func:`graph_entries`
-  (a graph column derived from the eager one), :data:`ALL_DTYPES`, reduce-op names (:func:`reduce_op_name`,
-  :func:`reduce_op_of`), :func:`version_below` (how ``Support.min_sdk`` floors compare);
-* the CPU simulation: :class:`SimProfile`, :func:`simulated_backend_of`, :func:`simulated_group_of` (the gloo
-  group under a simulated one, for a simulated SDK's own functions), and the simulated SDK's patches of
-  ``torch.distributed`` (:func:`install_patches`, :func:`remove_patches`, :func:`installed_patches`);
-* the vendor's run-time behaviour as data: :class:`VendorRuntime` (:class:`Completion`, :class:`Watchdog` and
-  :class:`ErrorHandling`, :class:`LazyConnect`, :class:`CommMemory`, :class:`TorchPatch`, :class:`VendorFault`
-  and :class:`Fault`), which xccl acts on and the simulation reproduces;
-* the communication cost model as data (``xccl preflight`` prices calls with it): :class:`CostModel` of
-  :class:`LinkCost` per op and link kind, nccl-tests' :func:`bus_factor` (:data:`BUS_FACTOR`), and
-  :func:`cost_rows` (the model as docs/fidelity.md's rows);
-* the job: :func:`job_env` returns a :class:`JobEnv` (rank, world size, local rank and size, node, rendezvous
-  address, and which launcher said so); :class:`Job` is what xccl places a runtime for (:meth:`Runtime.place`);
-* running a plugin without packaging it: :class:`Registry` (``Registry.from_plugins(MyPlugin())``);
-* rank tables: :class:`RankTableFormat` (a plugin's format for ``xccl rank-table``) and the JSON reading kit that
-  reports every defect as a :class:`RankTableError` with its JSON path (:func:`load_rank_table`,
-  :func:`read_json`, :func:`as_object`, :func:`require`, :func:`nonempty_list`, :func:`json_type`,
-  :func:`describe`, :func:`non_negative`, :func:`any_string`, :func:`optional_ipv4`, :func:`is_ipv4`,
-  :func:`check_ranks`, :func:`check_device_ids`, :func:`dump`, :data:`INTEGER`, :data:`StrPath`);
-* graph compilers: :func:`report_graph_check` (what a vendor's compiler found in a graph: :class:`GraphCheck`,
-  :class:`NodeProblem`), which ``xccl preflight`` reports per compiled region;
-* the errors a plugin raises, and :func:`warn_at_user` for warnings that name the user's line.
+``xccl new-plugin NAME`` writes a plugin that passes the conformance kit. docs/plugin-guide.md documents every name
+below, by concern: the contract, kernels, the capability table, the CPU simulation, the vendor's run-time behaviour,
+the cost model, the job, the registry, rank tables, graph compilers, and the errors a plugin raises.
 
 Everything else of the package is xccl's own: the discovery listing (``xccl.plugins()``, ``xccl.PluginInfo``), the
 simulated process group, the kernel protocols and checks (``xccl.init`` runs them).
@@ -66,9 +37,8 @@ from ._capabilities import (
 )
 from ._contract import PLUGIN_API_VERSION, Plugin, ProbeResult, Runtime
 from ._cost import BUS_FACTOR, CostModel, LinkCost, bus_factor, cost_rows
-from ._entries import PORTABLE
 from ._graph_checks import GraphCheck, NodeProblem, report_graph_check
-from ._graph_column import graph_entries
+from ._graph_column import PORTABLE, graph_entries
 from ._job import Job
 from ._jobenv import JobEnv, job_env
 from ._kernels import KERNEL_SIGNATURES, KernelContext

@@ -1,9 +1,8 @@
 """c10d kernels for plugins: one call of the vendor's own c10d method per collective.
 
 What dispatch runs where a plugin's table says native and the plugin brings no kernel of its own, and what a
-plugin's kernel can call after a check of its own (:func:`c10d_kernel`). Each op's kernel and the c10d methods torch
-reaches it by are facts of the op's spec (``xccl.ops._specs``, built from ``xccl.ops._c10d``); this module is the
-plugin SDK's view of them.
+plugin's kernel can call after a check of its own (:func:`c10d_kernel`): the plugin SDK's view of the specs' facts
+(``xccl.ops._specs``, built from ``xccl.ops._c10d``).
 """
 
 from __future__ import annotations

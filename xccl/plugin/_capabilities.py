@@ -59,14 +59,8 @@ __all__ = [
 @final
 @dataclass(frozen=True, slots=True)
 class Support:
-    """How one backend runs one collective in one mode.
-
-    ``dtypes`` and ``reduce_ops`` list what the *native* kernel accepts (``None``: anything). Outside them the op
-    may still run through an emulation: ``cast_to`` names the dtype an unsupported dtype is cast to, ``dtype_via``
-    the composition that reduces a dtype the backend moves but cannot reduce (float64 on SCCL and HCCL: its bits
-    gathered, reduced locally in rank order, so exactly and alike on every rank); a missing ``avg`` is computed as
-    ``sum`` then a divide, and a missing ``premul_sum`` as a local scale then ``sum``, when ``sum`` is native.
-    """
+    """How one backend runs one collective in one mode: ``dtypes`` and ``reduce_ops`` list what the *native* kernel
+    accepts, and outside them the op may still run through an emulation (docs/plugin-guide.md, section 6)."""
 
     #: native, emulated or unsupported.
     level: Level
@@ -104,13 +98,10 @@ class Support:
         return self.reduce_ops
 
 
-NATIVE: Final = Support(Level.NATIVE)
 UNSUPPORTED: Final = Support(Level.UNSUPPORTED)
 
-C = Collective
 #: What each of xccl's emulations calls, by (op, ``via``): (building block, dtype, reduce op), from its record
-#: (``xccl.ops._emulations``). :meth:`CapabilityTable.resolve` checks them, so an emulation whose building block
-#: cannot run the call shape is unsupported before any rank communicates.
+#: (``xccl.ops._emulations``): an emulation whose block cannot run the call shape is refused before any rank sends.
 EMULATION_BLOCKS: Final[Mapping[tuple[Collective, str], tuple[Block, ...]]] = {k: e.blocks for k, e in BY_KEY.items()}
 #: Emulations that reduce on the host (``local_reduce``), and the reduce ops a host reduction has.
 LOCAL_REDUCTIONS: Final = frozenset(k for k, e in BY_KEY.items() if e.local_reduction)
@@ -174,14 +165,7 @@ class Resolution:
 
 @final
 class CapabilityTable:
-    """A backend's capabilities: ``{(Collective, Mode): Support}``, queried at run time.
-
-    Example::
-
-        table = xccl.capabilities("cpu")
-        table.supports("all_gather_into_tensor", mode="graph")
-        table.require("all_reduce", dtype=torch.bfloat16, reduce_op="avg")
-    """
+    """A backend's capabilities: ``{(Collective, Mode): Support}``, queried at run time (docs/capabilities.md)."""
 
     __slots__ = ("_entries", "backend", "notes")
 
@@ -384,12 +368,9 @@ class CapabilityTable:
         self, op: Collective | str, *, mode: Mode | str = Mode.EAGER, dtype: torch.dtype | None = None,
         reduce_op: str | None = None, world_size: int | None = None, sdk_versions: Mapping[str, str] | None = None,
     ) -> tuple[Resolution, tuple[int, ...], tuple[Resolution, ...]]:
-        """:meth:`resolve` for a call shape at every size at once: the answer at no particular size, the agreed
-        sizes at which it changes (:meth:`size_bounds`) and the answer in each range they cut (``[0, b0)``,
-        ``[b0, b1)``, ... ``[bn, inf)``; empty when the choice never changes with size).
-
-        What xccl's planner asks, once per call shape: the plan cache then chooses per call by size alone.
-        """
+        """:meth:`resolve` for a call shape at every size at once (what xccl's planner asks, once per call shape):
+        the answer at no particular size, the agreed sizes at which it changes (:meth:`size_bounds`) and the answer
+        in each range they cut (``[0, b0)``, ... ``[bn, inf)``; empty when the choice never changes with size)."""
         shape = {"mode": mode, "dtype": dtype, "reduce_op": reduce_op, "world_size": world_size,
                  "sdk_versions": sdk_versions}
         res = self.resolve(op, **shape)  # type: ignore[arg-type]
@@ -470,8 +451,7 @@ def table_from(
         default: the entry used for ops a mapping omits.
         notes: table-wide remarks rendered under the table.
     """
-    entries: dict[tuple[Collective, Mode], Support] = {}
-    for op in Collective:
-        entries[(op, Mode.EAGER)] = eager.get(op, default)
-        entries[(op, Mode.GRAPH)] = (graph or {}).get(op, UNSUPPORTED)
+    graph = graph or {}
+    entries = {(op, mode): eager.get(op, default) if mode is Mode.EAGER else graph.get(op, UNSUPPORTED)
+               for op in Collective for mode in (Mode.EAGER, Mode.GRAPH)}
     return CapabilityTable(backend, entries, notes)

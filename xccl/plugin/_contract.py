@@ -2,16 +2,9 @@
 
 A plugin is a separate distribution that declares one entry point in the ``xccl.plugins`` namespace. The entry
 point's target is a :class:`Plugin` instance (or a zero-argument callable returning one) in a module that imports
-no vendor SDK: identity, a cheap :meth:`Plugin.probe`, and the capability table. Everything heavy lives behind
-:meth:`Plugin.runtime`, which is only called once the plugin is selected, and may import the SDK there.
-
-The split, by concern:
-
-* :class:`Plugin` - identity, probe, capability table, the vendor's run-time behaviour, simulation profile, cost
-  model, the vendor's adaptor modules (all cheap, all data).
-* :class:`Runtime` - device setup, process-group options, communicator names, native kernels beyond
-  ``torch.distributed``, graph converters. The base class is plain ``torch.distributed`` with working defaults,
-  so a vendor overrides only what differs.
+no vendor SDK: identity, a cheap :meth:`Plugin.probe`, and the capability table, all data. Everything heavy lives
+behind :meth:`Plugin.runtime`, which is only called once the plugin is selected, and may import the SDK there: a
+:class:`Runtime` whose defaults are plain ``torch.distributed``, so a vendor overrides only what differs.
 
 Plugins never monkeypatch xccl: where a plugin needs a hook, the hook is a method here.
 """
@@ -23,17 +16,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Final, final
 
 import torch
+import torch.distributed as dist
 
+from ..errors import InitError
 from ._capabilities import CapabilityTable, Collective
 from ._cost import CostModel
+from ._fake_world import transport
 from ._job import Job
-from ._native_groups import create_native_group
 from ._ranktable import RankTableFormat
 from ._vendor_runtime import PLAIN, VendorRuntime
 
 if TYPE_CHECKING:
-    import torch.distributed as dist
-
     from ._sim import SimProfile
 
 __all__ = ["PLUGIN_API_VERSION", "Plugin", "ProbeResult", "Runtime"]
@@ -85,9 +78,8 @@ class Plugin:
     backend: ClassVar[str] = "gloo"
     #: True for accelerator plugins; auto-detection prefers an available accelerator over the CPU.
     accelerator: ClassVar[bool] = True
-    #: Environment variable that restricts which devices a process sees (``"ASCEND_RT_VISIBLE_DEVICES"``,
-    #: ``"CUDA_VISIBLE_DEVICES"``), or None when the vendor has none. ``xccl doctor`` reads and checks it, and
-    #: reports it with the devices it found.
+    #: Environment variable that restricts which devices a process sees (``"ASCEND_RT_VISIBLE_DEVICES"``), or None
+    #: when the vendor has none; ``xccl doctor`` checks it.
     visible_devices_env: ClassVar[str | None] = None
     #: The vendor SDK's distributions (pip names, e.g. ``("torch-npu",)``): ``xccl doctor`` lists each with its
     #: version or "not installed". Read from package metadata; nothing is imported.
@@ -108,9 +100,8 @@ class Plugin:
         return None
 
     def vendor_runtime(self) -> VendorRuntime:
-        """What the vendor's SDK does at run time (completion, watchdog, lazy connect, memory per communicator,
-        patches of ``torch.distributed``): data, cheap like :meth:`capabilities`. xccl acts on it on the hardware
-        and the simulation reproduces it (:mod:`xccl.plugin._vendor_runtime`). Default: plain torch.distributed."""
+        """What the vendor's SDK does at run time (:mod:`xccl.plugin._vendor_runtime`): data, cheap like
+        :meth:`capabilities`. Default: plain torch.distributed."""
         return PLAIN
 
     def runtime(self, *, simulate: bool) -> Runtime:
@@ -123,9 +114,8 @@ class Plugin:
         return ()
 
     def cost_model(self) -> CostModel | None:
-        """The vendor's communication cost model (latency and bus bandwidth per op, inside and across nodes, each
-        with its source), for ``xccl preflight``; None when the plugin publishes none. Data, cheap like
-        :meth:`capabilities`."""
+        """The vendor's communication cost model, for ``xccl preflight``; None when the plugin publishes none.
+        Data, cheap like :meth:`capabilities`."""
         return None
 
     def cost_models(self) -> Sequence[CostModel]:
@@ -135,12 +125,10 @@ class Plugin:
         return () if model is None else (model,)
 
     def adaptor_modules(self) -> tuple[str, ...]:
-        """Module-name prefixes whose frames are the vendor's, not the user's: the vendor's adaptor, which replaces
-        torch.distributed functions so that a user's ``dist.gather`` runs the vendor's code first (torch_npu's
-        ``_gather``), and the plugin's own stand-ins for it in simulation. ``torch_npu`` covers
-        ``torch_npu.distributed.distributed_c10d``. The flight recorder's call sites, warnings and ``xccl
-        preflight`` skip them to name the user's line. Data, cheap like :meth:`capabilities`; nothing is imported.
-        Default: none."""
+        """Module-name prefixes whose frames are the vendor's, not the user's (its adaptor, which replaces
+        torch.distributed functions, and the plugin's stand-ins for it in simulation; ``torch_npu`` covers
+        ``torch_npu.distributed.distributed_c10d``): call sites, warnings and ``xccl preflight`` skip them to name
+        the user's line. Data, cheap like :meth:`capabilities`. Default: none."""
         return ()
 
     def __repr__(self) -> str:
@@ -172,23 +160,18 @@ class Runtime:
     def place(self, job: Job, *, adopted: bool = False) -> torch.device:
         """Choose this process's device for ``job``, make it current (unless ``adopted``) and return it.
 
-        xccl calls this once per world: from ``xccl.init`` before it creates the world, or, after
-        ``xccl.process_group_backend``, when the framework creates the world's group (the launcher's variables and
-        the world's size are known then, not before), always before the vendor's first group. ``adopted``: the
-        world was created outside xccl, whoever created it chose the device; know the placement (for the options
-        of new groups), select nothing. A plugin whose placement depends on the whole job (Sophgo's chip map)
-        overrides this; the default calls :meth:`setup_device` (or :meth:`adopt_device`) with the local rank.
+        xccl calls this once per world, before the vendor's first group (docs/plugin-guide.md, section 8).
+        ``adopted``: the world was created outside xccl, whoever created it chose the device; know the placement
+        (for the options of new groups), select nothing. The default calls :meth:`setup_device` (or
+        :meth:`adopt_device`) with the local rank; a plugin whose placement depends on the whole job (Sophgo's chip
+        map) overrides it.
         """
         return self.adopt_device(job.local_rank) if adopted else self.setup_device(job.local_rank)
 
     def capabilities(self) -> CapabilityTable:
-        """The table dispatch uses: the plugin's, refined by what this runtime found in the installed SDK.
-
-        A vendor API that one release of the SDK has and another lacks (torch_npu's ``all_to_all_vc``) is probed
-        here, on the SDK the runtime loaded, never by a hidden branch in the plugin's static table: the plugin's
-        :meth:`Plugin.capabilities` describes the release it documents, and this returns it with the entries the
-        probe changed (:meth:`CapabilityTable.with_entries`). Called once per group; cache it. Default: the
-        plugin's table.
+        """The table dispatch uses: the plugin's (the default), refined by what this runtime found in the installed
+        SDK (:meth:`CapabilityTable.with_entries`), e.g. an API one release has and another lacks (torch_npu's
+        ``all_to_all_vc``), never by a hidden branch in the plugin's static table. Called once per group; cache it.
         """
         return self.plugin.capabilities()
 
@@ -196,28 +179,20 @@ class Runtime:
         """Make ``local_rank``'s device current and return it (what the default :meth:`place` does)."""
         if self.device_type == "cpu":
             return torch.device("cpu")
-        module = getattr(torch, self.device_type)
-        module.set_device(local_rank)
+        getattr(torch, self.device_type).set_device(local_rank)
         return torch.device(self.device_type, local_rank)
 
     def adopt_device(self, local_rank: int) -> torch.device:
-        """The device of a process whose world was created outside xccl: the current one, left as it is.
-
-        ``xccl.init()`` on an initialised ``torch.distributed`` sets nothing that is already set (the framework
-        that created the world chose the device), so this reads instead of :meth:`setup_device`.
-        """
+        """The device of a process whose world was created outside xccl: the current one, left as it is (the
+        framework that created the world chose it), read instead of :meth:`setup_device`."""
         if self.device_type == "cpu":
             return torch.device("cpu")
         return torch.device(self.device_type, getattr(torch, self.device_type).current_device())
 
     def create_native_group(self, options: Any, pg_options: Any) -> Any:
-        """The vendor's own process group for one group of xccl's process-group backend.
-
-        xccl's c10d process group (``xccl_<backend>``) wraps what this returns and runs the vendor's kernels
-        through its c10d methods. The default builds what ``torch.distributed`` would for :attr:`backend`: gloo
-        and nccl directly, any other name through the creator registered with
-        ``torch.distributed.Backend.register_backend`` (torch_npu's ``hccl``, Sophgo's ``sccl``, or their
-        simulations).
+        """The vendor's own process group for one group of xccl's process-group backend (``xccl_<backend>``), which
+        wraps it and runs the vendor's kernels through its c10d methods. The default builds what
+        ``torch.distributed`` would for :attr:`backend`.
 
         Args:
             options: torch's ``_DistributedBackendOptions`` for the group (store, group rank and size, timeout,
@@ -228,7 +203,7 @@ class Runtime:
             A c10d ``Backend`` (``ProcessGroupGloo``, ``ProcessGroupNCCL``, ``ProcessGroupHCCL``) or a
             ``ProcessGroup``.
         """
-        return create_native_group(self.backend, options, pg_options)
+        return _create_native_group(self.backend, options, pg_options)
 
     def process_group_options(self, ranks: Sequence[int] | None) -> Any:
         """Options for the process group over ``ranks`` (``None``: the world), or None for the backend default."""
@@ -239,18 +214,13 @@ class Runtime:
         return f"{self.backend}:{group.group_name}"
 
     def connect(self, group: dist.ProcessGroup) -> None:
-        """Connect ``group``'s communicator now, where the vendor connects at a group's first collective
-        (:class:`~xccl.plugin.LazyConnect`). Collective: every member calls it (``xccl.init`` does for the world,
-        ``xccl.runtime.connect`` for any group). Default: a one-element all_reduce on the vendor's own group,
-        which every vendor must connect for."""
-        from torch.distributed import ReduceOp
-
+        """Connect ``group``'s communicator now, where the vendor connects lazily (:class:`~xccl.plugin.LazyConnect`).
+        Collective: every member calls it. Default: a one-element all_reduce on the vendor's own group."""
         from ._c10d import c10d_kernel  # plain c10d, so that no detector or dispatch records the call
 
-        native = getattr(group, "native", group)
-        kernel = c10d_kernel(Collective.ALL_REDUCE, native)
+        kernel = c10d_kernel(Collective.ALL_REDUCE, getattr(group, "native", group))
         if kernel is not None:
-            kernel(torch.zeros(1, device=self.device_type), ReduceOp.SUM, False)
+            kernel(torch.zeros(1, device=self.device_type), dist.ReduceOp.SUM, False)
 
     def comm_connected(self, group: dist.ProcessGroup) -> bool | None:
         """Whether ``group``'s communicator is connected yet, where the vendor connects lazily; None when the
@@ -265,12 +235,11 @@ class Runtime:
 
     def kernels(self) -> Mapping[Collective, Callable[..., Any]]:
         """The vendor's kernels for ops c10d has no method for (uneven collectives, fused ops), or that need a
-        check c10d's does not make, by collective.
+        check c10d's does not make, by collective; ops without an entry run c10d's method on the vendor's group.
 
-        A kernel is called as ``kernel(ctx, *kernel_args, async_op)`` with a :class:`~xccl.plugin.KernelContext`;
-        :data:`~xccl.plugin.KERNEL_SIGNATURES` lists each op's kernel arguments. It may raise
-        :class:`~xccl.ConstraintViolation` *before* communicating when its documented constraints do not hold;
-        dispatch then applies the fallback policy. Ops without an entry run c10d's method on the vendor's group.
+        A kernel is called as :mod:`xccl.plugin._kernels` says. It may raise :class:`~xccl.ConstraintViolation`
+        *before* communicating when its documented constraints do not hold; dispatch then applies the fallback
+        policy.
         """
         return {}
 
@@ -286,11 +255,11 @@ class Runtime:
         """The names of xccl's graph ops (``torch.ops.xccl.<name>``) this runtime's graph compiler takes; None:
         every one (Inductor runs them as they are).
 
-        The graph forms ask while tracing, before they emit an xccl op: one outside the set raises
-        :class:`~xccl.UnsupportedCollective` at trace time instead of reaching a compiler that cannot take it.
-        Without ``"order"`` the forms leave out the joins of standard collectives to the order token: the
-        compiler keeps program order itself. A vendor whose own compile backend users may call directly can
-        register here, once, what that backend needs to recognise xccl's ops (Ascend: TorchAir converters).
+        One outside the set raises :class:`~xccl.UnsupportedCollective` at trace time instead of reaching a
+        compiler that cannot take it. Without ``"order"`` the forms leave out the joins of standard collectives to
+        the order token: the compiler keeps program order itself. A vendor whose own compile backend users may
+        call directly can register here, once, what that backend needs to recognise xccl's ops (Ascend: TorchAir
+        converters).
         """
         return None
 
@@ -301,10 +270,46 @@ class Runtime:
 
     def world_shrunk(self, kept: Sequence[int]) -> None:
         """The world is shrinking to the old global ranks ``kept`` (``torch.distributed.shrink_group``): the
-        survivor ``kept[i]`` becomes rank ``i``. Called after the old world is destroyed and before the new one is
-        created; this process keeps its device. Re-derive whatever the runtime knows per global rank for the new
-        numbering (Sophgo: the chip of each rank; Ascend: the rank table of the survivors). Default: nothing (a
-        vendor whose groups know no per-rank placement)."""
+        survivor ``kept[i]`` becomes rank ``i``, keeping its device. Called between the old world's destruction and
+        the new one's creation, to re-derive what the runtime knows per global rank (Sophgo: the chip of each rank;
+        Ascend: the survivors' rank table). Default: nothing."""
 
     def shutdown(self) -> None:
         """Release vendor resources after the process group is destroyed."""
+
+
+def _create_native_group(backend: str, options: Any, pg_options: Any) -> Any:
+    """A c10d ``Backend`` or ``ProcessGroup`` of ``backend`` for the group ``options`` describes, built the way
+    ``torch.distributed`` would: gloo and nccl directly, as ``distributed_c10d._new_process_group_helper`` does in
+    torch 2.13; any other name through the creator its package registered with ``Backend.register_backend``
+    (torch_npu's ``hccl``, Sophgo's ``sccl``, or xccl's simulations of them).
+
+    Raises:
+        InitError: no backend of that name is available in this process.
+    """
+    c10d: Any = dist.distributed_c10d
+    store, rank, size, timeout = options.store, options.group_rank, options.group_size, options.timeout
+    net = transport()
+    if backend == "gloo" or (backend == "nccl" and not net.waits):
+        gloo = net.gloo(store, rank, size, timeout)
+        if net.waits:  # else a fake world's (preflight): no communication, no options
+            gloo.options.global_ranks_in_group = list(options.global_ranks_in_group)
+            gloo.options.group_name = options.group_id
+        return gloo
+    if backend == "nccl":
+        opts = pg_options if pg_options is not None else c10d.ProcessGroupNCCL.Options()
+        if pg_options is None:
+            opts.is_high_priority_stream = False
+        opts._timeout = timeout
+        opts.global_ranks_in_group = list(options.global_ranks_in_group)
+        opts.group_name = options.group_id
+        return c10d.ProcessGroupNCCL(store, rank, size, opts)
+    plugin = dist.Backend._plugins.get(backend.upper())
+    if plugin is None:
+        raise InitError(
+            f"torch.distributed has no backend {backend!r} in this process: import the vendor's package (torch_npu "
+            "registers 'hccl', torch_tpu 'sccl') or simulate it with xccl.init(vendor=..., simulate=True)"
+        )
+    if plugin.extended_api:
+        return plugin.creator_fn(options, pg_options)
+    return plugin.creator_fn(store, rank, size, timeout)

@@ -1,18 +1,11 @@
 """What moves bytes and who waits for peers: a real world, or a fake one, chosen once (``XCCL_FAKE_WORLD=r/N``).
 
-``xccl preflight --mode fake`` makes a process play rank ``r`` of a world of ``N`` that does not exist, to check a
-world far larger than this machine can run as processes. Every vendor rule still applies as in a simulated run
-(capability table, constraints, fallback policy: native, emulated by its parts, or the same typed error), because
-the simulated vendor group and xccl's dispatch above it are the same objects; only the :class:`Transport`
-differs: each group's gloo backend is torch's ``FakeProcessGroup`` (``torch.testing._internal.distributed.fake_pg``),
-which issues no communication and returns outputs of the right shapes with garbage values, the store is a local
-``HashStore`` (torch's ``FakeStore`` has no key-value methods; xccl keeps keys of its own), and nobody waits for the
-other ranks (the world check, the liveness ports, the vendor's lazy-connect arrival check, the store-based monitored
-barrier): nobody else will ever arrive.
-
-The transport is chosen once, when xccl prepares a world (``xccl.init``, ``process_group_backend``: :func:`choose`),
-and asked for by the places that build a gloo group or wait for peers (:func:`transport`); ``xccl.shutdown``
-forgets the choice.
+``xccl preflight --mode fake`` makes a process play rank ``r`` of a world of ``N`` that does not exist
+(docs/preflight.md). Everything above the wire is the simulated run's own; only the :class:`Transport` differs: each
+group's gloo backend is torch's ``FakeProcessGroup`` (``torch.testing._internal.distributed.fake_pg``: no
+communication, outputs of the right shapes with garbage values), the store is a local ``HashStore`` (torch's ``FakeStore`` has no key-value methods; xccl keeps keys of its
+own), and nobody waits for the other ranks (the world check, the liveness ports, the vendor's lazy-connect arrival
+check, the store-based monitored barrier): nobody else will ever arrive.
 """
 
 from __future__ import annotations
@@ -25,7 +18,7 @@ from typing import Any, Final, final
 from ..errors import InvalidArgument
 from ..ops._parts import Part
 
-__all__ = ["ENV", "FakeWorld", "Transport", "choose", "fake_backend", "fake_world", "transport"]
+__all__ = ["ENV", "FakeWorld", "Transport", "choose", "transport"]
 
 #: The variable that makes this process a rank of a fake world: ``RANK/N``.
 ENV: Final = "XCCL_FAKE_WORLD"
@@ -59,7 +52,9 @@ class Transport:
     def gloo(self, store: Any, rank: int, size: int, timeout: _dt.timedelta) -> Any:
         """A gloo backend over ``store`` for one group (a fake world's: torch's fake backend, no communication)."""
         if self.fake is not None:
-            return fake_backend(rank, size)
+            from torch._C._distributed_c10d import FakeProcessGroup
+
+            return FakeProcessGroup._create_internal(rank, size)
         from torch._C._distributed_c10d import ProcessGroupGloo
 
         return ProcessGroupGloo(store, rank, size, timeout)
@@ -93,8 +88,8 @@ def choose() -> Transport:
         InvalidArgument: ``XCCL_FAKE_WORLD`` is not ``RANK/N`` with ``0 <= RANK < N``.
     """
     fake = _parse(os.environ.get(ENV, ""))
-    chosen = _CHOSEN.transport = _REAL if fake is None else Transport(fake)
-    return chosen
+    _CHOSEN.transport = _REAL if fake is None else Transport(fake)
+    return _CHOSEN.transport
 
 
 def transport() -> Transport:
@@ -102,14 +97,3 @@ def transport() -> Transport:
     chosen = _CHOSEN.transport
     return chosen if chosen is not None else choose()
 
-
-def fake_world() -> FakeWorld | None:
-    """The fake world this process plays in (None: a real world)."""
-    return transport().fake
-
-
-def fake_backend(rank: int, size: int) -> Any:
-    """torch's fake c10d backend for one group: no communication, outputs of the right shapes."""
-    from torch._C._distributed_c10d import FakeProcessGroup
-
-    return FakeProcessGroup._create_internal(rank, size)

@@ -1,8 +1,6 @@
 """What a vendor's graph compiler said of each graph it was given: the hook a plugin calls, and the record of it.
 
-A plugin whose graph compiler checks the graphs it converts (the simulated TorchAir's conversion check on Ascend)
-calls :func:`report_graph_check` once per graph, with every node it could not convert, before it raises on the
-first one as the hardware would. xccl keeps these reports only while a rank records its compiled regions
+xccl keeps the reports of :func:`report_graph_check` only while a rank records its compiled regions
 (``XCCL_COMPILED_DUMP_AT_EXIT``, which ``xccl preflight`` sets; :mod:`xccl.runtime._compiled` dumps them), so a
 program that never asks pays nothing and holds nothing.
 """

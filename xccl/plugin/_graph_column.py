@@ -1,4 +1,5 @@
-"""The graph column of a capability table, derived from the eager column and how each op is represented.
+"""Capability entries any plugin can reuse: the emulations xccl provides over the even collectives
+(:data:`PORTABLE`), and the graph column derived from the eager column and how each op is represented.
 
 In graph mode an op is
 
@@ -22,10 +23,29 @@ from typing import Final
 from ..ops._specs import SPECS
 from ._capabilities import Collective, Level, Support
 
-__all__ = ["GRAPH_FORMS", "graph_entries"]
+__all__ = ["GRAPH_FORMS", "PORTABLE", "graph_entries"]
 
 C = Collective
 _F: Final = "torch.ops._c10d_functional"
+
+#: Emulations available on any backend that has the even collectives: what gloo and nccl lack.
+PORTABLE: Final[dict[Collective, Support]] = {
+    C.ALL_GATHER_INTO_TENSOR_UNEVEN: Support(
+        Level.EMULATED, via="padding", note="rows padded to the largest split, then all_gather_into_tensor"
+    ),
+    C.REDUCE_SCATTER_TENSOR_UNEVEN: Support(
+        Level.EMULATED, via="padding", note="chunks padded to the largest split, then an even reduce-scatter"
+    ),
+    C.ALL_TO_ALL_V: Support(Level.EMULATED, via="all_to_all_single", note="all_to_all_single with the matrix's splits"),
+    C.MONITORED_BARRIER: Support(
+        Level.EMULATED, via="store",
+        note="torch's gloo algorithm over the rendezvous store (the backend needs no monitoredBarrier): rank 0 waits "
+        "for every rank's arrival within the timeout, then every rank raises naming the late ones",
+    ),
+    C.MM_REDUCE_SCATTER: Support(Level.EMULATED, via="pipelined", note="chunked matmul overlapped with async reduce_scatter"),
+    C.ALL_GATHER_MM: Support(Level.EMULATED, via="pipelined", note="async all_gather of chunks overlapped with matmuls"),
+    C.MM_ALL_REDUCE: Support(Level.EMULATED, via="pipelined", note="chunked matmul overlapped with async all_reduce"),
+}
 
 #: How each op appears in a graph when native: the standard functional op where torch has one, else xccl's (the
 #: specs' ``graphs``).

@@ -4,21 +4,10 @@ One reader of the launchers' variables for all of xccl: ``xccl.init`` takes its 
 here, ``xccl doctor`` says which launcher it found, and plugins that need the job's shape (Sophgo's chip map) call
 :func:`job_env` instead of reading variables themselves.
 
-The launchers, and the variables read, mirror Lightning's cluster environments
-(``lightning_fabric/plugins/environments/{torchelastic,slurm,lsf,kubeflow,mpi}.py``, lightning-fabric 2.6.6), in
-Lightning's order (``_choose_and_init_cluster_environment`` in ``lightning_fabric/connector.py``: torchelastic,
-Slurm, LSF, MPI), with two differences, each for a reason:
-
-* ``RANK`` / ``WORLD_SIZE`` set by any launcher other than torchrun (DeepSpeed's, Lightning's own, Ray Train,
-  Kubeflow, a user's script) win over Slurm's, LSF's and MPI's variables. Lightning picks Slurm whenever
-  ``SLURM_NTASKS`` is set, so a launcher started inside a one-task allocation would see ``SLURM_NTASKS=1`` on
-  every process and each would make a world of one.
-* MPI: Lightning asks ``mpi4py`` (``COMM_WORLD.Get_rank()``, a broadcast of rank 0's host name and a free port).
-  xccl does not depend on mpi4py, so it reads what ``mpirun`` exports (Open MPI: ``OMPI_COMM_WORLD_*``; MPICH and
-  Intel MPI's Hydra: ``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``, ``MPI_LOCALNRANKS``); the rendezvous address
-  is ``MASTER_ADDR`` / ``MASTER_PORT``, else, for a job on one node, loopback and a port from Open MPI's job id.
-
-Every value is checked: a bad one is an :class:`~xccl.InitError` naming the variable.
+The launchers, the variables read and the two deliberate differences from Lightning's cluster environments
+(``lightning_fabric/plugins/environments/{torchelastic,slurm,lsf,kubeflow,mpi}.py``, lightning-fabric 2.6.6), whose
+order this keeps, are tabled in docs/multinode.md. Every value is checked: a bad one is an :class:`~xccl.InitError`
+naming the variable.
 """
 
 from __future__ import annotations
@@ -41,6 +30,12 @@ _SLURM_DEFAULT_PORT: Final = 12910
 _SLURM_INTERACTIVE: Final = ("bash", "interactive")
 #: Lightning's LSF detection (``LSFEnvironment.detect``): all of these set.
 _LSF_REQUIRED: Final = ("LSB_JOBID", "LSB_DJOB_RANKFILE", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_SIZE")
+#: Each launcher's rank, world size, local rank and ranks per node, and what they are (for errors).
+_TORCHRUN: Final = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+_SLURM: Final = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")
+_LSF: Final = ("JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_LOCAL_SIZE")
+_WHATS: Final = ("this process's global rank", "the number of ranks", "this process's rank on its node",
+                 "ranks on this node")
 
 
 @final
@@ -86,7 +81,7 @@ class JobEnv:
 
 
 def job_env(env: Mapping[str, str] | None = None) -> JobEnv:
-    """The launcher of this process and what it says about the job (see the module docstring for the rules).
+    """The launcher of this process and what it says about the job (the rules: docs/multinode.md).
 
     Args:
         env: the environment to read (default ``os.environ``); a test seam.
@@ -125,8 +120,6 @@ def _has(env: Mapping[str, str], name: str) -> bool:
 
 def _int(env: Mapping[str, str], name: str, what: str) -> int | None:
     """``name`` as a non-negative int, None when unset or empty."""
-    if not name:
-        return None
     raw = env.get(name, "").strip()
     if not raw:
         return None
@@ -153,8 +146,14 @@ def _master(env: Mapping[str, str]) -> tuple[str | None, int | None]:
     return addr, port
 
 
-def _checked(job: JobEnv, rank_var: str, size_var: str, local_var: str, local_size_var: str) -> JobEnv:
-    """``job`` once its values agree with each other (the variables named in the error)."""
+def _ints(env: Mapping[str, str], names: Sequence[str]) -> list[int | None]:
+    """The rank, world size, local rank and ranks per node from the launcher's variables ``names``."""
+    return [_int(env, name, what) for name, what in zip(names, _WHATS, strict=True)]
+
+
+def _checked(job: JobEnv, names: Sequence[str]) -> JobEnv:
+    """``job`` once its values agree with each other (``names``, as :func:`_ints` read them, named in the error)."""
+    rank_var, size_var, local_var, local_size_var = names
     if job.world_size is not None and job.world_size < 1:
         raise InitError(f"world size must be >= 1, got {size_var}={job.world_size} ({job.source})")
     if job.rank is not None and job.world_size is not None and not job.rank < job.world_size:
@@ -178,15 +177,8 @@ def _generic(env: Mapping[str, str], source: str, detail: str) -> JobEnv:
     node = _int(env, "GROUP_RANK", "this node's rank")
     if node is None:
         node = _int(env, "NODE_RANK", "this node's rank")  # Lightning's launcher sets NODE_RANK
-    job = JobEnv(
-        source,
-        _int(env, "RANK", "this process's global rank"),
-        _int(env, "WORLD_SIZE", "the number of ranks"),
-        _int(env, "LOCAL_RANK", "the rank within this node"),
-        _int(env, "LOCAL_WORLD_SIZE", "ranks on this node"),
-        node, addr, port, detail,
-    )
-    return _checked(job, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    rank, size, local, local_size = _ints(env, _TORCHRUN)
+    return _checked(JobEnv(source, rank, size, local, local_size, node, addr, port, detail), _TORCHRUN)
 
 
 def _kubeflow(env: Mapping[str, str]) -> JobEnv:
@@ -206,17 +198,14 @@ def _kubeflow(env: Mapping[str, str]) -> JobEnv:
     rank = _int(env, "RANK", "the pod's index")
     job = JobEnv("kubeflow", rank, _int(env, "WORLD_SIZE", "the number of pods"), 0, 1, rank, addr, port,
                  "Kubeflow PyTorchJob (RANK, WORLD_SIZE, MASTER_ADDR/PORT; one process per pod)")
-    return _checked(job, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    return _checked(job, _TORCHRUN)
 
 
 def _slurm(env: Mapping[str, str]) -> JobEnv:
     """srun's variables (Lightning's ``SLURMEnvironment``): the store on the first node of the node list, its port
     from the job id."""
-    rank = _int(env, "SLURM_PROCID", "this task's rank")
-    size = _int(env, "SLURM_NTASKS", "the number of tasks")
-    local = _int(env, "SLURM_LOCALID", "this task's rank on its node")
+    rank, size, local, local_size = _ints(env, _SLURM)
     node = _int(env, "SLURM_NODEID", "this node's index in the allocation")
-    local_size = _int(env, "SLURM_NTASKS_PER_NODE", "tasks per node")
     if local_size is None and _has(env, "SLURM_TASKS_PER_NODE"):
         counts = tasks_per_node(env["SLURM_TASKS_PER_NODE"], "SLURM_TASKS_PER_NODE")
         if node is not None and node < len(counts):
@@ -237,31 +226,21 @@ def _slurm(env: Mapping[str, str]) -> JobEnv:
             port = 15000 + int(job_id[-4:])
     job = JobEnv("slurm", rank, size, local, local_size, node, addr, port,
                  f"Slurm job {env.get('SLURM_JOB_ID', '?')} (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, node list)")
-    return _checked(job, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")
+    return _checked(job, _SLURM)
 
 
 def _lsf(env: Mapping[str, str]) -> JobEnv:
     """jsrun's variables (Lightning's ``LSFEnvironment``): the store on the first compute host of the rank file
     (its first line is the launch node), its port ``10000 + LSB_JOBID % 1000``."""
     hosts = _rank_file(env["LSB_DJOB_RANKFILE"].strip())
-    order: dict[str, int] = {}
-    for host in hosts:
-        order.setdefault(host, len(order))
-    port = _port(env["MASTER_PORT"], "MASTER_PORT") if _has(env, "MASTER_PORT") else None
+    order = {host: i for i, host in enumerate(dict.fromkeys(hosts))}  # the nodes in order of first appearance
+    port = _master(env)[1]  # LSF takes MASTER_PORT, never MASTER_ADDR (as Lightning)
     if port is None:
         port = 10000 + (_int(env, "LSB_JOBID", "the LSF job id") or 0) % 1000
-    job = JobEnv(
-        "lsf",
-        _int(env, "JSM_NAMESPACE_RANK", "this task's rank"),
-        _int(env, "JSM_NAMESPACE_SIZE", "the number of tasks"),
-        _int(env, "JSM_NAMESPACE_LOCAL_RANK", "this task's rank on its host"),
-        _int(env, "JSM_NAMESPACE_LOCAL_SIZE", "tasks on this host"),
-        order.get(socket.gethostname()),
-        hosts[0], port,
-        f"LSF job {env.get('LSB_JOBID', '?')} (JSM_NAMESPACE_*, LSB_DJOB_RANKFILE)",
-    )
-    return _checked(job, "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK",
-                    "JSM_NAMESPACE_LOCAL_SIZE")
+    rank, size, local, local_size = _ints(env, _LSF)
+    job = JobEnv("lsf", rank, size, local, local_size, order.get(socket.gethostname()), hosts[0], port,
+                 f"LSF job {env.get('LSB_JOBID', '?')} (JSM_NAMESPACE_*, LSB_DJOB_RANKFILE)")
+    return _checked(job, _LSF)
 
 
 def _rank_file(path: str) -> list[str]:
@@ -280,11 +259,7 @@ def _rank_file(path: str) -> list[str]:
 
 def _mpi(env: Mapping[str, str], flavour: str, names: Sequence[str]) -> JobEnv:
     # No node index: Open MPI's OMPI_COMM_WORLD_NODE_RANK is the process's rank among those on its node.
-    rank_var, size_var, local_var, local_size_var = names
-    rank = _int(env, rank_var, "this process's MPI rank")
-    size = _int(env, size_var, "the MPI world size")
-    local = _int(env, local_var, "this process's rank on its node")
-    local_size = _int(env, local_size_var, "ranks on this node")
+    rank, size, local, local_size = _ints(env, names)
     addr, port = _master(env)
     one_node = size is not None and local_size == size
     if addr is None and one_node:
@@ -300,7 +275,7 @@ def _mpi(env: Mapping[str, str], flavour: str, names: Sequence[str]) -> JobEnv:
             "-genv MASTER_PORT ...), or pass init_method='tcp://host:port' to xccl.init"
         )
     job = JobEnv("mpi", rank, size, local, local_size, None, addr, port, f"{flavour} ({', '.join(names)})")
-    return _checked(job, rank_var, size_var, local_var, local_size_var)
+    return _checked(job, names)
 
 
 def _port_from_id(job_id: str) -> int | None:

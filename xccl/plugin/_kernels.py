@@ -1,17 +1,11 @@
 """What a plugin's kernels receive, and the signature each kind of kernel must have.
 
-A plugin provides kernels through ``Runtime.kernels()``: a mapping from :class:`~xccl.Collective` to a callable.
-xccl calls it as ``kernel(ctx, *kernel_args, async_op)`` (the fused ops take no ``async_op``), where ``ctx`` is a
-:class:`KernelContext` and the kernel arguments are the op's after validation: tensors checked, roots and peers as
-*group* ranks, split sizes as lists of ints, reduce ops as ``torch.distributed.ReduceOp``.
-
-A kernel returns a work handle when ``async_op`` is true and None once the collective completed otherwise (see
-:func:`~xccl.plugin.finish`). It may raise :class:`~xccl.ConstraintViolation` *before* communicating when its
-documented constraints do not hold; dispatch then applies the fallback policy.
-
-:data:`KERNEL_SIGNATURES` lists, per op, the parameters a kernel must accept; :func:`kernel_problems` checks a
-callable against it, as pluggy verifies hook implementations when they are registered: ``xccl.init`` runs it on
-every kernel the selected plugin returns (``_verify``), before any process group exists.
+xccl calls a kernel of ``Runtime.kernels()`` as ``kernel(ctx, *kernel_args, async_op)`` (the fused ops take no
+``async_op``) with a :class:`KernelContext` and the op's arguments after validation: tensors checked, roots and
+peers as *group* ranks, split sizes as lists of ints, reduce ops as ``torch.distributed.ReduceOp``
+(docs/plugin-guide.md, section 8). :data:`KERNEL_SIGNATURES` lists, per op, the parameters a kernel must accept;
+:func:`kernel_problems` checks a callable against it (``xccl.init`` does, through ``_verify``, before any process
+group exists).
 """
 
 from __future__ import annotations
@@ -25,7 +19,6 @@ from ..ops._specs import KERNEL_SIGNATURES as _SIGNATURES
 from ..ops._vocab import Collective
 
 __all__ = ["KERNEL_SIGNATURES", "KernelContext", "kernel_problems", "kernels_problems"]
-
 
 
 @final
@@ -88,12 +81,15 @@ def kernel_problems(op: Collective, kernel: object) -> list[str]:
     return problems
 
 
-def kernels_problems(kernels: Mapping[Collective, Callable[..., Any]]) -> list[str]:
-    """:func:`kernel_problems` over every kernel a runtime returns."""
+def kernels_problems(kernels: Mapping[Collective, Callable[..., Any]], owner: str = "") -> list[str]:
+    """:func:`kernel_problems` over every kernel a runtime returns, each with what to write (``owner``: what
+    prefixes ``kernels()`` in the messages, e.g. ``"AcmeRuntime."``)."""
     out = []
     for op, kernel in kernels.items():
         if not isinstance(op, Collective):
-            out.append(f"kernels() has a key {op!r} that is not an xccl.Collective")
+            out.append(f"{owner}kernels() has a key {op!r} that is not an xccl.Collective: write Collective.ALL_REDUCE")
             continue
-        out += kernel_problems(op, kernel)
+        args = ", ".join(("ctx", *KERNEL_SIGNATURES[op]))
+        out += [f"{owner}kernels()[Collective.{op.name}]: {problem}; write `def {op.value}({args}, /)` "
+                "(xccl.plugin.KERNEL_SIGNATURES)" for problem in kernel_problems(op, kernel)]
     return out

@@ -1,23 +1,16 @@
 """Preferred compositions: a native op that a backend runs faster as a composition of its other ops.
 
-"Native" names where a kernel comes from, not how fast it is: gloo's native reduce-scatter at 64 MiB takes
-longer than an ``all_to_all_single`` plus a local reduction of the same bytes. A capability entry may therefore
-carry :class:`Prefer` records, each naming a composition (an emulation xccl has for the op, its ``via``) and the
-call shapes on which it measured faster: a range of sizes in bytes and a set of world sizes, with the measurement
-that shows it (``why``). Dispatch then runs the composition on those shapes and the native kernel elsewhere;
-``xccl caps`` prints the choice with its reason.
-
-Every rank of a call must choose alike, or ranks run different collectives and hang. The choice is therefore made
-only from what every rank of a call agrees on: the op, dtype, reduce op, world size, and for size ranges the
-op's *agreed size* (:data:`AGREED_SIZE`): a size every rank passes alike by the op's own contract, such as the
-whole input of a tensor reduce-scatter. Ops without one (list ``all_to_all``, whose tensors differ from rank to
-rank; ``all_to_all_single`` with split sizes) may carry only preferences without a size range.
+"Native" names where a kernel comes from, not how fast it is: a capability entry may carry :class:`Prefer` records,
+each naming a composition (an emulation xccl has for the op, its ``via``) and the call shapes on which it measured
+faster, with the measurement that shows it (docs/capabilities.md). Every rank of a call must choose alike, or ranks
+run different collectives and hang: a size range is therefore judged by the op's *agreed size*
+(:data:`AGREED_SIZE`), and ops without one may carry only preferences without a size range.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Final, final
 
 from ..ops._specs import SPECS
@@ -35,11 +28,6 @@ class Prefer:
 
     Applies when ``min_bytes <= size < max_bytes`` (``size``: the op's agreed size, :data:`AGREED_SIZE`) and the
     world size is in ``world_sizes``. A preference without a size range applies at every size.
-
-    Example::
-
-        Prefer("all_to_all", min_bytes=1 << 20, world_sizes=(2, 4),
-               why="benchmarks/emulation.py: 1.3x gloo's native reduce-scatter at 64 MiB")
     """
 
     #: The composition: the name of one of xccl's emulations of the op (``xccl.collectives._emulate``).
@@ -96,13 +84,8 @@ class Prefer:
 
     def to_dict(self) -> dict[str, object]:
         """JSON-able form (``xccl caps --json``)."""
-        return {
-            "via": self.via,
-            "min_bytes": self.min_bytes,
-            "max_bytes": self.max_bytes,
-            "world_sizes": None if self.world_sizes is None else sorted(self.world_sizes),
-            "why": self.why,
-        }
+        sizes = None if self.world_sizes is None else sorted(self.world_sizes)
+        return {**asdict(self), "world_sizes": sizes}
 
 
 def size_text(nbytes: int) -> str:
@@ -113,9 +96,8 @@ def size_text(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-#: Ops whose size every rank of a call agrees on, by the op's name (a ``Collective`` looks itself up: it is a
-#: ``str``), and what that size is, in bytes: the only ops a preference bounded by size may be given for (the specs'
-#: ``agreed_doc``).
+#: Ops whose size every rank of a call agrees on, by name (a ``Collective`` is a ``str``), and what that size is:
+#: the only ops a preference bounded by size may be given for (the specs' ``agreed_doc``).
 AGREED_SIZE: Final[Mapping[str, str]] = {spec.name: spec.agreed_doc for spec in SPECS.values() if spec.agreed}
 
 
@@ -135,8 +117,6 @@ def problems(op: Collective, level: str, prefer: Iterable[Prefer], compositions:
                        "tensors may differ from rank to rank), so they could choose differently and hang; drop "
                        "min_bytes/max_bytes")
     return out
-
-
 
 
 def edges(prefer: Iterable[Prefer], world_size: int | None) -> tuple[int, ...]:

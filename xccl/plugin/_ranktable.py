@@ -1,15 +1,10 @@
 """The rank-table kit: reading a rank table's JSON and reporting every defect with its JSON path.
 
 A rank table is a JSON file, named by ``RANK_TABLE_FILE``, that maps each global rank to a physical device. Each
-vendor has its own format, and each plugin brings its own :class:`RankTableFormat` (``Plugin.rank_table_formats``):
-Sophgo's in ``xccl_sophgo``, HCCL's in ``xccl_ascend``. ``xccl rank-table validate`` and ``xccl doctor`` ask every
-installed plugin, so a third-party vendor adds its format without a change to xccl.
-
-What the formats share is here: :func:`read_json`, the field readers (:func:`as_object`, :func:`require`,
-:func:`nonempty_list`), the checks every format needs (:func:`check_ranks`, :func:`check_device_ids`,
-:func:`optional_ipv4`), and :func:`dump`. Every defect raises :class:`~xccl.RankTableError` with the JSON path of the
-offending field, e.g. ``node_list[0].device_list[3].rank``, or ``$`` for the document as a whole, and a problem that
-says what is wrong and what is expected. Validation never uses ``assert``: it must hold under ``python -O`` too.
+plugin brings its vendor's :class:`RankTableFormat` (``Plugin.rank_table_formats``); what the formats share is here
+(docs/plugin-guide.md, section 11). Every defect raises :class:`~xccl.RankTableError` with the JSON path of the
+offending field (``node_list[0].device_list[3].rank``, or ``$`` for the whole document) and what is expected.
+Validation never uses ``assert``: it must hold under ``python -O`` too.
 
 This module uses the standard library only, so that the CLI and the plugins' cheap probes can read a rank table
 without importing torch.
@@ -56,12 +51,8 @@ INTEGER: Final = re.compile(r"-?[0-9]+")
 
 
 class RankTableFormat:
-    """One vendor's rank-table format, as its plugin provides it (``Plugin.rank_table_formats``).
-
-    Subclasses set :attr:`name` and :attr:`description` and implement :meth:`detect`, :meth:`parse` and
-    :meth:`summary`; a format that can be generated sets :attr:`can_generate` and overrides
-    :meth:`add_generate_arguments` and :meth:`generate` (``xccl rank-table <name> ...``).
-    """
+    """One vendor's rank-table format, as its plugin provides it (``Plugin.rank_table_formats``): subclasses
+    implement :meth:`detect`, :meth:`parse` and :meth:`summary`, and :meth:`generate` where :attr:`can_generate`."""
 
     #: Short name: ``xccl rank-table <name>`` generates one, and messages name the format by it.
     name: ClassVar[str] = ""
@@ -146,10 +137,6 @@ def read_json(path: str) -> object:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise RankTableError(path, "$", f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
-
-
-
-
 
 
 def check_ranks(ranks: Sequence[tuple[int, str]], path: str, key: str) -> None:
@@ -259,24 +246,16 @@ def nonempty_list(
 
 def json_type(value: object) -> str:
     """The JSON name of ``value``'s type: "an object", "an array", "a string"..."""
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
+    for kind, name in ((dict, "an object"), (list, "an array"), (str, "a string"), (bool, "a boolean"),
+                       ((int, float), "a number")):
+        if isinstance(value, kind):
+            return name
     return "null" if value is None else type(value).__name__
 
 
 def describe(value: object) -> str:
     """Names a bad value: scalars as JSON text (``"abc"``, ``true``, ``1.5``), containers by their type."""
     return json.dumps(value) if isinstance(value, (str, int, float)) else json_type(value)
-
-
 
 
 def dump(table: Mapping[str, object], path: StrPath) -> None:
@@ -286,15 +265,14 @@ def dump(table: Mapping[str, object], path: StrPath) -> None:
     table), so the text goes to a temporary file in the same directory that then replaces ``path``.
 
     Args:
-        table: A dict such as :func:`generate_sophgo` returns.
+        table: A dict such as :meth:`RankTableFormat.generate` returns.
         path: Destination file.
     """
     name = os.fspath(path)
-    text = json.dumps(table, indent=4) + "\n"
     fd, tmp = tempfile.mkstemp(prefix=".ranktable-", suffix=".json", dir=os.path.dirname(os.path.abspath(name)))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+            f.write(json.dumps(table, indent=4) + "\n")
         os.chmod(tmp, 0o644)
         os.replace(tmp, name)
     except BaseException:

@@ -5,10 +5,8 @@ raises: a plugin whose import fails, whose target is not a plugin, whose contrac
 raises is reported with the reason. Selecting raises a typed error naming what is missing and how to fix it.
 
 Selecting a plugin by name (``xccl.init(vendor="sophgo")``, ``XCCL_VENDOR``) imports that plugin's entry point
-only; listing, and ``"auto"`` (which must probe every plugin), import them all. Discovery once went through
-stevedore, whose ``ExtensionManager`` imports every entry point, and resolved each plugin's distribution with
-``importlib.metadata.packages_distributions()``, which reads every installed distribution's file list: together
-most of ``xccl.init``'s start-up (``benchmarks/startup.py``).
+only; listing, and ``"auto"`` (which must probe every plugin), import them all (why: docs/performance-history.md,
+plugin discovery).
 """
 
 from __future__ import annotations
@@ -93,7 +91,7 @@ class Registry:
     @classmethod
     def from_plugins(cls, *plugins: Plugin) -> Registry:
         """A registry of the given plugin objects, no entry points involved."""
-        return cls([(p.name, type(p).__qualname__, "", _loaded(p)) for p in plugins])
+        return cls([(p.name, type(p).__qualname__, "", _const(p)) for p in plugins])
 
     def _discover(self) -> list[tuple[str, str, Callable[[], str], Callable[[], object]]]:
         """``(name, target, distribution, load)`` per entry point, nothing imported yet."""
@@ -190,38 +188,24 @@ def _one_of(found: Sequence[tuple[str, str, Callable[[], str], Callable[[], obje
 
 
 def _load_one(name: str, target: str, dist_name: str, load: Callable[[], object]) -> PluginInfo:
+    def info(status: Status, reason: str, fix: str, plugin: Plugin | None = None) -> PluginInfo:
+        return PluginInfo(name, status, reason, fix, target, dist_name, plugin)
+
     try:
         obj = load()
         plugin = obj() if callable(obj) and not isinstance(obj, Plugin) else obj
     except Exception as exc:
         LOG.debug("xccl plugin %s failed to load", name, exc_info=True)
-        return PluginInfo(
-            name,
-            Status.FAILED,
-            f"importing {target} failed: {type(exc).__name__}: {exc}",
-            f"reinstall or fix the distribution {dist_name or 'that declares it'}",
-            target,
-            dist_name,
-        )
+        return info(Status.FAILED, f"importing {target} failed: {type(exc).__name__}: {exc}",
+                    f"reinstall or fix the distribution {dist_name or 'that declares it'}")
     if not isinstance(plugin, Plugin):
-        return PluginInfo(
-            name,
-            Status.FAILED,
-            f"{target} is a {type(plugin).__name__}, not an xccl Plugin",
-            "the entry point must target an xccl.Plugin instance or a callable returning one",
-            target,
-            dist_name,
-        )
+        return info(Status.FAILED, f"{target} is a {type(plugin).__name__}, not an xccl Plugin",
+                    "the entry point must target an xccl.Plugin instance or a callable returning one")
     if plugin.api_version != PLUGIN_API_VERSION:
-        return PluginInfo(
-            name,
-            Status.INCOMPATIBLE,
-            f"written for plugin API {plugin.api_version}, this xccl speaks {PLUGIN_API_VERSION}",
-            f"install a version of {dist_name or name} built for xccl's plugin API {PLUGIN_API_VERSION}",
-            target,
-            dist_name,
-            plugin,
-        )
+        return info(Status.INCOMPATIBLE,
+                    f"written for plugin API {plugin.api_version}, this xccl speaks {PLUGIN_API_VERSION}",
+                    f"install a version of {dist_name or name} built for xccl's plugin API {PLUGIN_API_VERSION}",
+                    plugin)
     try:
         probe = plugin.probe()
     except Exception as exc:
@@ -231,13 +215,9 @@ def _load_one(name: str, target: str, dist_name: str, load: Callable[[], object]
     return PluginInfo(name, status, probe.reason, probe.fix, target, dist_name, plugin, dict(probe.facts))
 
 
-def _loaded(obj: object) -> Callable[[], object]:
-    """A loader for an object already at hand (a given plugin)."""
-    return lambda: obj
-
-
-def _const(text: str) -> Callable[[], str]:
-    return lambda: text
+def _const(value: object) -> Callable[[], Any]:
+    """A loader (or a distribution's name) for a value already at hand."""
+    return lambda: value
 
 
 def _distribution_of(ep: Any) -> str:

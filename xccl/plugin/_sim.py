@@ -1,12 +1,9 @@
 """Simulated vendor backends: a vendor's process-group name and rules, computed by gloo on CPU.
 
-A vendor plugin (Sophgo ``sccl``, Ascend ``hccl``) describes its backend as a :class:`SimProfile`: which c10d
-methods the vendor implements, which dtypes and reduce ops it accepts, whether its all_to_all honours split sizes,
-and how it validates its process-group options. :func:`register_simulated_backend` registers the profile's name
-with ``torch.distributed`` so that ``init_process_group(backend="sccl", pg_options=...)`` and
-``new_group(backend="sccl", ...)`` work in a CPU-only process. Each group is a :class:`SimulatedProcessGroup`:
-every collective first checks the call against the profile and raises what the vendor would raise, then runs on
-gloo. A script that passes in simulation therefore does not hit a capability error on the hardware.
+A vendor plugin describes its backend as a :class:`SimProfile` (docs/plugin-guide.md, section 7), and
+:func:`register_simulated_backend` registers the profile's name with ``torch.distributed`` for a CPU-only process.
+Each group is a :class:`SimulatedProcessGroup`: every collective first checks the call against the profile and
+raises what the vendor would raise, then runs on gloo.
 
 How it is wired (measured on torch 2.13, see ``tests/test_sim.py``)::
 
@@ -30,14 +27,13 @@ run first, because Python calls and the trampoline both find the overrides befor
 ``reduce_scatter_single``; a subclass that overrides only ``_reduce_scatter_base`` falls through to the C++ base,
 which fails with "No backend type associated with device type cpu". Every method name is overridden here.
 
-The vendor's run time (watchdog, execution timeout, lazy connect) comes from the :class:`VendorRuntime` given at
-registration and is reproduced by ``_sim_runtime`` around every call.
+The vendor's run time given at registration (:class:`VendorRuntime`) is reproduced around every call
+(``_sim_runtime``), and its completion shapes the works returned (``_work.complete``).
 
 Caveats: ``g._get_backend(torch.device("cpu"))`` returns the bare gloo backend, so code that takes a group's
 backend object directly (``_time_estimator``, NCCL-style coalescing) bypasses the checks; ``batch_isend_irecv``
-uses plain ``isend``/``irecv`` because the group is not exactly ``ProcessGroup``. The vendor's completion
-(:class:`~xccl.plugin.VendorRuntime`, given to :func:`register_simulated_backend`) shapes the works returned:
-SCCL's complete at once (``xccl.plugin._sim_completion``). SCCL's communicator per op is not simulated.
+uses plain ``isend``/``irecv`` because the group is not exactly ``ProcessGroup``. SCCL's communicator per op is not
+simulated.
 """
 
 from __future__ import annotations
@@ -56,11 +52,10 @@ from torch._C._distributed_c10d import PrefixStore
 from ..ops._specs import SPECS
 from ..ops._vocab import ALL_REDUCE_OPS
 from ._fake_world import transport
-from ._sim_completion import complete
-from ._sim_dtypes import carried, widened
+from ._sim_dtypes import carried, mapped, widened
 from ._sim_runtime import GroupRuntime
 from ._vendor_runtime import PLAIN, VendorRuntime
-from ._work import Work
+from ._work import Work, complete
 
 __all__ = [
     "NATIVE_OP_KEYS",
@@ -77,8 +72,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: Every c10d method an op's spec names (``Spec.c10d``): the ``Backend`` virtual methods a profile can list in
-#: ``native_ops``. A vendor's backend class overrides some of them; the rest raise the c10d base-class message (see
-#: :func:`base_class_message`).
+#: ``native_ops`` (a vendor's class overrides some; the rest raise :func:`base_class_message`).
 _METHODS: Final = tuple(m for spec in dict.fromkeys(SPECS.values()) for m in spec.c10d)
 NATIVE_OP_KEYS: Final = frozenset(m.name for m in _METHODS)
 
@@ -99,15 +93,9 @@ _RESERVED: Final = frozenset({"undefined", "gloo", "nccl", "ucc", "mpi", "xccl",
 
 
 def base_class_message(backend: str, key: str) -> str:
-    """The message c10d's ``Backend`` base class raises for a method the vendor did not override.
-
-    Args:
-        backend: what the vendor's ``getBackendName()`` returns, e.g. ``"sccl"``.
-        key: the ``Backend`` method, e.g. ``"_reduce_scatter_base"``.
-
-    Returns:
-        ``"Backend sccl does not support _reduce_scatter_base"``, as in libtorch 2.13.
-    """
+    """What c10d's ``Backend`` base class raises for a method ``key`` the vendor ``backend`` (its
+    ``getBackendName()``) did not override: ``"Backend sccl does not support _reduce_scatter_base"`` in libtorch
+    2.13."""
     return f"Backend {backend} does not support {key}"
 
 
@@ -151,22 +139,17 @@ class SimProfile:
     #: Reduce ops the vendor accepts, lower case (:data:`REDUCE_OP_NAMES`), for every dtype not in
     #: ``dtype_reduce_ops``; others raise ``"<vendor_name>: unsupported reduce op ReduceOp.<OP> (supported: ...)"``.
     reduce_ops: frozenset[str]
-    #: False: ``alltoall_base`` with unequal split sizes raises (SCCL ignores the splits and would compute
-    #: garbage, so the simulation refuses instead of reproducing that). True: uneven splits and the list form
-    #: with tensors of different sizes both run (HCCL's AlltoAllV).
+    #: False: ``alltoall_base`` with unequal split sizes raises (SCCL ignores the splits: the simulation refuses
+    #: instead of computing garbage). True: uneven splits and uneven lists both run (HCCL's AlltoAllV).
     uneven_all_to_all: bool
     #: ``(pg_options, group_rank, group_size)`` -> None, raising like the vendor's creator; None: no check.
     check_options: OptionsCheck | None = field(default=None, compare=False)
     #: ``(method, dtype, reduce op or None)`` -> the message the vendor raises for that dtype in that call, or
-    #: None; asked for each dtype of a call after the checks above, so a vendor can refuse what its dtype and
-    #: reduce-op lists cannot say (HCCL: fewer dtypes reduced than moved, no product over bfloat16).
+    #: None: what the lists cannot say (HCCL: fewer dtypes reduced than moved, no product over bfloat16).
     check_call: CallCheck | None = field(default=None, compare=False)
-    #: Reduce op (lower case) -> the exact message the vendor raises for it, for ops not in :attr:`reduce_ops`;
-    #: ops not listed raise ``"<vendor_name>: unsupported reduce op ReduceOp.<OP> (supported: ...)"``.
+    #: Reduce op (lower case) -> the exact message the vendor raises for it, for ops not in :attr:`reduce_ops`.
     reduce_op_messages: Mapping[str, str] = field(default_factory=dict)
-    #: Per-dtype override of ``reduce_ops``, as ``Support.dtype_reduce_ops`` in the capability table (a library
-    #: that reduces floats with AVG but bool with nothing bitwise): a reduction's dtype found here is checked
-    #: against its set instead.
+    #: Per-dtype override of ``reduce_ops``, as ``Support.dtype_reduce_ops`` in the capability table.
     dtype_reduce_ops: Mapping[torch.dtype, frozenset[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -180,9 +163,8 @@ class SimProfile:
             raise ValueError(f"SimProfile {self.backend!r}: unknown reduce ops {sorted(bad_ops)}; "
                              f"expected some of {sorted(REDUCE_OP_NAMES)}")
         # Freeze the table so a profile shared by every group cannot change under them.
-        object.__setattr__(self, "native_ops", MappingProxyType(dict(self.native_ops)))
-        object.__setattr__(self, "reduce_op_messages", MappingProxyType(dict(self.reduce_op_messages)))
-        object.__setattr__(self, "dtype_reduce_ops", MappingProxyType(dict(self.dtype_reduce_ops)))
+        for name in ("native_ops", "reduce_op_messages", "dtype_reduce_ops"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
     def reduce_ops_for(self, dtype: torch.dtype) -> frozenset[str]:
         """The reduce ops the vendor accepts over ``dtype``."""
@@ -210,9 +192,8 @@ def register_simulated_backend(profile: SimProfile, *, runtime: VendorRuntime = 
 
     Args:
         profile: the vendor's rules.
-        runtime: the vendor's run time (``Plugin.vendor_runtime()``): the simulated groups reproduce its watchdog,
-            execution timeout, lazy connect (``xccl.plugin._sim_runtime``) and completion (``_sim_completion``).
-            ``xccl.init`` passes the plugin's.
+        runtime: the vendor's run time (``xccl.init`` passes ``Plugin.vendor_runtime()``), which the simulated
+            groups reproduce (``xccl.plugin._sim_runtime``, ``_work.complete``).
 
     Raises:
         ValueError: the name is not a lower-case identifier, or torch (or another plugin, e.g. the real vendor
@@ -222,23 +203,20 @@ def register_simulated_backend(profile: SimProfile, *, runtime: VendorRuntime = 
     if not name.isidentifier() or name != name.lower():
         raise ValueError(f"simulated backend name {name!r} must be a lower-case identifier, e.g. 'sccl'")
     with _LOCK:
-        if name in _PROFILES:
-            _PROFILES[name] = profile
-            _RUNTIMES[name] = runtime
-            logger.debug("simulated backend %r: profile replaced", name)
-            return
-        known = (name in _RESERVED or name in dist.Backend.backend_list
-                 or name.upper() in dist.Backend._plugins or hasattr(dist.Backend, name.upper()))
-        if known:
-            raise ValueError(
-                f"cannot simulate backend {name!r}: torch.distributed already has a backend of that name "
-                "(built in, or registered by the vendor's own package in this process), and register_backend "
-                "would silently keep it. Simulate in a process that does not import the vendor package."
-            )
-        dist.Backend.register_backend(name, _Creator(name), extended_api=True, devices=["cpu"])
+        replaced = name in _PROFILES
+        if not replaced:
+            if (name in _RESERVED or name in dist.Backend.backend_list
+                    or name.upper() in dist.Backend._plugins or hasattr(dist.Backend, name.upper())):
+                raise ValueError(
+                    f"cannot simulate backend {name!r}: torch.distributed already has a backend of that name "
+                    "(built in, or registered by the vendor's own package in this process), and register_backend "
+                    "would silently keep it. Simulate in a process that does not import the vendor package."
+                )
+            dist.Backend.register_backend(name, _Creator(name), extended_api=True, devices=["cpu"])
         _PROFILES[name] = profile
         _RUNTIMES[name] = runtime
-    logger.debug("simulated backend %r registered (%s)", name, profile.vendor_name)
+    logger.debug("simulated backend %r %s (%s)", name, "profile replaced" if replaced else "registered",
+                 profile.vendor_name)
 
 
 def simulated_backend_of(group: dist.ProcessGroup | None = None) -> SimProfile | None:
@@ -298,8 +276,10 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         # The (store, rank, size) constructor is a pybind factory that cannot build a Python subclass
         # ("returned holder-wrapped instance is not an alias instance"), so the wrapper has no store of its own.
         super().__init__(opts.group_rank, opts.group_size)  # type: ignore[call-arg]  # the .pyi lists one overload
-        self._profile: Final = profile
-        self._pg_options: Final = pg_options
+        #: The rules this group enforces.
+        self.profile: Final = profile
+        #: The ``pg_options`` the group was created with (the plugin's simulated options object).
+        self.pg_options: Final = pg_options
         self._completion: Final = runtime.completion
         #: The vendor's run time for this group (``_sim_runtime``).
         self.simulated_runtime: Final = GroupRuntime(runtime, opts, profile.vendor_name)
@@ -322,68 +302,51 @@ class SimulatedProcessGroup(dist.ProcessGroup):
             pg._register_backend(cpu, custom, gloo)
             pg._set_default_backend(custom)
 
-    @property
-    def profile(self) -> SimProfile:
-        """The rules this group enforces."""
-        return self._profile
-
-    @property
-    def pg_options(self) -> object | None:
-        """The ``pg_options`` the group was created with (the plugin's simulated options object)."""
-        return self._pg_options
-
     def getBackendName(self) -> str:  # camelCase: the name the C++ trampoline looks up
         """The simulated backend name, which ``pg.name()`` and ``dist.get_backend`` report."""
-        return self._profile.backend
+        return self.profile.backend
 
     def __repr__(self) -> str:
-        return f"<SimulatedProcessGroup {self._profile.backend} rank={self.rank()} size={self.size()}>"
+        return f"<SimulatedProcessGroup {self.profile.backend} rank={self.rank()} size={self.size()}>"
 
-    def _admit(self, key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-        """Check one call against the profile; return the arguments to pass on (rewritten for PREMUL_SUM)."""
-        profile = self._profile
+    def _admit(self, key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Check one call against the profile, raising what the vendor raises."""
+        profile, name = self.profile, self.profile.vendor_name
         refusal = profile.refusal(key)
         if refusal is not None:
             raise SimulatedVendorError(profile.backend, key, refusal)
-        for tensor in _tensors((args, kwargs)):
-            if tensor.dtype not in profile.dtypes:
-                raise SimulatedVendorError(profile.backend, key,
-                                           f"{profile.vendor_name}: Invalid scalar type {tensor.dtype}")
-        op = _reduce_op_name(args, kwargs) if key in _REDUCING else None
         dtypes = dict.fromkeys(t.dtype for t in _tensors((args, kwargs)))
+        for dtype in dtypes:
+            if dtype not in profile.dtypes:
+                raise SimulatedVendorError(profile.backend, key, f"{name}: Invalid scalar type {dtype}")
+        op = _reduce_op_name(args, kwargs) if key in _REDUCING else None
         for dtype in dtypes:
             if op is not None and op not in profile.reduce_ops_for(dtype):
                 allowed = ", ".join(sorted(profile.reduce_ops_for(dtype))) or "none"
                 over = f" over {dtype}" if dtype in profile.dtype_reduce_ops else ""
                 raise SimulatedVendorError(profile.backend, key, profile.reduce_op_messages.get(op) or (
-                    f"{profile.vendor_name}: unsupported reduce op ReduceOp.{op.upper()}{over} (supported: {allowed})"))
+                    f"{name}: unsupported reduce op ReduceOp.{op.upper()}{over} (supported: {allowed})"))
         if profile.check_call is not None:
             for dtype in dtypes:
                 message = profile.check_call(key, dtype, op)
                 if message is not None:
                     raise SimulatedVendorError(profile.backend, key, message)
         if key == "alltoall_base" and not profile.uneven_all_to_all:
-            self._require_even_splits(args, kwargs)
-        return args
-
-    def _require_even_splits(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        out_splits = args[2] if len(args) > 2 else kwargs.get("output_split_sizes", ())
-        in_splits = args[3] if len(args) > 3 else kwargs.get("input_split_sizes", ())
-        if len(set(out_splits)) > 1 or len(set(in_splits)) > 1:
-            name = self._profile.vendor_name
-            raise SimulatedVendorError(
-                self._profile.backend, "alltoall_base",
-                f"{name} ignores all_to_all_single split sizes and always splits evenly, so "
-                f"input_split_sizes={list(in_splits)}, output_split_sizes={list(out_splits)} would give wrong "
-                f"results on the hardware (refused by the xccl simulation of {name})",
-            )
-
+            out_splits = args[2] if len(args) > 2 else kwargs.get("output_split_sizes", ())
+            in_splits = args[3] if len(args) > 3 else kwargs.get("input_split_sizes", ())
+            if len(set(out_splits)) > 1 or len(set(in_splits)) > 1:
+                raise SimulatedVendorError(
+                    profile.backend, key,
+                    f"{name} ignores all_to_all_single split sizes and always splits evenly, so "
+                    f"input_split_sizes={list(in_splits)}, output_split_sizes={list(out_splits)} would give wrong "
+                    f"results on the hardware (refused by the xccl simulation of {name})",
+                )
 
 def _gated(method: str, key: str) -> Callable[..., Any]:
     """A ``SimulatedProcessGroup`` method: check against the profile, then run ``method`` on the inner group."""
 
     def call(self: SimulatedProcessGroup, *args: Any, **kwargs: Any) -> Any:
-        args = self._admit(key, args, kwargs)
+        self._admit(key, args, kwargs)
         if key not in _REDUCING:
             args, kwargs = carried(args), carried(kwargs)
             back: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -421,7 +384,7 @@ def _alltoall(self: SimulatedProcessGroup, outputs: list[torch.Tensor], inputs: 
     (HCCL runs the list as AlltoAllV) is computed by gloo's ``alltoall_base`` with split sizes over one flat buffer
     each way: gloo's own list form refuses tensors of different sizes ("ProcessGroupGloo::alltoall: invalid tensor
     size"), which the vendor's user never sees."""
-    if not self._profile.uneven_all_to_all or len({t.numel() for t in (*outputs, *inputs)}) <= 1:
+    if not self.profile.uneven_all_to_all or len({t.numel() for t in (*outputs, *inputs)}) <= 1:
         return _EVEN_ALLTOALL(self, outputs, inputs, *(() if opts is None else (opts,)))
     self._admit("alltoall", (outputs, inputs), {})
     send = carried(torch.cat([t.reshape(-1) for t in inputs]))
@@ -486,11 +449,5 @@ def _premul_as_sum(key: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
             tensor.mul_(factor)
         return args
     # reduce_scatter reads its second argument and must leave it untouched.
-    return (args[0], _scaled(args[1], factor), *args[2:])
+    return (args[0], mapped(args[1], lambda t: t * factor), *args[2:])
 
-
-def _scaled(obj: Any, factor: Any) -> Any:
-    """A copy of a tensor or nested list of tensors, multiplied by ``factor``."""
-    if isinstance(obj, torch.Tensor):
-        return obj * factor
-    return [_scaled(item, factor) for item in obj]

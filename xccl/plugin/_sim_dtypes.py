@@ -8,11 +8,12 @@ once the reduction completed (:func:`widened`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 import torch
 
-__all__ = ["carried", "widened"]
+__all__ = ["carried", "mapped", "widened"]
 
 #: Dtypes gloo's collectives take. Measured on torch 2.13 (2 ranks): int16, uint16, uint32, uint64 and both float8
 #: types raise "Invalid scalar type" in every gloo collective but send/recv.
@@ -22,22 +23,29 @@ _GLOO_DTYPES: Final = frozenset({torch.float32, torch.float64, torch.float16, to
 _GLOO_CARRIERS: Final = {1: torch.uint8, 2: torch.float16, 4: torch.int32, 8: torch.int64}
 
 
+def mapped(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """``obj`` with ``fn`` applied to every tensor in it (in nested lists, tuples and dicts; the rest kept)."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(mapped(item, fn) for item in obj)
+    if isinstance(obj, dict):
+        return {k: mapped(v, fn) for k, v in obj.items()}
+    return obj
+
+
 def carried(obj: Any) -> Any:
     """``obj`` with every tensor of a dtype gloo cannot move viewed as a gloo dtype of the same width.
 
     Only for calls that move bytes: a vendor that moves a dtype gloo lacks (HCCL's uint16 or float8) copies it bit
     for bit, and so does gloo through the same-sized view, which shares the tensor's storage.
     """
-    if isinstance(obj, torch.Tensor):
-        carrier = None if obj.dtype in _GLOO_DTYPES or obj.is_complex() else _GLOO_CARRIERS.get(obj.element_size())
-        return obj if carrier is None else obj.view(carrier)
-    if isinstance(obj, list):
-        return [carried(item) for item in obj]
-    if isinstance(obj, tuple):
-        return tuple(carried(item) for item in obj)
-    if isinstance(obj, dict):
-        return {k: carried(v) for k, v in obj.items()}
-    return obj
+    return mapped(obj, _carried)
+
+
+def _carried(t: torch.Tensor) -> torch.Tensor:
+    carrier = None if t.dtype in _GLOO_DTYPES or t.is_complex() else _GLOO_CARRIERS.get(t.element_size())
+    return t if carrier is None else t.view(carrier)
 
 
 #: Dtypes gloo cannot reduce, and the gloo dtype a reduction over them runs in (the same wrap-around for integer
@@ -51,21 +59,14 @@ def widened(args: tuple[Any, ...], *, in_place: bool) -> tuple[tuple[Any, ...], 
     a wide copy, and the (narrow output, wide output) pairs to copy back once the reduction completed."""
     back: list[tuple[torch.Tensor, torch.Tensor]] = []
 
-    def widen(obj: Any, output: bool) -> Any:
-        if isinstance(obj, torch.Tensor):
-            wide_dtype = _REDUCED_AS.get(obj.dtype)
-            if wide_dtype is None:
-                return obj
-            wide = obj.to(wide_dtype)
-            if output:
-                back.append((obj, wide))
-            return wide
-        if isinstance(obj, (list, tuple)):
-            return type(obj)(widen(item, output) for item in obj)
-        return obj
+    def widen(t: torch.Tensor, output: bool) -> torch.Tensor:
+        wide = t.to(_REDUCED_AS[t.dtype]) if t.dtype in _REDUCED_AS else t
+        if output and wide is not t:
+            back.append((t, wide))
+        return wide
 
     # In place (allreduce, reduce): the first argument is read and written; otherwise it is the output and the
     # second argument the input.
-    first = widen(args[0], True)
-    rest = args[1:] if in_place else (widen(args[1], False), *args[2:])
+    first = mapped(args[0], lambda t: widen(t, True))
+    rest = args[1:] if in_place else (mapped(args[1], lambda t: widen(t, False)), *args[2:])
     return (first, *rest), back

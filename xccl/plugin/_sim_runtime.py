@@ -1,36 +1,15 @@
 """The vendor's run time in simulation, as its :class:`~xccl.plugin.VendorRuntime` declares it.
 
 The capability table makes the simulated group refuse what the vendor refuses (``_sim``); this module makes it
-*fail* where the vendor fails, so that a test on the simulation goes red where the hardware would:
-
-* **the watchdog** (:class:`~xccl.plugin.Watchdog`): the mode is read once per process from the vendor's
-  variable, as torch_npu reads ``TORCH_HCCL_ASYNC_ERROR_HANDLING``; a group's watchdog timeout follows the vendor's
-  rule (torch's 30-minute default replaced by the execution timeout plus a margin, a warning at or below the
-  execution timeout); a thread watches every collective and, when one outlasts the timeout, logs the vendor's
-  message and, in the modes that tear down, aborts the process as torch_npu's rethrow on its watchdog thread does
-  (``std::terminate``);
-* **the execution timeout**: the simulated group's gloo times out after the vendor's execution timeout, and the
-  failure carries the vendor's text (HCCL's EI0002) instead of gloo's. On the hardware the error surfaces at the
-  next synchronisation of the stream; here it is raised by the collective's ``wait()``. gloo closes the
-  connections of a collective that timed out, so a rank that arrives after its peers gave up sees them gone
-  (gloo's text) at once, where the vendor's would wait out its own execution timeout;
-* **lazy connect** (:class:`~xccl.plugin.LazyConnect`): a group connects at its first collective (or the
-  vendor's call that creates the communicator), and fails with the vendor's text when a member has not arrived
-  within the connect timeout (outside the vendor's documented range: the nearest bound, with a warning); a member
-  arriving after its peers gave up fails at once (on the hardware it would wait out its own connect timeout).
-  Batched point-to-point connects the group too: HCCL runs ``batch_isend_irecv`` as a collective on the group's
-  communicator, and so it runs sends and receives between ``startCoalescing`` and ``endCoalescing``
-  (:meth:`GroupRuntime.coalescing`), which also hold back the works, as HCCL returns none before
-  ``endCoalescing``. A plain send or recv does not connect the group: HCCL gives each pair of ranks a communicator
-  of its own (Ascend/pytorch@462f4e1 ``ProcessGroupHCCL.cpp:4428-4439``, ``:4771-4783``), whose connect is not
-  simulated. Tests that cannot wait a vendor's shortest connect timeout (HCCL: 120 s) set
-  ``XCCL_SIM_CONNECT_TIMEOUT``, the seconds the simulated connect waits instead;
-* **patches** (:class:`~xccl.plugin.TorchPatch`): :func:`install_patches` applies a simulated SDK's replacements
-  of ``torch.distributed`` functions, checked against the declaration, and :func:`remove_patches` undoes them.
-
-Memory per communicator is not simulated (the CPU has no device memory to run out of; ``xccl doctor`` reports it),
-but a size the vendor refuses (torch_npu: ``HCCL_BUFFSIZE`` not positive) fails the group's connect with the
-vendor's message, as creating the communicator does on the hardware.
+*fail* where the vendor fails, so that a test on the simulation goes red where the hardware would: the watchdog,
+the execution timeout, lazy connect and the SDK's patches of ``torch.distributed``, as docs/plugin-guide.md (section
+9) tables them. Where the simulation differs: the execution timeout's error is raised by ``wait()``, not at the
+next synchronisation of the stream; gloo closes the connections of a collective that timed out, so a rank that
+arrives after its peers gave up sees them gone at once (as does a member that arrives after its peers gave up
+connecting), where the vendor's would wait out its own timeout; a plain send or recv connects no communicator (HCCL
+gives each pair of ranks one of its own, not simulated). Tests that cannot wait a vendor's shortest connect timeout
+(HCCL: 120 s) set ``XCCL_SIM_CONNECT_TIMEOUT``. Memory per communicator is not simulated, but a size the vendor
+refuses (torch_npu: ``HCCL_BUFFSIZE`` not positive) fails the group's connect with the vendor's message.
 """
 
 from __future__ import annotations
@@ -111,7 +90,6 @@ def process_mode(watchdog: Watchdog) -> ErrorHandling:
 class WatchSettings:
     """What the vendor makes of one group's timeout."""
 
-    #: The watchdog's mode.
     mode: ErrorHandling
     #: Seconds after which the watchdog fires (:data:`math.inf`: never).
     timeout: float
@@ -268,13 +246,12 @@ class GroupRuntime:
     """
 
     def __init__(self, runtime: VendorRuntime, opts: Any, vendor: str) -> None:
-        requested = opts.timeout.total_seconds()
         self._rank: Final = int(opts.group_rank)
         self._vendor: Final = vendor.removeprefix("ProcessGroup") or vendor
         self._seq = 0
         wd = runtime.watchdog
         self.settings: Final = (None if wd is None
-                                else watch_settings(wd, requested, os.environ, process_mode(wd)))
+                                else watch_settings(wd, opts.timeout.total_seconds(), os.environ, process_mode(wd)))
         self._exec_error: Final = "" if wd is None or self.settings is None or math.isinf(
             self.settings.exec_timeout) else wd.exec_error.format(exec_s=self.settings.exec_timeout)
         if self.settings is not None and self.settings.warning:
@@ -301,8 +278,9 @@ class GroupRuntime:
     def before(self, key: str) -> None:
         """Before a collective (``Backend`` method ``key``): connect on the group's first, raising the vendor's
         connect error. A plain send or recv is left out: HCCL runs it on a communicator of its own per pair of ranks
-        (``ProcessGroupHCCL.cpp:4428-4439``), which only those two connect and which is not simulated; in a batch
-        (:meth:`coalescing`) it runs on the group's communicator, which every member connects."""
+        (Ascend/pytorch@462f4e1 ``ProcessGroupHCCL.cpp:4428-4439``, ``:4771-4783``), which only those two connect
+        and which is not simulated; in a batch (:meth:`coalescing`) it runs on the group's communicator, which
+        every member connects."""
         if (self._connector is not None and not self._connector.connected
                 and (key not in _POINT_TO_POINT or self._batch is not None)):
             self._connector.connect()

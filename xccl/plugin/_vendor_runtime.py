@@ -1,21 +1,11 @@
 """What a vendor's SDK does at run time, declared as data: completion, watchdog, lazy connect, memory, patches.
 
 The capability table says which calls a vendor accepts; this says what happens around them, which is where a first
-job on real hardware fails: torch_npu's watchdog takes the process down when a collective outlasts the group's
-timeout, HCCL connects a communicator at its first collective and gives up after ``HCCL_CONNECT_TIMEOUT``, every
-HCCL communicator takes twice ``HCCL_BUFFSIZE`` of device memory, SCCL's ``Work.wait()`` returns at once, torch_npu
-replaces functions of ``torch.distributed`` when it is imported.
-
-A plugin declares its vendor's behaviour once, in :meth:`Plugin.vendor_runtime`, and xccl uses the one declaration
-twice, as it uses the capability table:
-
-* **on the hardware**, to act on it: the timeout the vendor's watchdog gets, how a barrier blocks the host where
-  ``wait()`` does not, what ``xccl doctor`` reports (memory per communicator, watchdog settings);
-* **in simulation**, to reproduce it: the simulated process group completes work, watches it, connects lazily and
-  applies the vendor's patches as the declaration says, so that a test on the simulation fails where the hardware
-  would. The conformance kit runs every declared behaviour (``xccl.testing.conformance``).
-
-Every field carries the upstream source it was read from (``source``), which ``docs/fidelity.md`` lists.
+job on real hardware fails (torch_npu's watchdog takes the process down, HCCL connects a communicator at its first
+collective, SCCL's ``Work.wait()`` returns at once...). A plugin declares it once, in
+:meth:`Plugin.vendor_runtime`; xccl acts on it on the hardware and the simulation reproduces it
+(``xccl.plugin._sim_runtime``), field by field as docs/plugin-guide.md (section 9) tables it. Every field carries
+the upstream source it was read from (``source``), which ``docs/fidelity.md`` lists.
 """
 
 from __future__ import annotations
@@ -139,12 +129,8 @@ class Watchdog:
         """
         if not self.exec_timeout_env:
             return math.inf
-        raw = env.get(self.exec_timeout_env, "").strip()
-        try:
-            value = float(int(raw))
-        except ValueError:
-            return self.exec_timeout_default
-        return self.exec_timeout_default if value < 0 else value
+        value = _int_of(env.get(self.exec_timeout_env, ""))
+        return self.exec_timeout_default if value is None or value < 0 else float(value)
 
     def vendor_default(self, env: Mapping[str, str]) -> float:
         """The watchdog timeout the vendor picks for a group created without one: execution timeout plus margin
@@ -170,13 +156,9 @@ class Watchdog:
 @final
 @dataclass(frozen=True, slots=True)
 class LazyConnect:
-    """A communicator connected at the group's first collective, not when the group is created.
-
-    Which communicator a call connects: a collective the group's; a point-to-point call *in a batch*
-    (``batch_isend_irecv``, or sends and receives between ``startCoalescing`` and ``endCoalescing``) the group's too,
-    so every member must arrive; a plain send or recv a communicator of its own for the pair of ranks (HCCL, as
-    NCCL), which only those two connect.
-    """
+    """A communicator connected at the group's first collective, not when the group is created: a collective's or
+    a batch's of point-to-point calls (``batch_isend_irecv``) connects the group's, which every member must reach;
+    a plain send or recv one of its own for the pair of ranks (HCCL, as NCCL), which only those two connect."""
 
     #: Variable holding the connect timeout in seconds, e.g. ``"HCCL_CONNECT_TIMEOUT"``.
     timeout_env: str
@@ -211,12 +193,8 @@ class LazyConnect:
                 "vendor may refuse it instead; set a value in the range")
 
     def _value(self, env: Mapping[str, str]) -> float | None:
-        raw = env.get(self.timeout_env, "").strip()
-        try:
-            value = float(int(raw))
-        except ValueError:
-            return None
-        return value if value > 0 else None
+        value = _int_of(env.get(self.timeout_env, ""))
+        return float(value) if value is not None and value > 0 else None
 
 
 @final
@@ -288,11 +266,16 @@ def _mb(raw: str, default: int, *, strict: bool = False) -> int:
     if strict:
         digits = re.match(r"[+-]?\d+", raw)
         return int(digits.group(0)) if digits else 0
+    value = _int_of(raw)
+    return value if value is not None and value >= 0 else default
+
+
+def _int_of(raw: str) -> int | None:
+    """``raw`` as an integer, None when it is not one."""
     try:
-        value = int(raw)
+        return int(raw.strip())
     except ValueError:
-        return default
-    return value if value >= 0 else default
+        return None
 
 
 @final

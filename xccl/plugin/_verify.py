@@ -1,14 +1,9 @@
 """The plugin contract, checked when a plugin is selected: attributes, hook signatures, kernels.
 
-pluggy checks a hook implementation against its specification when the plugin registers, so a typo fails at once
-and names the hook. xccl does the same when ``xccl.init`` (or ``xccl.process_group_backend``) has selected a plugin
-and built its runtime, before any process group exists: every identity attribute, every method of :class:`Plugin`
-and :class:`Runtime` the plugin overrides (can xccl call it the way it calls the base method?), and every kernel
-``Runtime.kernels()`` returns (against :data:`~xccl.plugin.KERNEL_SIGNATURES`). Without this check a wrong kernel
-signature surfaced at the first call of each shape, on a running job.
-
-:func:`contract_problems` lists the problems (the conformance kit and tests read it); :func:`verify` raises them
-as one :class:`~xccl.PluginContractError`. Each problem names the method and says what to write.
+As pluggy checks a hook implementation when the plugin registers, ``xccl.init`` checks a selected plugin and its
+runtime before any process group exists (docs/plugin-guide.md, section 10): without this a wrong kernel signature
+surfaced at the first call of each shape, on a running job. :func:`contract_problems` lists the problems (the
+conformance kit and tests read it); :func:`verify` raises them as one :class:`~xccl.PluginContractError`.
 """
 
 from __future__ import annotations
@@ -19,9 +14,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ..errors import PluginContractError
-from ._capabilities import Collective
 from ._contract import Plugin, Runtime
-from ._kernels import KERNEL_SIGNATURES, kernel_problems
+from ._kernels import kernels_problems
 
 __all__ = ["contract_problems", "verify"]
 
@@ -74,9 +68,7 @@ def contract_problems(plugin: Plugin, runtime: object | None = None, *, simulate
 def _attribute_problem(plugin: Plugin, attr: str) -> str:
     value = getattr(plugin, attr, None)
     check, example = _ATTRIBUTES[attr]
-    if check(value):
-        return ""
-    return f"Plugin.{attr} is {value!r}; it must be {example}"
+    return "" if check(value) else f"Plugin.{attr} is {value!r}; it must be {example}"
 
 
 def _runtime_problems(plugin: Plugin, runtime: object, simulate: bool) -> list[str]:
@@ -88,7 +80,7 @@ def _runtime_problems(plugin: Plugin, runtime: object, simulate: bool) -> list[s
         return [f"{type(runtime).__name__} does not carry the plugin and mode it was built for: its __init__ must "
                 "call super().__init__(plugin, simulate=simulate) with the arguments runtime() received"]
     problems = [_hook_problem(runtime, Runtime, hook) for hook in _RUNTIME_HOOKS]
-    if any(problems) and problems[_RUNTIME_HOOKS.index("kernels")]:
+    if problems[_RUNTIME_HOOKS.index("kernels")]:
         return problems  # kernels() cannot be called as xccl calls it: its kernels cannot be read
     return problems + _kernel_problems(runtime)
 
@@ -102,16 +94,7 @@ def _kernel_problems(runtime: Runtime) -> list[str]:
     if not isinstance(kernels, Mapping):
         return [f"{name}.kernels() returned {type(kernels).__name__}; return a mapping "
                 "{xccl.Collective.OP: kernel} (empty when the SDK adds nothing to torch.distributed)"]
-    out = []
-    for op, kernel in kernels.items():
-        if not isinstance(op, Collective):
-            out.append(f"{name}.kernels() has a key {op!r} that is not an xccl.Collective: write Collective.ALL_REDUCE")
-            continue
-        for problem in kernel_problems(op, kernel):
-            args = ", ".join(("ctx", *KERNEL_SIGNATURES[op]))
-            out.append(f"{name}.kernels()[Collective.{op.name}]: {problem}; write `def {op.value}({args}, /)` "
-                       "(xccl.plugin.KERNEL_SIGNATURES)")
-    return out
+    return kernels_problems(kernels, f"{name}.")
 
 
 def _hook_problem(obj: object, base: type, hook: str) -> str:
@@ -127,51 +110,37 @@ def _hook_problem(obj: object, base: type, hook: str) -> str:
         sig = inspect.signature(method)
     except (TypeError, ValueError):
         return ""  # a builtin without a signature: nothing to check
-    args, kwargs = _call_of(getattr(base, hook))
+    positional, keywords = _call_of(getattr(base, hook))
     try:
-        sig.bind(*args, **kwargs)
+        sig.bind(*[None] * len(positional), **dict.fromkeys(keywords))
     except TypeError as exc:
-        call = ", ".join([*_positional(getattr(base, hook)), *(f"{k}=..." for k in kwargs)])
-        return f"{owner}({_names(sig)}) cannot be called as xccl calls it, {hook}({call}) ({exc}): write `{want}`"
+        call = ", ".join([*positional, *(f"{k}=..." for k in keywords)])
+        return f"{owner}({_params(sig)}) cannot be called as xccl calls it, {hook}({call}) ({exc}): write `{want}`"
     return ""
 
 
-def _names(sig: inspect.Signature) -> str:
-    """The parameters of a bound method, as written (``group, *, simulate``), without annotations."""
+def _params(sig: inspect.Signature, *, annotated: bool = False) -> str:
+    """The parameters as written (``group, *, simulate``), with their annotations when ``annotated``."""
     out, star = [], False
     for p in sig.parameters.values():
         if p.kind is p.KEYWORD_ONLY and not star:
             out.append("*")
-            star = True
+        star = star or p.kind in (p.KEYWORD_ONLY, p.VAR_POSITIONAL)
         stars = "*" if p.kind is p.VAR_POSITIONAL else "**" if p.kind is p.VAR_KEYWORD else ""
-        out.append(stars + p.name)
-        star = star or p.kind is p.VAR_POSITIONAL
+        ann = f": {p.annotation}" if annotated and p.annotation is not p.empty else ""
+        out.append(f"{stars}{p.name}{ann}")
     return ", ".join(out)
 
 
-def _positional(func: Callable[..., Any]) -> list[str]:
-    params = list(inspect.signature(func).parameters.values())[1:]
-    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-
-
-def _call_of(func: Callable[..., Any]) -> tuple[tuple[object, ...], dict[str, object]]:
+def _call_of(func: Callable[..., Any]) -> tuple[list[str], list[str]]:
     """How xccl calls the base method ``func``: its positional parameters by position, keyword-only ones by name."""
     params = list(inspect.signature(func).parameters.values())[1:]  # without self
-    args: tuple[object, ...] = tuple(None for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
-    kwargs: dict[str, object] = {p.name: None for p in params if p.kind is p.KEYWORD_ONLY}
-    return args, kwargs
+    return ([p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)],
+            [p.name for p in params if p.kind is p.KEYWORD_ONLY])
 
 
 def _render(hook: str, func: Callable[..., Any]) -> str:
     """``def comm_name(self, group: dist.ProcessGroup) -> str``: the base method's signature, for messages."""
     sig = inspect.signature(func)
-    parts = []
-    star = False
-    for p in sig.parameters.values():
-        if p.kind is p.KEYWORD_ONLY and not star:
-            parts.append("*")
-            star = True
-        ann = "" if p.annotation is p.empty else f": {p.annotation}"
-        parts.append(f"{p.name}{ann}")
     ret = "" if sig.return_annotation is sig.empty else f" -> {sig.return_annotation}"
-    return f"def {hook}({', '.join(parts)}){ret}"
+    return f"def {hook}({_params(sig, annotated=True)}){ret}"

@@ -7,10 +7,12 @@ Native collectives return the backend's own ``Work``. An emulation may chain sev
 wrappers call ``wait()`` on it) and to C++ callers (DDP's reducer asks for ``get_future()``, functional
 collectives ``wait()`` through ``wait_tensor``) through the pybind trampoline.
 
-Its future (:meth:`Work.get_future`) holds what the native work's would: the op's output tensors (dispatch sets
-them, :meth:`Work.set_result`), so a DDP communication hook's ``fut.value()[0]`` is the reduced bucket. It is
-returned at once and completed when the collective is: the local step then runs in whichever thread completes the
-inner works (the backend's, for gloo), exactly once whoever gets there first.
+Its future (:meth:`Work.get_future`) holds what the native work's would, so a DDP communication hook's
+``fut.value()[0]`` is the reduced bucket; the local step then runs in whichever thread completes the inner works
+(the backend's, for gloo), exactly once whoever gets there first.
+
+The simulated vendor's works are here too: what :func:`complete` makes of gloo's for a vendor whose works complete
+at once.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from typing import Any, Final, final
 import torch
 import torch.distributed as dist
 
-__all__ = ["ForwardingWork", "Work", "finish", "future_of"]
+from ._vendor_runtime import Completion
+
+__all__ = ["ForwardingWork", "Work", "complete", "finish", "future_of"]
 
 
 @final
@@ -85,11 +89,8 @@ class Work(dist.Work):
         self.wait()
 
     def is_completed(self) -> bool:
-        """Whether the collective finished; polling alone completes it (no :meth:`wait` needed).
-
-        Code that polls ``while not work.is_completed()`` must not spin forever: once every inner handle has
-        completed, the local step runs here.
-        """
+        """Whether the collective finished; polling alone completes it (once every inner handle has, the local step
+        runs here), so that ``while not work.is_completed()`` does not spin forever."""
         if not self._done and self._error is None and all(w.is_completed() for w in self._works):
             try:
                 self.wait()
@@ -115,15 +116,11 @@ class Work(dist.Work):
             return int(w._source_rank() if hasattr(w, "_source_rank") else w.source_rank())
         raise RuntimeError("this work is not a receive from any source")
 
-    def _source_rank(self) -> int:  # the name torch.distributed.recv calls
-        return self.source_rank()
+    _source_rank = source_rank  # the name torch.distributed.recv calls
 
     def get_future(self) -> torch.futures.Future[list[torch.Tensor]]:
-        """A future of :meth:`result`, completed when the collective is (returned at once, without waiting).
-
-        It completes once every inner work has and the local step has run, with the output tensors, as a native
-        work's future does (``fut.value()[0]`` is all_reduce's tensor); a failure completes it with the error.
-        """
+        """A future of :meth:`result`, returned at once and completed, as a native work's, once the collective is
+        (every inner work and the local step), or failed with its error."""
         if self._done or self._error is not None or not self._works:
             fut: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
             try:
@@ -133,8 +130,8 @@ class Work(dist.Work):
                 fut.set_exception(exc)  # type: ignore[arg-type]  # torch's stub types it as the result
             return fut
         inner = _futures(self._works)
-        if inner is None:
-            return self._future_by_thread()
+        if inner is None:  # gloo's reduce_scatter: a thread waits for them (each bounded by its group's timeout)
+            return _thread_future(self.wait, self.result)
         return torch.futures.collect_all(inner).then(self._completed)
 
     def _completed(self, inner: torch.futures.Future[Any]) -> list[torch.Tensor]:
@@ -142,11 +139,6 @@ class Work(dist.Work):
             f.value()  # raises an inner failure, which fails the returned future
         self._finish()
         return self._result
-
-    def _future_by_thread(self) -> torch.futures.Future[list[torch.Tensor]]:
-        """The future for inner works that have none (gloo's reduce_scatter): a thread waits for them (each wait
-        bounded by its group's timeout) and completes it."""
-        return _thread_future(self.wait, self.result)
 
 
 def _futures(works: Sequence[Any]) -> list[torch.futures.Future[Any]] | None:
@@ -200,7 +192,7 @@ def finish(work: Any, async_op: bool, then: Callable[[], object] | None = None) 
     """Complete a composed collective: run ``then`` now (sync) or hand back a :class:`Work` that runs it on
     ``wait`` (async). ``work`` is the inner collective's handle, or None when it already completed."""
     if async_op:
-        return Work([work] if work is not None else [], then)
+        return Work([work], then)  # a None work is dropped
     if work is not None:
         work.wait()
     if then is not None:
@@ -252,8 +244,7 @@ class ForwardingWork(dist.Work):
         work = self.work
         return int(work._source_rank() if hasattr(work, "_source_rank") else work.source_rank())
 
-    def _source_rank(self) -> int:  # the name torch.distributed.recv calls
-        return self.source_rank()
+    _source_rank = source_rank  # the name torch.distributed.recv calls
 
     def get_future(self) -> Any:
         """The backend's future (its errors are the backend's own: ``wait()`` is the typed path)."""
@@ -265,3 +256,83 @@ class ForwardingWork(dist.Work):
         if name == "work":  # not yet set (copy, unpickling): no recursion
             raise AttributeError(name)
         return getattr(self.work, name)
+
+
+def complete(completion: Completion, key: str, work: Any) -> Any:
+    """The work the simulated vendor returns for ``work``, gloo's work of c10d method ``key``: itself, but for a
+    vendor whose ``Work.wait()`` returns at once (:attr:`Completion.AT_ONCE`).
+
+    ProcessGroupSCCL's ``WorkSCCL::isCompleted()`` and ``wait()`` return true at once, for every op, barrier
+    included (sophgo/torch-tpu@fe9b478 ``ProcessGroupSCCL.cpp:183-191``; its barrier is an all_reduce of an
+    uninitialised float, ``:745-782``); the device's stream orders what comes after, and a copy to the host
+    synchronises it first (``TPUDeviceManager.cpp:413-431``), so data reads are right while nothing orders the
+    *host* (docs/fidelity.md). In simulation a barrier's work is complete at once while gloo finishes it in the
+    background (host code ordered by a barrier fails as on the TPUs); a data op's ``wait()`` and ``is_completed()``
+    still wait for gloo's values.
+
+    Args:
+        completion: the vendor's :class:`Completion`.
+        key: the c10d ``Backend`` method (``"barrier"``, ``"allreduce"``, ...).
+        work: gloo's work.
+    """
+    if completion is not Completion.AT_ONCE or work is None:
+        return work
+    return _AtOnce(work, barrier=key == "barrier")
+
+
+@final
+class _AtOnce(dist.Work):
+    """A work that reports itself complete at once; a barrier's also returns from ``wait()`` at once."""
+
+    __slots__ = ("_barrier", "_error", "_inner")
+
+    def __init__(self, inner: Any, *, barrier: bool) -> None:
+        super().__init__()
+        self._inner = inner
+        self._barrier = barrier
+        self._error: BaseException | None = None
+
+    def wait(self, timeout: _dt.timedelta | None = None) -> bool:
+        """A barrier's: True at once. Any other op's: gloo's wait (the values the device's stream would give)."""
+        if self._error is not None:
+            raise self._error
+        if not self._barrier:
+            if timeout is None:
+                self._inner.wait()
+            else:
+                self._inner.wait(timeout)
+        return True
+
+    def is_completed(self) -> bool:
+        """True, as SCCL reports; a data op's values are in place first, a failure kept for :meth:`wait`."""
+        if not self._barrier and self._error is None:
+            try:
+                self._inner.wait()
+            except Exception as exc:  # reported by wait(), like torch's works
+                self._error = exc
+        return True
+
+    def is_success(self) -> bool:
+        """Whether no failure was seen."""
+        return self.is_completed() and self._error is None
+
+    def exception(self) -> BaseException | None:
+        """The failure :meth:`is_completed` saw, if any."""
+        return self._error
+
+    def synchronize(self) -> None:
+        """As :meth:`wait`."""
+        self.wait()
+
+    def result(self) -> list[torch.Tensor]:
+        """gloo's result."""
+        return list(self._inner.result())
+
+    def get_future(self) -> torch.futures.Future[Any]:
+        """A barrier's future is complete at once (SCCL marks it so when the work is made); any other op's is
+        gloo's."""
+        if not self._barrier:
+            return self._inner.get_future()  # type: ignore[no-any-return]
+        fut: torch.futures.Future[Any] = torch.futures.Future()
+        fut.set_result([])
+        return fut
