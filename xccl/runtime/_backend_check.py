@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
-from collections.abc import Sequence
 from typing import Any
 
 import torch.distributed as dist
@@ -71,7 +70,12 @@ def all_arrived(store: Any, rank: int, size: int, timeout: _dt.timedelta) -> Non
 
 
 def plugin_for(backend: str, vendor: str, registry: Registry) -> Plugin:
-    """The plugin whose torch.distributed backend is ``backend`` (``vendor``'s, when one is named)."""
+    """The plugin whose torch.distributed backend is ``backend`` (``vendor``'s, when one is named).
+
+    Raises:
+        InitError: no plugin drives ``backend``, or, of a backend name two vendors share (Ascend's and Habana's
+            ``hccl``), none or several can run here; it names them and the ``vendor=`` that settles it.
+    """
     if backend.startswith(PREFIX):
         raise InitError(
             f"torch.distributed was initialised on xccl's backend {backend!r} without xccl.process_group_backend() "
@@ -93,22 +97,7 @@ def plugin_for(backend: str, vendor: str, registry: Registry) -> Plugin:
     if builtin or len(infos) == 1:
         # gloo and nccl: xccl's own plugin of the backend, whatever else drives it (test plugins over gloo).
         return (builtin or infos)[0].plugin  # type: ignore[return-value]
-    return _one_vendor_of(backend, infos)
-
-
-def is_builtin(info: PluginInfo) -> bool:
-    """Whether ``info`` is one of xccl's own plugins (cpu, cuda), which adopts its backend's worlds whatever else
-    drives the name."""
-    return info.plugin is not None and type(info.plugin).__module__.startswith("xccl.")
-
-
-def _one_vendor_of(backend: str, infos: Sequence[PluginInfo]) -> Plugin:
-    """The plugin of a backend name two vendors share (Ascend's and Habana's ``hccl``): the one whose SDK is here.
-
-    Raises:
-        InitError: none or several of them can run here; it names them and the ``vendor=`` that settles it.
-    """
-    usable = [i for i in infos if i.available]
+    usable = [i for i in infos if i.available]  # of the vendors sharing the name, the one whose SDK is here
     if len(usable) == 1:
         return usable[0].plugin  # type: ignore[return-value]
     names = ", ".join(i.name for i in infos)
@@ -119,3 +108,9 @@ def _one_vendor_of(backend: str, infos: Sequence[PluginInfo]) -> Plugin:
         f"({names}), and {why}; name the one this world is: xccl.init(vendor={infos[0].name!r}) or "
         f"XCCL_VENDOR=<{'|'.join(i.name for i in infos)}>"
     )
+
+
+def is_builtin(info: PluginInfo) -> bool:
+    """Whether ``info`` is one of xccl's own plugins (cpu, cuda), which adopts its backend's worlds whatever else
+    drives the name."""
+    return info.plugin is not None and type(info.plugin).__module__.startswith("xccl.")

@@ -59,14 +59,13 @@ def communicators() -> list[Communicator]:
         ranks = tuple(dist.get_process_group_ranks(group))
         name = str(group.group_name)
         native: Any = getattr(group, "native", None)
-        if native is not None:
-            mb = None if memory is None else memory.comm_mb(os.environ, getattr(group, "pg_options", None))
-            out.append(Communicator(name, ranks, "vendor", runtime.backend, runtime.comm_connected(group), mb))
-            if getattr(group, "side", None) is not None:
-                out.append(Communicator(name, ranks, "host gloo", "gloo", None, None))
-        elif str(dist.get_backend(group)) == runtime.backend:
-            # A simulated vendor group keeps its options; a raw group of the vendor's own backend may not say.
-            mb = None if memory is None else memory.comm_mb(os.environ, getattr(group, "pg_options", None))
-            out.append(Communicator(name, ranks, "vendor (raw)", runtime.backend, runtime.comm_connected(group), mb))
+        if native is None and str(dist.get_backend(group)) != runtime.backend:
+            continue
+        # A simulated vendor group keeps its options; a raw group of the vendor's own backend may not say.
+        mb = None if memory is None else memory.comm_mb(os.environ, getattr(group, "pg_options", None))
+        kind = "vendor" if native is not None else "vendor (raw)"
+        out.append(Communicator(name, ranks, kind, runtime.backend, runtime.comm_connected(group), mb))
+        if native is not None and getattr(group, "side", None) is not None:
+            out.append(Communicator(name, ranks, "host gloo", "gloo", None, None))
     return out
 

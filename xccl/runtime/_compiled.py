@@ -1,19 +1,10 @@
 """A rank's compiled regions, recorded for ``xccl preflight`` and dumped next to its flight record.
 
-With ``XCCL_COMPILED_DUMP_AT_EXIT=1`` (``xccl preflight`` sets it; you may set it under torchrun), ``xccl.init``
-starts recording, and the end of the world (``xccl.shutdown()`` or the teardown at exit) writes
-``<flight record path>.compiled.json``:
-
-* ``breaks``: every graph break Dynamo logged, as Dynamo logs it on its ``graph_breaks`` artifact logger
-  (``torch._dynamo.symbolic_convert``, ``log_graph_break``): where Dynamo stopped, its reason, and the user code
-  traceback (the frames from the compiled function down to the call that broke). A handler of xccl's own is added
-  to that logger; when the user has not turned the artifact on (``TORCH_LOGS=graph_breaks``), the logger is
-  enabled for that handler alone (it stops propagating, so nothing more is printed);
-* ``frames``: Dynamo's metrics of each frame it compiled (``torch._dynamo.utils.get_compilation_metrics()``, the
-  last 64): the code object, its compile id and the ops in its graph;
-* ``checks``: what the vendor's graph compiler found in each graph it was given (:func:`xccl.plugin.report_graph_check`).
-
-Nothing of torch is replaced; the handler and the logger's level are the only changes, and only when asked.
+With ``XCCL_COMPILED_DUMP_AT_EXIT=1``, ``xccl.init`` adds a handler of xccl's own to Dynamo's ``graph_breaks``
+artifact logger (``torch._dynamo.symbolic_convert``, ``log_graph_break``), and the end of the world writes
+``<flight record path>.compiled.json``: the ``breaks`` Dynamo logged, Dynamo's metrics of each compiled ``frames``
+and the vendor compiler's ``checks`` (:func:`xccl.plugin.report_graph_check`). docs/preflight.md, "Compiled
+regions", says what is recorded and how; nothing of torch is replaced.
 """
 
 from __future__ import annotations
@@ -105,9 +96,7 @@ def dump_compiled_at_exit() -> str | None:
               "checks": [asdict(c) for c in graph_checks()]}
     target = compiled_path(rank)
     try:
-        directory = os.path.dirname(target)
-        if directory:
-            os.makedirs(directory, exist_ok=True)
+        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
         tmp = f"{target}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(record, f, default=str)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-from collections.abc import Sequence
 from typing import Final
 
 from ..collectives._state import DEFAULT_TIMEOUT
@@ -17,7 +16,7 @@ from ..errors import InitError, RendezvousTimeout, XcclError
 from ..plugin._job import Job
 from ..plugin._jobenv import JobEnv, job_env
 
-__all__ = ["env_init_method", "env_int", "heterogeneous_of", "job_of", "rendezvous_error", "resolve_ranks", "timeout_of"]
+__all__ = ["env_init_method", "heterogeneous_of", "job_of", "rendezvous_error", "resolve_ranks", "timeout_of"]
 
 
 def heterogeneous_of(given: bool | None) -> bool:
@@ -36,35 +35,15 @@ def heterogeneous_of(given: bool | None) -> bool:
     raise InitError(f"environment variable XCCL_HETEROGENEOUS={raw!r} is not a switch; set it to 1 or 0, or unset it")
 
 
-def env_int(names: Sequence[str], what: str) -> int | None:
-    """The first of ``names`` set in the environment, as an int (``what`` it means, for the error).
-
-    Raises:
-        InitError: it is set but not an integer.
-    """
-    for name in names:
-        raw = os.environ.get(name)
-        if raw is None or raw.strip() == "":
-            continue
-        try:
-            return int(raw)
-        except ValueError:
-            raise InitError(f"environment variable {name}={raw!r} is not an integer ({what}); fix or unset it") from None
-    return None
-
-
 def resolve_ranks(
     rank: int | None, world_size: int | None, local_rank: int | None, job: JobEnv | None = None
 ) -> tuple[int, int, int, bool]:
     """rank, world size, local rank, and whether they came from the launcher (``job``, default :func:`job_env`)."""
     job = job_env() if job is None else job
     from_env = rank is None and world_size is None
-    if rank is None:
-        rank = job.rank
-    if world_size is None:
-        world_size = job.world_size
-    if local_rank is None:
-        local_rank = job.local_rank
+    rank = job.rank if rank is None else rank
+    world_size = job.world_size if world_size is None else world_size
+    local_rank = job.local_rank if local_rank is None else local_rank
     if rank is None and world_size is None:
         rank, world_size = 0, 1  # a plain `python script.py`: a world of one
     if rank is None or world_size is None:
@@ -76,8 +55,7 @@ def resolve_ranks(
         raise InitError(f"world size must be >= 1, got {world_size}")
     if not 0 <= rank < world_size:
         raise InitError(f"rank {rank} is outside [0, {world_size}) for world size {world_size}")
-    if local_rank is None:
-        local_rank = rank
+    local_rank = rank if local_rank is None else local_rank
     if local_rank < 0:
         raise InitError(f"local rank must be >= 0, got {local_rank}")
     return rank, world_size, local_rank, from_env
@@ -93,8 +71,7 @@ def job_of(rank: int, world_size: int, local_rank: int | None = None, launcher: 
     """
     launcher = job_env() if launcher is None else launcher
     local_world = launcher.local_world_size
-    if local_rank is None:
-        local_rank = launcher.local_rank
+    local_rank = launcher.local_rank if local_rank is None else local_rank
     if local_rank is None:
         local_rank = rank if local_world is None else rank % local_world
     return Job(rank, world_size, local_rank, local_world)

@@ -1,15 +1,11 @@
 """``xccl.init`` and the lifecycle around it: plugin selection, device setup, the world on xccl's process group,
 sub-groups, communicator names, adoption of a world created by someone else, and shutdown.
 
-``xccl.init`` selects a plugin, sets the device, registers xccl's torch.distributed backend (``xccl_<vendor
-backend>``, see ``xccl.collectives._process_group``) and creates the world on it, so that everything built on
-``torch.distributed`` (DDP, FSDP2, DTensor, DeviceMesh, compiled graphs) runs through xccl's dispatch.
-
-When ``torch.distributed`` is already initialised (Lightning, Accelerate, DeepSpeed and torchtitan create the
-process group themselves), ``xccl.init`` adopts that world instead: it identifies the backend and so the plugin,
-sets nothing that is already set, and dispatches ``xccl.*`` calls on it. A world created on the vendor's own
-backend gets xccl's dispatch for ``xccl.*`` calls only; :func:`process_group_backend` gives a framework xccl's
-backend name to create the world on, which brings the rest (docs/stacks.md).
+``xccl.init`` registers xccl's torch.distributed backend (``xccl_<vendor backend>``) and creates the world on it, so
+that everything built on ``torch.distributed`` (DDP, FSDP2, DTensor, DeviceMesh, compiled graphs) runs through
+xccl's dispatch. A world a framework created (Lightning, Accelerate, DeepSpeed, torchtitan) is adopted instead: a
+world on the vendor's own backend gets xccl's dispatch for ``xccl.*`` calls only, one on the name
+:func:`process_group_backend` gave the framework gets the rest too (docs/stacks.md).
 """
 
 from __future__ import annotations
@@ -57,7 +53,7 @@ from ._rendezvous import rendezvous
 from ._shutdown import at_exit as _at_exit
 from ._shutdown import shutdown
 from ._torch_api import install as install_torch_api
-from ._vendor import collective_timeout, connect, connect_world, watchdog_settings
+from ._vendor import collective_timeout, connect, connect_world, group_options, watchdog_settings
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -104,9 +100,7 @@ def _runtime_of(plugin: Plugin, simulate: bool) -> Runtime:
 def _check_policy(fallback: str, check: bool | None) -> bool:
     if fallback not in _FALLBACKS:
         raise InitError(f"fallback={fallback!r}; choose one of {', '.join(_FALLBACKS)}")
-    if check is None:
-        check = os.environ.get("XCCL_CHECK", "0").strip() not in ("", "0", "false")
-    return check
+    return check if check is not None else os.environ.get("XCCL_CHECK", "0").strip() not in ("", "0", "false")
 
 
 def _prepare(runtime: Runtime, fallback: Fallback, check: bool) -> str:
@@ -149,11 +143,9 @@ def process_group_backend(
     framework takes one. Every group created on it runs through xccl's dispatch; call :func:`init` afterwards (it
     adopts the world) to use ``xccl.*`` as well.
 
-    This rank's device is chosen and made current when the framework creates the world on the backend, not here:
-    a framework may call this before its launcher has told the process its place (Lightning's launcher runs the
-    script on rank 0 before it sets ``WORLD_SIZE``; Ray Train's worker hooks run before it sets any variable).
-    When the world is created, its rank and size are known, and so are the launcher's variables. Create no device
-    tensor before that; the vendor's first group is created after the device is set.
+    This rank's device is chosen and made current when the framework creates the world on the backend, not here
+    (a framework may call this before its launcher has told the process its place: docs/stacks.md). Create no
+    device tensor before that; the vendor's first group is created after the device is set.
 
     Args:
         vendor: as :func:`init`.
@@ -203,8 +195,8 @@ def init(
     Reads what the launcher sets (:func:`xccl.plugin.job_env`): torchrun's ``RANK``, ``WORLD_SIZE``,
     ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``, else Slurm's, LSF's, Kubeflow's or MPI's variables, with the
     rendezvous address by the launcher's conventions (Slurm: the first node, a port from the job id); with none of
-    them it makes a world of one. When
-    ``torch.distributed`` is already initialised, it adopts that world (see the module docstring).
+    them it makes a world of one. When ``torch.distributed`` is already initialised, it adopts that world
+    (docs/stacks.md).
 
     Args:
         vendor: a plugin name, or ``"auto"``: ``XCCL_VENDOR``, else the one available accelerator, else ``cpu``.
@@ -299,10 +291,7 @@ def _create_world(
     # The rendezvous waits for tmo; the group gets what the vendor's watchdog may have (torch's default where no
     # timeout was given: the vendor's own default, see xccl.collectives._watchdog).
     group_tmo = tmo if watchdog is None or given else _dt.timedelta(seconds=watchdog.torch_default)
-    kwargs: dict[str, Any] = {"rank": rank_, "world_size": size, "timeout": group_tmo}
-    options = runtime.process_group_options(None)
-    if options is not None:
-        kwargs["pg_options"] = options
+    kwargs: dict[str, Any] = {"rank": rank_, "world_size": size, "timeout": group_tmo, **group_options(runtime, None)}
     t = PROCESS.lap("device setup", t)
     started = time.monotonic()
     live = None
@@ -320,13 +309,11 @@ def _create_world(
         t = time.perf_counter()
         dist.init_process_group(backend=name, **kwargs)
         PROCESS.lap("process group", t)
-    except XcclError:
-        close_quietly(live)
-        reset_state()
-        raise
     except Exception as exc:
         close_quietly(live)
         reset_state()
+        if isinstance(exc, XcclError):
+            raise
         raise rendezvous_error(exc, rank_, size, time.monotonic() - started, launcher.master_port) from exc
     got = str(dist.get_backend())
     if got != name:
@@ -443,11 +430,8 @@ def new_group(ranks: Sequence[int] | None = None, *, timeout: _dt.timedelta | fl
         raise InvalidArgument("new_group", f"ranks {bad} are outside [0, {world.world_size})")
     if len(set(members)) != len(members):
         raise InvalidArgument("new_group", f"ranks {members} contain duplicates")
-    kwargs: dict[str, Any] = {"ranks": members, "timeout": timeout_of(timeout) if timeout is not None else world.timeout}
-    options = runtime.process_group_options(members)
-    if options is not None:
-        kwargs["pg_options"] = options
-    return dist.new_group(backend=world.process_group_backend, **kwargs)
+    tmo = timeout_of(timeout) if timeout is not None else world.timeout
+    return dist.new_group(members, timeout=tmo, backend=world.process_group_backend, **group_options(runtime, members))
 
 
 def vendor_group(ranks: Sequence[int] | None = None) -> Any:
@@ -465,9 +449,7 @@ def vendor_group(ranks: Sequence[int] | None = None) -> Any:
     if runtime is None:  # pragma: no cover - set together with world
         raise InitError("xccl is not initialised: call xccl.init() first")
     members = list(range(world.world_size)) if ranks is None else [int(r) for r in ranks]
-    options = runtime.process_group_options(members)
-    kwargs: dict[str, Any] = {} if options is None else {"pg_options": options}
-    return dist.new_group(members, backend=world.backend, timeout=world.timeout, **kwargs)
+    return dist.new_group(members, backend=world.backend, timeout=world.timeout, **group_options(runtime, members))
 
 
 def comm_name(group: Any = None) -> str:

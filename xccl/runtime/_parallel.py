@@ -1,24 +1,15 @@
 """``xccl.parallel_groups``: named tensor-, pipeline- and data-parallel groups laid out as Megatron does.
 
-A world of ``W = tp * pp * dp`` ranks is viewed as a grid. The default order, ``"tp-dp-pp"`` (fastest varying
-first, Megatron-LM's default), puts tensor-parallel peers on consecutive ranks, which on a node of 8 devices
-keeps the chattiest group (TP: every layer, forward and backward) on the node's fastest links::
-
-    rank = tp_index + tp * (dp_index + dp * pp_index)
-
-    W = 8, tp = 2, pp = 2, dp = 2:
-      tp groups  [0, 1] [2, 3] [4, 5] [6, 7]       consecutive ranks
-      dp groups  [0, 2] [1, 3] [4, 6] [5, 7]       stride tp, within one pipeline stage
-      pp groups  [0, 4] [1, 5] [2, 6] [3, 7]       stride tp * dp: stage s of every pipeline
-
-Every group is created with :func:`xccl.new_group`, so the plugin's process-group options apply (Sophgo's chip
-map, HCCL's config) and each group has its own communicator and name. The same grid is available as a torch
-``DeviceMesh`` (dims ``("pp", "dp", "tp")``, slowest first) for DTensor / FSDP2 code, built from these groups
-rather than by DeviceMesh itself, which would create groups without the plugin's options.
+A world of ``W = tp * pp * dp`` ranks is a grid; the default order, ``"tp-dp-pp"`` (fastest varying first,
+Megatron-LM's), keeps tensor-parallel peers, the chattiest group, on consecutive ranks, so within a node
+(``rank = tp_index + tp * (dp_index + dp * pp_index)``; docs/concepts.md shows a layout). Every group is created with
+:func:`xccl.new_group`, so the plugin's process-group options apply; :attr:`ParallelGroups.mesh` is the same grid as
+a torch ``DeviceMesh`` built from these groups (DeviceMesh's own would lack the plugin's options).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Iterator, Mapping
@@ -95,16 +86,12 @@ class ParallelGroups:
     def mesh(self) -> Any:
         """A torch ``DeviceMesh`` over the same groups, dims named ``("pp", "dp", "tp")`` in ``order``'s
         reverse (slowest first), for DTensor / FSDP2. Built on first access; creates no process group."""
+        import torch
         from torch.distributed.device_mesh import DeviceMesh
 
         dims = list(reversed(self.order.split("-")))  # DeviceMesh is row-major: last dim fastest
-        sizes = [self[d].size for d in dims]
-        import torch
-
-        grid = torch.arange(self.world_size, dtype=torch.int).reshape(sizes)
-        return DeviceMesh.from_group(
-            [self[d].group for d in dims], self.device_type, grid, mesh_dim_names=tuple(dims)
-        )
+        grid = torch.arange(self.world_size, dtype=torch.int).reshape([self[d].size for d in dims])
+        return DeviceMesh.from_group([self[d].group for d in dims], self.device_type, grid, mesh_dim_names=tuple(dims))
 
 
 def _check_size(name: str, value: object) -> int:
@@ -113,15 +100,6 @@ def _check_size(name: str, value: object) -> int:
     if value < 1:
         raise InvalidArgument(_OP, f"{name}={value} must be at least 1 (1 means: no {name.upper()} parallelism)")
     return value
-
-
-def _check_order(order: str) -> list[str]:
-    dims = order.split("-")
-    if sorted(dims) != sorted(_KINDS):
-        raise InvalidArgument(
-            _OP, f"order={order!r} must name tp, dp and pp once each, fastest varying first (e.g. {DEFAULT_ORDER!r})"
-        )
-    return dims
 
 
 def _sizes(world_size: int, tp: int, pp: int, dp: int | None) -> dict[str, int]:
@@ -173,7 +151,11 @@ def parallel_layout(
     """
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise InvalidArgument(_OP, f"world_size={world_size!r} must be a positive integer")
-    dims = _check_order(order)
+    dims = order.split("-")
+    if sorted(dims) != sorted(_KINDS):
+        raise InvalidArgument(
+            _OP, f"order={order!r} must name tp, dp and pp once each, fastest varying first (e.g. {DEFAULT_ORDER!r})"
+        )
     sizes = _sizes(world_size, tp, pp, dp)
     strides = {d: math.prod(sizes[e] for e in dims[: dims.index(d)]) for d in dims}
     layout: dict[str, tuple[tuple[int, ...], ...]] = {}
@@ -216,11 +198,5 @@ def parallel_groups(
             if world.rank in ranks:
                 mine[kind] = ParallelGroup(kind, group, ranks, ranks.index(world.rank), "")
     # Names after creation: HCCL makes its communicator on the first name query, so every member asks for it.
-    named = {k: _named(g) for k, g in mine.items()}
-    return ParallelGroups(
-        named["tp"], named["pp"], named["dp"], order, world.world_size, layout, world.device.type
-    )
-
-
-def _named(g: ParallelGroup) -> ParallelGroup:
-    return ParallelGroup(g.kind, g.group, g.ranks, g.rank, comm_name(g.group))
+    named = {k: dataclasses.replace(g, comm_name=comm_name(g.group)) for k, g in mine.items()}
+    return ParallelGroups(named["tp"], named["pp"], named["dp"], order, world.world_size, layout, world.device.type)

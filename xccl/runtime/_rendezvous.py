@@ -1,21 +1,11 @@
 """The world's rendezvous: the store, and a check that every rank was told the same world, before any group.
 
-``torch.distributed`` meets the ranks in its store, then creates the process group; ranks launched with different
-``WORLD_SIZE``s, plugins or versions only find out there, as a timeout that blames nothing in particular (or, for
-the ranks whose rendezvous happened to complete, a fault in their first collective). ``xccl.init`` makes the
-store itself (as torch's ``env://`` and ``tcp://`` handlers would, torchrun's agent store included) and, before
-the process group, every rank publishes its :class:`~xccl.collectives._liveness.Facts` and compares its view of
-the world with the first rank's:
-
-* a rank that differs raises :class:`~xccl.InitError` at once, naming the field and which ranks (on which hosts)
-  hold each value, and flags the world, which wakes every rank waiting, and each raises the same way;
-* ranks that never arrive: every rank raises :class:`~xccl.RendezvousTimeout` at the timeout naming them (rank 0's
-  store no longer waits for its clients, so rank 0 too knows who is missing);
-* a rank started twice (two processes told the same ``RANK``) is an :class:`~xccl.InitError` too.
-
-One round of store operations (set, append, compare-and-set, add, check, one blocking wait) on the success path:
-no polling, nothing proportional to the world size. The keys are listed in ``xccl.collectives._liveness``; each
-rank's Facts (``rank/<rank>``) stay in the store for ``xccl doctor --world`` and for naming lost ranks later.
+``xccl.init`` makes the store itself (as torch's ``env://`` and ``tcp://`` handlers would, torchrun's agent store
+included), and before the process group every rank publishes its :class:`~xccl.collectives._liveness.Facts` and
+compares its view of the world with the first rank's: a rank that differs, ranks that never arrive and a rank
+started twice each get an error that names them on every rank, where torch would time out blaming nothing in
+particular. One round of store operations on the success path (docs/multinode.md, "Nodes that disagree about the
+world"; the keys are listed in ``xccl.collectives._liveness``).
 """
 
 from __future__ import annotations
@@ -27,7 +17,6 @@ import json
 import os
 import socket
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlparse
@@ -113,21 +102,16 @@ def facts_of(
     job = job_env() if job is None else job
     addr = ""
     if endpoint is not None:
-        try:
+        with contextlib.suppress(OSError):
             addr, _ = route_address(endpoint.addr, endpoint.port)
-        except OSError:
-            addr = ""
     return Facts(
         rank=rank, world_size=size, local_rank=local_rank,
-        local_world_size=_or_none(job.local_world_size), node=_or_none(job.node_rank),
+        local_world_size=-1 if job.local_world_size is None else job.local_world_size,
+        node=-1 if job.node_rank is None else job.node_rank,
         plugin=plugin, backend=backend, simulate=simulate, check=check, fallback=fallback, xccl=_xccl_version(),
         torch=torch.__version__.split("+")[0], host=socket.gethostname(), addr=addr, port=port, pid=os.getpid(),
         heterogeneous=heterogeneous,
     )
-
-
-def _or_none(value: int | None) -> int:
-    return -1 if value is None else value
 
 
 def _on_store_host(facts: Facts, endpoint: Endpoint | None) -> bool:
@@ -145,17 +129,11 @@ def _on_store_host(facts: Facts, endpoint: Endpoint | None) -> bool:
 
 def check_world(store: Any, facts: Facts, endpoint: Endpoint | None, started: float, deadline: float
                 ) -> tuple[str, list[Facts]]:
-    """Publish ``facts`` and wait, until ``deadline`` (``time.monotonic()``), for every rank's; compare.
-
-    Args:
-        store: the rendezvous store, before torch's ``default_pg`` prefix.
-        facts: this rank's.
-        endpoint: where the store runs (None: not a TCP store of xccl's making).
-        started: ``time.monotonic()`` when the rendezvous began, for the elapsed time reported.
-        deadline: when to give up on ranks that did not arrive.
+    """Publish ``facts`` in the rendezvous ``store`` (before torch's ``default_pg`` prefix) and wait, until
+    ``deadline`` (``time.monotonic()``, like ``started``, when the rendezvous began), for every rank's; compare.
 
     Returns:
-        The store prefix of this world's keys, and the Facts of the ranks on the store's host.
+        The store prefix of this world's keys, and the Facts of the ranks on the store's host (``endpoint``).
 
     Raises:
         InitError: the ranks disagree about the world, or a rank was started twice.
@@ -196,7 +174,7 @@ def _compare(s: Any, facts: Facts, endpoint: Endpoint | None, started: float, de
     s.add("arrived", 1)
     ref = s.compare_set("ref", "", view)
     if ref != view.encode():
-        _flag(s, facts, _sizes(ref))
+        _flag(s, facts, ref)
         raise _disagreement(s, facts, deadline)
     if s.add("count", 1) == facts.world_size:
         s.set(f"full/{facts.world_size}", "1")
@@ -242,19 +220,15 @@ def _settle(s: Any, deadline: float) -> dict[int, Facts]:
     return arrived
 
 
-def _sizes(view: bytes) -> list[int]:
-    """The WORLD_SIZE of a world view (its first field), to wake the ranks that were told it."""
-    try:
-        size = json.loads(view)[0]
-    except (ValueError, IndexError, TypeError, KeyError):
-        return []
-    return [size] if type(size) is int else []
-
-
-def _flag(s: Any, facts: Facts, sizes: Sequence[int]) -> None:
-    """Mark the world bad and wake every rank waiting for it to fill (each waits on its own size's key)."""
+def _flag(s: Any, facts: Facts, ref: bytes) -> None:
+    """Mark the world bad and wake every rank waiting for it to fill: each waits on its own size's key, this rank's
+    or the WORLD_SIZE of the first rank's view ``ref`` (its first field)."""
     s.set("bad", str(facts.rank))
-    for n in {facts.world_size, *sizes}:
+    sizes = {facts.world_size}
+    with contextlib.suppress(ValueError, IndexError, TypeError, KeyError):
+        if type(size := json.loads(ref)[0]) is int:
+            sizes.add(size)
+    for n in sizes:
         s.set(f"full/{n}", "1")
 
 

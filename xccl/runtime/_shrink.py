@@ -1,32 +1,11 @@
 """Surviving a lost rank in place: ``torch.distributed.shrink_group`` on xccl's groups, on every vendor.
 
-torch 2.13's ``shrink_group(ranks_to_exclude, group=None, shrink_flags=SHRINK_DEFAULT, pg_options=None)`` is built
-for NCCL's ``ncclCommShrink``: it asks the group's device backend (``group._get_backend(device)``) whether it
-``supports_shrinking``, calls its ``shrink(...)`` for a new c10d ``Backend``, and wraps that in a *new plain*
-``ProcessGroup`` registered as a gloo (or nccl) group (``distributed_c10d.py``: ``_create_shrunk_process_group``).
-Neither step fits xccl: HCCL and SCCL have no shrink, and a plain process group over the vendor's backend would take
-the shrunk world out from under xccl (no capability table, no emulation, no typed faults, no recorder: the second
-lost rank would be gloo's raw error again). A Python process group cannot be returned there (``_register_backend``
-takes a C++ ``Backend``, which Python cannot subclass), so xccl answers the call itself.
-
-:func:`shrink_group` is where torch's is (``torch.distributed.shrink_group``) once a program uses xccl's backend
-(``_torch_api``). For any group that is not xccl's it calls torch's own, unchanged. For xccl's groups it validates the arguments with torch's own checks (the
-same errors), then rebuilds the vendor's communicator for the survivors:
-
-* **the world** (``group=None``): every other group is destroyed, as torch documents (their ranks are renumbered);
-  the old world is destroyed (``SHRINK_ABORT`` aborts its backends first); the plugin re-derives its placement for
-  the survivors (:meth:`~xccl.plugin.Runtime.world_shrunk`: Sophgo's chip map, Ascend's rank table); the survivors
-  meet under a fresh prefix of the old world's store (the prefix names the survivors, so ranks that disagree never
-  meet: each times out naming what the others asked for); the new world is created on xccl's backend as
-  ``xccl.init`` creates one, with its capability table re-derived for the new size; ``xccl.get_world()`` and
-  ``dist.get_rank()`` give the survivors' new ranks, in the old order; the liveness port carries over, so a second
-  lost rank is named too; the flight recorder marks the shrink;
-* **a sub-group**: a new group of xccl's backend over its survivors, created among them alone
-  (``use_local_synchronization``), then the old group is destroyed.
-
-The ranks to exclude come from the typed error: ``PeerFailure.ranks``, the same set on every survivor
-(``xccl.collectives._liveness``). Only survivors call; the store must have survived (it runs in rank 0's process or
-torchrun's agent: losing that host leaves restart-and-resume, docs/elastic.md).
+torch 2.13's ``shrink_group`` asks the group's device backend to shrink (NCCL's ``ncclCommShrink``) and wraps the
+result in a plain ``ProcessGroup`` (``distributed_c10d.py``: ``_create_shrunk_process_group``): HCCL and SCCL have
+no shrink, and a plain group would take the world out from under xccl. So :func:`shrink_group` is where torch's is
+once a program uses xccl's backend (``_torch_api``): torch's own for any other group; for xccl's, the survivors
+rebuild the vendor's communicator (the world, or a sub-group among its survivors). docs/elastic.md says how, and
+what a survivor must do.
 """
 
 from __future__ import annotations
@@ -35,6 +14,7 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import gc
+import itertools
 import logging
 import time
 from collections.abc import Sequence
@@ -53,7 +33,7 @@ from ..collectives._state import GROUPS, PROCESS
 from ..errors import InitError, RendezvousTimeout, XcclError
 from ._env import rendezvous_error, setup_timeout_of
 from ._torch_own import TORCH
-from ._vendor import connect_world
+from ._vendor import connect_world, group_options
 
 __all__ = ["shrink_group"]
 
@@ -128,16 +108,14 @@ def _shrink_world(old: XcclProcessGroup, excluded: Sequence[int], flags: int, pg
     with contextlib.suppress(RuntimeError):  # what this rank asked for, for a survivor that times out to say
         base.set(f"{_PREFIX}/{size}/asked/{rank}", ",".join(map(str, kept)))
     live = PROCESS.liveness
-    laps: dict[str, float] = {}
-    t = _lap(laps, "", t0)
+    laps = [("", time.monotonic())]  # (the step done, when): what each step took goes into the recorder's mark
     _teardown_old(flags)
-    t = _lap(laps, "old world destroyed", t)
+    laps.append(("old world destroyed", time.monotonic()))
     runtime.world_shrunk(kept)
     if isinstance(live, Liveness):
         live = _carry_liveness(live, kept, size, rank, new_rank)
-    t = _lap(laps, "placement and liveness", t)
-    options = pg_options if pg_options is not None else runtime.process_group_options(None)
-    kwargs: dict[str, Any] = {"pg_options": options} if options is not None else {}
+    laps.append(("placement and liveness", time.monotonic()))
+    kwargs = {"pg_options": pg_options} if pg_options is not None else group_options(runtime, None)
     store = PrefixStore(prefix, base)
     started = time.monotonic()
     try:
@@ -145,29 +123,23 @@ def _shrink_world(old: XcclProcessGroup, excluded: Sequence[int], flags: int, pg
         # it out), and the vendor's group connects within the group's timeout: meet first, within the setup
         # timeout, as xccl.init's rendezvous does.
         _meet(store, new_size, setup_timeout_of(None, timeout))
-        t = _lap(laps, "survivors met", t)
+        laps.append(("survivors met", time.monotonic()))
         dist.init_process_group(backend=name, store=store, rank=new_rank, world_size=new_size, timeout=timeout,
                                 **kwargs)
-    except XcclError:
-        raise
     except Exception as exc:
+        if isinstance(exc, XcclError):
+            raise
         raise _not_met(exc, base, size, rank, kept, time.monotonic() - started) from exc
     PROCESS.liveness = live
     PROCESS.world = dataclasses.replace(world, rank=new_rank, world_size=new_size)
     st = GROUPS.default = state_of(dist.group.WORLD)
-    t = _lap(laps, "new world", t)
+    laps.append(("new world", time.monotonic()))
     connect_world()
-    _lap(laps, "connected", t)
-    spent = ", ".join(f"{k} {v:.2f} s" for k, v in laps.items() if k)
+    laps.append(("connected", time.monotonic()))
+    spent = ", ".join(f"{k} {t - before:.2f} s" for (_, before), (k, t) in itertools.pairwise(laps))
     mark(st, "shrink_group", f"world {size} -> {new_size} ranks: excluded {list(excluded)}; this rank {rank} -> "
                              f"{new_rank}; took {time.monotonic() - t0:.2f} s ({spent})")
     return dist.group.WORLD
-
-
-def _lap(laps: dict[str, float], name: str, since: float) -> float:
-    now = time.monotonic()
-    laps[name] = now - since
-    return now
 
 
 def _meet(store: Any, size: int, timeout: _dt.timedelta) -> None:

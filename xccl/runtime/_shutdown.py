@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import gc
 
 import torch.distributed as dist
@@ -19,15 +20,10 @@ from ._compiled import dump_compiled_at_exit
 
 __all__ = ["at_exit", "shutdown"]
 
-_exit_registered = False
-
-
+@functools.cache
 def at_exit() -> None:
     """Register :func:`_shutdown_at_exit` (once per process)."""
-    global _exit_registered
-    if not _exit_registered:
-        _exit_registered = True
-        atexit.register(_shutdown_at_exit)
+    atexit.register(_shutdown_at_exit)
 
 
 def _shutdown_at_exit() -> None:

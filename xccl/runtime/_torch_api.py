@@ -1,21 +1,11 @@
 """The torch.distributed functions that refuse xccl's groups by their backend's name, answered by xccl for its own.
 
-Two functions of torch 2.13 decide by the backend before they reach the group, where no method of xccl's process
-group is asked:
-
-* ``monitored_barrier`` refuses every backend but gloo by name (``get_backend(group) != Backend.GLOO``:
-  "monitored_barrier is only implemented for GLOO backend."), so a script that runs on plain gloo fails on xccl's
-  cpu world, whose backend is ``xccl_gloo``. xccl has a monitored barrier on every backend (``xccl.monitored_barrier``,
-  through the store); on xccl's groups this one is it. It raises :class:`~xccl.CollectiveTimeout` naming the late
-  ranks (its message has torch's "Rank 1 failed to pass monitoredBarrier in ... ms"), where gloo's raises a
-  ``RuntimeError``;
-* ``shrink_group`` asks the device backend to shrink and wraps the result in a plain process group
-  (:mod:`._shrink`).
-
-:func:`install` puts xccl's in their place, in ``torch.distributed`` and ``torch.distributed.distributed_c10d``, once a
-program uses xccl's backend (``xccl.init``, ``xccl.process_group_backend``). Each calls torch's own (kept in
-``_torch_own.TORCH``) for any group that is not xccl's. Code that imported one of them from torch before xccl was
-set up holds torch's: call them as ``dist.<name>``.
+In torch 2.13 ``monitored_barrier`` refuses every backend but gloo by name ("monitored_barrier is only implemented
+for GLOO backend."), xccl's cpu world (``xccl_gloo``) included: on xccl's groups it is ``xccl.monitored_barrier``,
+which raises :class:`~xccl.CollectiveTimeout` naming the late ranks. ``shrink_group`` asks the device backend to
+shrink (:mod:`._shrink`). :func:`install` puts xccl's in their place in ``torch.distributed`` and
+``distributed_c10d`` once a program uses xccl's backend; each calls torch's own (``_torch_own.TORCH``) for other
+groups. Code that imported one from torch before xccl was set up holds torch's: call them as ``dist.<name>``.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from ..collectives._groups import state_of
@@ -13,7 +14,7 @@ from ..collectives._watchdog import choose_mode, settings_of
 from ..errors import InitError
 from ..plugin._contract import Runtime
 
-__all__ = ["collective_timeout", "connect", "connect_world", "watchdog_settings"]
+__all__ = ["collective_timeout", "connect", "connect_world", "group_options", "watchdog_settings"]
 
 
 def watchdog_settings(runtime: Runtime, *, choose: bool) -> Any:
@@ -31,6 +32,12 @@ def watchdog_settings(runtime: Runtime, *, choose: bool) -> Any:
         return settings_of(vendor, os.environ, source)
     except ValueError as exc:
         raise InitError(f"{exc}: 0 (no handling), 1 (tear down), 2 (clean up only) or 3 (skip clean up)") from None
+
+
+def group_options(runtime: Runtime, ranks: Sequence[int] | None) -> dict[str, Any]:
+    """``{"pg_options": ...}``: the plugin's options for a group over ``ranks`` (None: the world), or nothing."""
+    options = runtime.process_group_options(ranks)
+    return {} if options is None else {"pg_options": options}
 
 
 def collective_timeout(group_timeout: _dt.timedelta) -> _dt.timedelta:

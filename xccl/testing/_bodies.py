@@ -1,19 +1,14 @@
 """What the conformance suite runs on each rank: every case of :mod:`._cases`, compared with its reference.
 
 The suite (:mod:`xccl.testing.conformance`) sends these module-level functions to a :class:`RankPool`, so they
-must import without pytest. Each rank builds the same list of cases from the plugin's own capability table (the
-call order must be identical on every rank), runs them, and compares every output with a reference it computes on
-CPU from the deterministic inputs of *every* rank.
-
-A case is a function of its input tensors that allocates its outputs, calls one xccl op and returns the outputs.
-Eager mode calls it; graph mode compiles the very same function with ``torch.compile(fullgraph=True)``.
+must import without pytest. Each rank builds the same list of cases from the plugin's own capability table: the
+call order must be identical on every rank.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,31 +16,23 @@ import torch
 import xccl
 from xccl.plugin._capabilities import CapabilityTable, Collective, Level, Mode
 
-from ._cases import DTYPES, SYNC_ONLY, build, make
+from ._cases import SYNC_ONLY, build
 from ._claims import async_shapes, claim_fix, shapes
-from ._reference import mismatch
+from ._reference import make, mismatch
 
 __all__ = [
-    "DTYPES",
     "barrier_holds",
     "comm_names",
     "eager_batch",
+    "error_line",
     "graph_batch",
     "graph_ops",
     "kernel_signature_problems",
+    "note",
     "refusal_batch",
-    "shapes",
 ]
 
 C = Collective
-
-# ------------------------------------------------------------------------------------------ what to expect
-
-
-def expected_level(table: CapabilityTable, op: Collective, mode: Mode, dtype: torch.dtype, redop: str, n: int) -> Level:
-    """The table's level for one call shape, as dispatch decides it (the table consults an emulation's building
-    blocks: reduce_scatter via all_reduce, asked for a reduce op all_reduce lacks, is unsupported)."""
-    return table.resolve(op, mode=mode, dtype=dtype, reduce_op=redop or None, world_size=n).level
 
 
 def _ring_peer_ok(table: CapabilityTable, op: Collective, dt: torch.dtype, n: int, mode: Mode) -> bool:
@@ -53,9 +40,6 @@ def _ring_peer_ok(table: CapabilityTable, op: Collective, dt: torch.dtype, n: in
         return True
     peer = C.RECV if op is C.SEND else C.SEND
     return table.supports(peer, mode=mode, dtype=dt, world_size=n)
-
-
-# ------------------------------------------------------------------------------------------------- helpers
 
 
 def _compare(outs: Any, want: tuple[torch.Tensor | None, ...]) -> str | None:
@@ -71,18 +55,17 @@ def _compare(outs: Any, want: tuple[torch.Tensor | None, ...]) -> str | None:
     return None
 
 
-def _error(exc: BaseException) -> str:
+def error_line(exc: BaseException) -> str:
+    """``"<type>: <the first line of its message>"``."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {first}"
 
 
-@contextlib.contextmanager
-def _progress(path: str | None, what: str) -> Iterator[None]:
-    """Note what this rank is about to do, so a hang can be reported with the call that hung."""
-    if path:
-        with open(path, "w", encoding="utf-8") as f:
+def note(progress: str | None, rank: int, what: str) -> None:
+    """Note in ``<progress>.<rank>`` what this rank is about to do, so that a hang is reported with the call."""
+    if progress:
+        with open(f"{progress}.{rank}", "w", encoding="utf-8") as f:
             f.write(what)
-    yield
 
 
 def _table() -> CapabilityTable:
@@ -91,9 +74,6 @@ def _table() -> CapabilityTable:
 
 def _report() -> dict[str, list[str]]:
     return {"ran": [], "refused": [], "skipped": [], "failures": []}
-
-
-# ---------------------------------------------------------------------------------------------- the bodies
 
 
 def kernel_signature_problems(progress: str | None = None) -> list[str]:
@@ -113,7 +93,6 @@ def eager_batch(progress: str | None = None) -> dict[str, dict[str, list[str]]]:
     """
     w = xccl.get_world()
     table = _table()
-    path = f"{progress}.{w.rank}" if progress else None
     reports = {op.value: _report() for op in C}
     failed: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for op in C:
@@ -128,11 +107,11 @@ def eager_batch(progress: str | None = None) -> dict[str, dict[str, list[str]]]:
                 continue
             for async_op in (False, True) if (dt, ro) in also_async else (False,):
                 case = build(op, dt, ro, n=w.world_size, r=w.rank, device=w.device, async_op=async_op)
-                with _progress(path, f"{op.value} {case.label}"):
-                    try:
-                        why = _compare(case.fn(*case.inputs), case.want)
-                    except Exception as exc:  # every failure is reported, with its op
-                        why = _error(exc)
+                note(progress, w.rank, f"{op.value} {case.label}")
+                try:
+                    why = _compare(case.fn(*case.inputs), case.want)
+                except Exception as exc:  # every failure is reported, with its op
+                    why = error_line(exc)
                 if why is None:
                     rep["ran"].append(case.label)
                 else:
@@ -167,24 +146,21 @@ def refusal_batch(progress: str | None = None) -> dict[str, dict[str, list[str]]
     table = _table()
     reports = {op.value: _report() for op in C}
     if w.rank == 0:
-        path = f"{progress}.0" if progress else None
         for op in C:
             rep = reports[op.value]
             for dt, ro, level in shapes(table, op, w.world_size):
                 if level is not Level.UNSUPPORTED:
                     continue
                 label = " ".join(p for p in (str(dt).removeprefix("torch."), ro) if p)
-                with _progress(path, f"{op.value} {label} (alone, expected to raise)"):
-                    try:
-                        _alone(op, dt, ro, w.world_size, w.device)()
-                        rep["failures"].append(f"{op.value} {label}: the table says unsupported, but it ran")
-                    except xccl.UnsupportedCollective:
-                        rep["refused"].append(label)
-                    except Exception as exc:  # the wrong error is a finding
-                        rep["failures"].append(
-                            f"{op.value} {label}: the table says unsupported; expected UnsupportedCollective, got "
-                            f"{_error(exc)}"
-                        )
+                note(progress, 0, f"{op.value} {label} (alone, expected to raise)")
+                try:
+                    _alone(op, dt, ro, w.world_size, w.device)()
+                    rep["failures"].append(f"{op.value} {label}: the table says unsupported, but it ran")
+                except xccl.UnsupportedCollective:
+                    rep["refused"].append(label)
+                except Exception as exc:  # the wrong error is a finding
+                    rep["failures"].append(f"{op.value} {label}: the table says unsupported; expected "
+                                           f"UnsupportedCollective, got {error_line(exc)}")
     _meet(table, w.world_size)
     return reports
 
@@ -218,7 +194,6 @@ def graph_batch(backend: str, progress: str | None = None) -> dict[str, dict[str
 
     w = xccl.get_world()
     table = _table()
-    path = f"{progress}.{w.rank}" if progress else None
     reports = {op.value: _report() for op in C}
     torch._dynamo.reset()
     for op in graph_ops(table, w.world_size):
@@ -227,16 +202,16 @@ def graph_batch(backend: str, progress: str | None = None) -> dict[str, dict[str
         if shape is None:  # pragma: no cover - graph_ops filtered these
             continue
         case = build(op, shape[0], shape[1], n=w.world_size, r=w.rank, device=w.device)
-        with _progress(path, f"{op.value} {case.label} (graph)"):
-            try:
-                eager = case.fn(*case.inputs)
-                compiled = torch.compile(case.fn, fullgraph=True, backend=backend)(*case.inputs)
-                why = _compare(compiled, case.want)
-                if why is None:
-                    why = _compare(compiled, tuple(t.detach().cpu() if t is not None else None for t in eager))
-                    why = None if why is None else f"compiled differs from eager: {why}"
-            except Exception as exc:  # a graph break or a compile error is a finding
-                why = _error(exc)
+        note(progress, w.rank, f"{op.value} {case.label} (graph)")
+        try:
+            eager = case.fn(*case.inputs)
+            compiled = torch.compile(case.fn, fullgraph=True, backend=backend)(*case.inputs)
+            why = _compare(compiled, case.want)
+            if why is None:
+                why = _compare(compiled, tuple(t.detach().cpu() if t is not None else None for t in eager))
+                why = None if why is None else f"compiled differs from eager: {why}"
+        except Exception as exc:  # a graph break or a compile error is a finding
+            why = error_line(exc)
         if why is None:
             rep["ran"].append(f"{case.label} graph")
         else:
@@ -262,7 +237,6 @@ def comm_names(progress: str | None = None) -> dict[str, str]:
         "every rank, group a again": xccl.comm_name(every_a),
         f"half {'low' if r < n // 2 else 'high'}": xccl.comm_name(half),
     }
-
 
 
 #: How late rank 0 enters the barrier in :func:`barrier_holds`, seconds.

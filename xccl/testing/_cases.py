@@ -1,18 +1,14 @@
 """The conformance suite's cases: one call of every collective per call shape, its inputs and its reference.
 
-The suite (:mod:`xccl.testing.conformance`) sends these module-level functions to a :class:`RankPool`, so they
-must import without pytest. Each rank builds the same list of :class:`Case` objects from the plugin's own
-capability table (the call order must be identical on every rank), runs them, and compares every output with a
-reference it computes on CPU from the deterministic inputs of *every* rank (:mod:`._reference`: the operation's
-mathematical result, independent of the plugin and of xccl's simulation).
-
-A case is a function of its input tensors that allocates its outputs, calls one xccl op and returns the outputs.
-Eager mode calls it; graph mode compiles the very same function with ``torch.compile(fullgraph=True)``.
+A :class:`Case` is a function of its input tensors that allocates its outputs, calls one xccl op and returns them:
+eager mode calls it, graph mode compiles the very same function (:mod:`._bodies`). Its reference is computed on CPU
+from the deterministic inputs of every rank (:mod:`._reference`).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, final
@@ -22,11 +18,10 @@ import torch
 import xccl
 from xccl.plugin._capabilities import Collective
 
-from ._claims import ALWAYS as DTYPES
-from ._claims import FLOATS, FUSED
+from ._claims import FUSED
 from ._reference import PREMUL, make, reduce_ref
 
-__all__ = ["BUILDERS", "DTYPES", "FLOATS", "FUSED", "SYNC_ONLY", "Case", "build", "make", "reduce_op", "reduce_ref"]
+__all__ = ["BUILDERS", "SYNC_ONLY", "Case", "build", "reduce_op"]
 
 C = Collective
 #: Ops without an ``async_op`` argument.
@@ -59,9 +54,11 @@ class _Env:
     def dev(self, t: torch.Tensor) -> torch.Tensor:
         return t.to(self.device)
 
-    def done(self, work: Any) -> None:
+    def done(self, work: Any, *outs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``outs``, once ``work`` (what an op returned) is done."""
         if self.async_op and work is not None:
             work.wait()
+        return outs
 
 
 def reduce_op(name: str) -> Any:
@@ -77,7 +74,6 @@ def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a.float() @ b.float()).to(a.dtype)
 
 
-# ---------------------------------------------------------------------------------------------------- cases
 # One builder per op: (env, dtype, reduce op name) -> Case. Roots are the last rank, so that "root" and "rank 0"
 # differ and a kernel that confuses global and group ranks shows.
 
@@ -88,8 +84,7 @@ def _all_reduce(e: _Env, dt: torch.dtype, op: str) -> Case:
 
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         t = x.clone()
-        e.done(xccl.all_reduce(t, rop, async_op=e.async_op))
-        return (t,)
+        return e.done(xccl.all_reduce(t, rop, async_op=e.async_op), t)
 
     return Case(C.ALL_REDUCE, "", (e.dev(xs[e.r]),), fn, (reduce_ref(xs, op),))
 
@@ -100,20 +95,18 @@ def _reduce(e: _Env, dt: torch.dtype, op: str) -> Case:
 
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         t = x.clone()
-        e.done(xccl.reduce(t, dst=root, op=rop, async_op=e.async_op))
-        return (t,)
+        return e.done(xccl.reduce(t, dst=root, op=rop, async_op=e.async_op), t)
 
     return Case(C.REDUCE, "", (e.dev(xs[e.r]),), fn, (reduce_ref(xs, op) if e.r == root else None,))
 
 
 def _reduce_scatter(e: _Env, dt: torch.dtype, op: str) -> Case:
     xs = [make(i, (2 * e.n, 3), dt, 3) for i in range(e.n)]
-    rop, n = reduce_op(op), e.n
+    rop = reduce_op(op)
 
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = x.new_empty((2, 3))
-        e.done(xccl.reduce_scatter(out, list(x.chunk(n)), rop, async_op=e.async_op))
-        return (out,)
+        return e.done(xccl.reduce_scatter(out, list(x.chunk(e.n)), rop, async_op=e.async_op), out)
 
     return Case(C.REDUCE_SCATTER, "", (e.dev(xs[e.r]),), fn, (reduce_ref(xs, op)[2 * e.r : 2 * e.r + 2],))
 
@@ -124,32 +117,27 @@ def _reduce_scatter_tensor(e: _Env, dt: torch.dtype, op: str) -> Case:
 
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = x.new_empty((2, 3))
-        e.done(xccl.reduce_scatter_tensor(out, x, rop, async_op=e.async_op))
-        return (out,)
+        return e.done(xccl.reduce_scatter_tensor(out, x, rop, async_op=e.async_op), out)
 
     return Case(C.REDUCE_SCATTER_TENSOR, "", (e.dev(xs[e.r]),), fn, (reduce_ref(xs, op)[2 * e.r : 2 * e.r + 2],))
 
 
 def _all_gather(e: _Env, dt: torch.dtype, op: str) -> Case:
     xs = [make(i, (3, 2), dt, 5) for i in range(e.n)]
-    n = e.n
 
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        outs = [torch.empty_like(x) for _ in range(n)]
-        e.done(xccl.all_gather(outs, x, async_op=e.async_op))
-        return tuple(outs)
+        outs = [torch.empty_like(x) for _ in range(e.n)]
+        return e.done(xccl.all_gather(outs, x, async_op=e.async_op), *outs)
 
     return Case(C.ALL_GATHER, "", (e.dev(xs[e.r]),), fn, tuple(xs))
 
 
 def _all_gather_into_tensor(e: _Env, dt: torch.dtype, op: str) -> Case:
     xs = [make(i, (3, 2), dt, 6) for i in range(e.n)]
-    n = e.n
 
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        out = x.new_empty((3 * n, 2))
-        e.done(xccl.all_gather_into_tensor(out, x, async_op=e.async_op))
-        return (out,)
+        out = x.new_empty((3 * e.n, 2))
+        return e.done(xccl.all_gather_into_tensor(out, x, async_op=e.async_op), out)
 
     return Case(C.ALL_GATHER_INTO_TENSOR, "", (e.dev(xs[e.r]),), fn, (torch.cat(xs),))
 
@@ -160,22 +148,19 @@ def _all_to_all(e: _Env, dt: torch.dtype, op: str) -> Case:
 
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         outs = [x.new_empty((2, 2)) for _ in range(n)]
-        e.done(xccl.all_to_all(outs, list(x.chunk(n)), async_op=e.async_op))
-        return tuple(outs)
+        return e.done(xccl.all_to_all(outs, list(x.chunk(n)), async_op=e.async_op), *outs)
 
     return Case(C.ALL_TO_ALL, "", (e.dev(xs[r]),), fn, tuple(x[2 * r : 2 * r + 2] for x in xs))
 
 
 def _all_to_all_single(e: _Env, dt: torch.dtype, op: str) -> Case:
     xs = [make(i, (2 * e.n, 2), dt, 8) for i in range(e.n)]
-    r = e.r
 
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = torch.empty_like(x)
-        e.done(xccl.all_to_all_single(out, x, async_op=e.async_op))
-        return (out,)
+        return e.done(xccl.all_to_all_single(out, x, async_op=e.async_op), out)
 
-    return Case(C.ALL_TO_ALL_SINGLE, "", (e.dev(xs[r]),), fn, (torch.cat([x[2 * r : 2 * r + 2] for x in xs]),))
+    return Case(C.ALL_TO_ALL_SINGLE, "", (e.dev(xs[e.r]),), fn, (torch.cat([x[2 * e.r : 2 * e.r + 2] for x in xs]),))
 
 
 def _all_to_all_single_uneven(e: _Env, dt: torch.dtype, op: str) -> Case:
@@ -187,8 +172,7 @@ def _all_to_all_single_uneven(e: _Env, dt: torch.dtype, op: str) -> Case:
 
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = x.new_empty((sum(out_rows), 2))
-        e.done(xccl.all_to_all_single(out, x, out_rows, in_rows, async_op=e.async_op))
-        return (out,)
+        return e.done(xccl.all_to_all_single(out, x, out_rows, in_rows, async_op=e.async_op), out)
 
     return Case(C.ALL_TO_ALL_SINGLE_UNEVEN, "", (e.dev(xs[r]),), fn, (want,))
 
@@ -199,8 +183,7 @@ def _broadcast(e: _Env, dt: torch.dtype, op: str) -> Case:
 
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         t = x.clone()
-        e.done(xccl.broadcast(t, src=root, async_op=e.async_op))
-        return (t,)
+        return e.done(xccl.broadcast(t, src=root, async_op=e.async_op), t)
 
     return Case(C.BROADCAST, "", (e.dev(xs[e.r]),), fn, (xs[root],))
 
@@ -223,30 +206,22 @@ def _scatter(e: _Env, dt: torch.dtype, op: str) -> Case:
 
     def fn(*src: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = torch.empty((3, 2), dtype=dt, device=e.device)
-        e.done(xccl.scatter(out, list(src) if is_root else None, src=root, async_op=e.async_op))
-        return (out,)
+        return e.done(xccl.scatter(out, list(src) if is_root else None, src=root, async_op=e.async_op), out)
 
     return Case(C.SCATTER, "", tuple(e.dev(c) for c in chunks) if is_root else (), fn, (chunks[e.r],))
 
 
-def _barrier(e: _Env, dt: torch.dtype, op: str) -> Case:
-    x = make(e.r, (2,), dt, 13)
+def _barrier(e: _Env, dt: torch.dtype, op: str, monitored: bool = False) -> Case:
+    x = make(e.r, (2,), dt, 15 if monitored else 13)
 
     def fn(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        e.done(xccl.barrier(async_op=e.async_op))
+        if monitored:  # every rank arrives
+            xccl.monitored_barrier(timeout=_dt.timedelta(seconds=60), wait_all_ranks=True)
+        else:
+            e.done(xccl.barrier(async_op=e.async_op))
         return (t + 1,)
 
-    return Case(C.BARRIER, "", (e.dev(x),), fn, (x + 1,))
-
-
-def _monitored_barrier(e: _Env, dt: torch.dtype, op: str) -> Case:
-    x = make(e.r, (2,), dt, 15)
-
-    def fn(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        xccl.monitored_barrier(timeout=_dt.timedelta(seconds=60), wait_all_ranks=True)  # every rank arrives
-        return (t + 1,)
-
-    return Case(C.MONITORED_BARRIER, "", (e.dev(x),), fn, (x + 1,))
+    return Case(C.MONITORED_BARRIER if monitored else C.BARRIER, "", (e.dev(x),), fn, (x + 1,))
 
 
 def _ring(op: Collective) -> Callable[[_Env, torch.dtype, str], Case]:
@@ -310,8 +285,7 @@ def _all_reduce_coalesced(e: _Env, dt: torch.dtype, op: str) -> Case:
 
     def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
         ts = [x.clone(), y.clone()]
-        e.done(xccl.all_reduce_coalesced(ts, rop, async_op=e.async_op))
-        return tuple(ts)
+        return e.done(xccl.all_reduce_coalesced(ts, rop, async_op=e.async_op), *ts)
 
     return Case(C.ALL_REDUCE_COALESCED, "", (e.dev(xs[e.r]), e.dev(ys[e.r])), fn,
                 (reduce_ref(xs, op), reduce_ref(ys, op)))
@@ -320,15 +294,14 @@ def _all_reduce_coalesced(e: _Env, dt: torch.dtype, op: str) -> Case:
 def _all_gather_coalesced(e: _Env, dt: torch.dtype, op: str) -> Case:
     xs = [make(i, (3, 2), dt, 21) for i in range(e.n)]
     ys = [make(i, (5,), dt, 22) for i in range(e.n)]
-    n = e.n
 
     def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        outs = [[torch.empty_like(x), torch.empty_like(y)] for _ in range(n)]
+        outs = [[torch.empty_like(x), torch.empty_like(y)] for _ in range(e.n)]
         e.done(xccl.all_gather_coalesced(outs, [x, y], async_op=e.async_op))
         return tuple(t for row in outs for t in row)
 
     return Case(C.ALL_GATHER_COALESCED, "", (e.dev(xs[e.r]), e.dev(ys[e.r])), fn,
-                tuple(t for i in range(n) for t in (xs[i], ys[i])))
+                tuple(t for pair in zip(xs, ys, strict=True) for t in pair))
 
 
 def _all_gather_into_tensor_uneven(e: _Env, dt: torch.dtype, op: str) -> Case:
@@ -338,8 +311,7 @@ def _all_gather_into_tensor_uneven(e: _Env, dt: torch.dtype, op: str) -> Case:
 
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = x.new_empty((sum(sizes), 2))
-        e.done(xccl.all_gather_into_tensor_uneven(out, x, sizes, async_op=e.async_op))
-        return (out,)
+        return e.done(xccl.all_gather_into_tensor_uneven(out, x, sizes, async_op=e.async_op), out)
 
     return Case(C.ALL_GATHER_INTO_TENSOR_UNEVEN, "", (e.dev(xs[r]),), fn, (torch.cat(xs),))
 
@@ -352,8 +324,7 @@ def _reduce_scatter_tensor_uneven(e: _Env, dt: torch.dtype, op: str) -> Case:
 
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = x.new_empty((sizes[r], 2))
-        e.done(xccl.reduce_scatter_tensor_uneven(out, x, sizes, rop, async_op=e.async_op))
-        return (out,)
+        return e.done(xccl.reduce_scatter_tensor_uneven(out, x, sizes, rop, async_op=e.async_op), out)
 
     return Case(C.REDUCE_SCATTER_TENSOR_UNEVEN, "", (e.dev(xs[r]),), fn, (reduce_ref(xs, op)[off : off + sizes[r]],))
 
@@ -366,8 +337,7 @@ def _all_to_all_v(e: _Env, dt: torch.dtype, op: str) -> Case:
 
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = x.new_empty((int(want.numel()),))
-        e.done(xccl.all_to_all_v(out, x, matrix, async_op=e.async_op))
-        return (out,)
+        return e.done(xccl.all_to_all_v(out, x, matrix, async_op=e.async_op), out)
 
     return Case(C.ALL_TO_ALL_V, "", (e.dev(xs[r]),), fn, (want,))
 
@@ -391,8 +361,7 @@ def _all_gather_mm(e: _Env, dt: torch.dtype, op: str) -> Case:
     gathered = torch.cat(a)
 
     def fn(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        out, g = xccl.all_gather_mm(x, w)
-        return (out, g)
+        return tuple(xccl.all_gather_mm(x, w))
 
     return Case(C.ALL_GATHER_MM, "", (e.dev(a[r]), e.dev(b)), fn, (_mm(gathered, b), gathered))
 
@@ -424,7 +393,7 @@ BUILDERS: Final[dict[Collective, Callable[[_Env, torch.dtype, str], Case]]] = {
     C.GATHER: _gather,
     C.SCATTER: _scatter,
     C.BARRIER: _barrier,
-    C.MONITORED_BARRIER: _monitored_barrier,
+    C.MONITORED_BARRIER: functools.partial(_barrier, monitored=True),
     C.SEND: _ring(C.SEND),
     C.RECV: _ring(C.RECV),
     C.RECV_ANY_SOURCE: _recv_any_source,

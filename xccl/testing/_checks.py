@@ -11,14 +11,17 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Mapping
+from importlib import metadata
 from typing import Any, Final
+
+import torch
 
 from xccl.plugin._capabilities import ALL_REDUCE_OPS, CapabilityTable, Collective, Level, Mode, Support
 from xccl.plugin._contract import PLUGIN_API_VERSION, Plugin, ProbeResult
 from xccl.plugin._registry import PluginInfo
 from xccl.plugin._versions import version_key
 
-from ._claims import claim_problems
+from ._claims import FUSED, claim_problems
 
 __all__ = [
     "KNOWN_SDKS",
@@ -63,8 +66,6 @@ def table_problems(plugin: Plugin, table: object) -> list[str]:
 
 
 def _entry_problems(op: Collective, mode: Mode, sup: Support, vias: set[str]) -> list[str]:
-    import torch
-
     out = []
     dtypes = sup.dtypes
     if dtypes is not None and (not isinstance(dtypes, frozenset) or not all(isinstance(d, torch.dtype) for d in dtypes)):
@@ -97,11 +98,9 @@ def _entry_problems(op: Collective, mode: Mode, sup: Support, vias: set[str]) ->
             out.append(f"cast_to maps {src} to {dst}, which the kernel does not accept either")
         if dtypes is not None and src in dtypes:
             out.append(f"cast_to maps {src}, which the kernel already accepts")
-    if sup.level is Level.EMULATED and mode is Mode.EAGER:
+    if sup.level is Level.EMULATED and mode is Mode.EAGER and op not in FUSED:  # fused ops: the portable version
         known = sorted(vias)
-        if op in (Collective.MM_REDUCE_SCATTER, Collective.ALL_GATHER_MM, Collective.MM_ALL_REDUCE):
-            pass  # the portable pipelined version needs no named emulation
-        elif not sup.via:
+        if not sup.via:
             out.append("emulated, but names no emulation in `via`" + (f" (xccl has: {', '.join(known)})" if known else ""))
         elif sup.via not in known:
             out.append(f"emulated via {sup.via!r}, which xccl does not have for this op"
@@ -169,8 +168,6 @@ def discovery_imports(name: str) -> dict[str, Any]:
 def foreign_imports(found: Mapping[str, Any]) -> list[str]:
     """Modules in ``found["new"]`` that neither the plugin, xccl, their required dependencies nor the standard
     library provide, and every known vendor SDK: what a cheap probe must not import."""
-    from importlib import metadata
-
     allowed = _requirement_closure(["xccl", found.get("dist") or ""])
     owners = metadata.packages_distributions()
     own_top = str(found.get("module", "")).split(".")[0]
@@ -192,8 +189,6 @@ def _norm(name: str) -> str:
 
 
 def _requirement_closure(roots: list[str]) -> set[str]:
-    from importlib import metadata
-
     seen: set[str] = set()
     todo = [_norm(r) for r in roots if r]
     while todo:
@@ -205,12 +200,8 @@ def _requirement_closure(roots: list[str]) -> set[str]:
             reqs = metadata.requires(name) or []
         except metadata.PackageNotFoundError:
             continue
-        for req in reqs:
-            if "extra ==" in req.replace(" ", " ") or "extra==" in req:
-                continue
-            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
-            if m:
-                todo.append(_norm(m.group(1)))
+        names = (re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", r) for r in reqs if not re.search(r"extra\s*==", r))
+        todo += [_norm(m.group(1)) for m in names if m]
     return seen
 
 

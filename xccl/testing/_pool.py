@@ -80,10 +80,8 @@ def all_here(tag: str, timeout: float = 300.0) -> None:
 
 def _describe(rank: int, exc: BaseException, elapsed: float) -> Outcome:
     names = tuple(c.__name__ for c in type(exc).__mro__)
-    attrs = {}
-    for k, v in vars(exc).items():
-        if not k.startswith("_") and isinstance(v, (str, int, float, bool, tuple, list, dict, type(None))):
-            attrs[k] = v
+    plain = (str, int, float, bool, tuple, list, dict, type(None))
+    attrs = {k: v for k, v in vars(exc).items() if not k.startswith("_") and isinstance(v, plain)}
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return Outcome(rank, False, None, names, str(exc), attrs, tb, elapsed)
 
@@ -97,17 +95,8 @@ def _worker(
     tasks: Any,
     results: Any,
 ) -> None:
-    os.environ.update(env)
-    os.environ.update(
-        {
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "RANK": str(rank),
-            "WORLD_SIZE": str(world_size),
-            "LOCAL_RANK": str(rank),
-            "LOCAL_WORLD_SIZE": str(world_size),
-        }
-    )
+    os.environ.update(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size))
     import torch
 
     torch.set_num_threads(1)

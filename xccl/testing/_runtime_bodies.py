@@ -1,19 +1,10 @@
 """What the conformance suite runs on each rank for the vendor's run time (``Plugin.vendor_runtime()``).
 
-For each behaviour the plugin declares, a check that xccl's policy holds on it; with the vendor's timeouts made short
+For each behaviour the plugin declares (watchdog, lazy connect, patches of ``torch.distributed``), checks that
+xccl's policy holds on it (:func:`runtime_batch` names each); with the vendor's timeouts made short
 (:func:`short_timeouts`: the suite sets them in simulation, a user on the hardware), also that the failure the
-vendor gives reaches every rank typed:
-
-* **watchdog**: a peer late by less than the execution timeout on a group created with a timeout below it does
-  not get any process killed (xccl keeps the vendor's watchdog above its floor); in simulation, a peer later than
-  the execution timeout gives every rank a typed error (short timeouts);
-* **lazy connect**: the world is connected by ``xccl.init``; a group connected with ``xccl.runtime.connect``
-  survives a rank later than the connect timeout; in simulation, a group that is not yet connected fails with
-  ``CollectiveTimeout`` naming the connect timeout's variable and the late rank;
-* **patches**: every declared replacement of a ``torch.distributed`` function is in place once the plugin is
-  loaded (the suite checks in its own process that a simulated SDK's are undone at shutdown).
-
-Every rank runs the same calls in the same order (they are collectives); each check returns failure messages.
+vendor gives reaches every rank typed (the suite checks in its own process that a simulated SDK's patches are
+undone at shutdown). Every rank runs the same calls in the same order; each check returns failure messages.
 """
 
 from __future__ import annotations
@@ -33,6 +24,8 @@ import xccl.runtime
 from xccl.errors import CollectiveTimeout, XcclError
 from xccl.plugin._sim_runtime import SIM_CONNECT_ENV, sim_wait
 from xccl.plugin._vendor_runtime import TorchPatch, VendorRuntime
+
+from ._bodies import note
 
 __all__ = ["SHORT_CONNECT", "SHORT_EXEC", "merged", "patch_targets", "resolve", "runtime_batch", "short_timeouts"]
 
@@ -96,9 +89,7 @@ def runtime_batch(progress: str | None = None) -> dict[str, list[str]]:
     run = next(_RUNS)
     for i, (name, check) in enumerate(checks):
         _line_up(f"{run}/{i}")
-        if progress:
-            with open(f"{progress}.{xccl.get_world().rank}", "w", encoding="utf-8") as f:
-                f.write(name)
+        note(progress, xccl.get_world().rank, name)
         try:
             out[name] = check(declared, runtime.simulate)
         except Exception as exc:  # reported with the check's name
@@ -126,18 +117,22 @@ def _lined_up_group(**kwargs: Any) -> Any:
     return g
 
 
+def _late_sum(g: Any, late: float) -> list[str]:
+    """Rank 1 reaches an all_reduce of ones on ``g`` ``late`` seconds after the others: what is wrong with the sum."""
+    w = xccl.get_world()
+    if w.rank == 1:
+        time.sleep(late)
+    t = torch.ones(2, device=w.device)
+    xccl.all_reduce(t, group=g)
+    return [] if t.tolist() == [float(w.world_size)] * 2 else [f"all_reduce gave {t.tolist()}"]
+
+
 def _slow_peer(declared: VendorRuntime, simulate: bool) -> list[str]:
     assert declared.watchdog is not None
     exec_s = declared.watchdog.exec_timeout(os.environ)
     if exec_s != 0 and exec_s <= _LATE + 0.5:
         return [f"skipped: {declared.watchdog.exec_timeout_env}={exec_s:g} s is too short to be late within it"]
-    g = _lined_up_group(timeout=_GROUP_TIMEOUT)
-    w = xccl.get_world()
-    if w.rank == 1:
-        time.sleep(_LATE)
-    t = torch.ones(2, device=w.device)
-    xccl.all_reduce(t, group=g)
-    return [] if t.tolist() == [float(w.world_size)] * 2 else [f"all_reduce gave {t.tolist()}"]
+    return _late_sum(_lined_up_group(timeout=_GROUP_TIMEOUT), _LATE)
 
 
 def _hung_peer(declared: VendorRuntime, simulate: bool) -> list[str]:
@@ -147,16 +142,14 @@ def _hung_peer(declared: VendorRuntime, simulate: bool) -> list[str]:
         return [f"skipped: needs {declared.watchdog.exec_timeout_env} <= {SHORT_EXEC} s (the suite sets it in "
                 "simulation; set it on the hardware)"]
     g = _lined_up_group()
-    w = xccl.get_world()
-    if w.rank == 1:
-        time.sleep(exec_s + 1)
+    late = xccl.get_world().rank == 1
     try:
-        xccl.all_reduce(torch.ones(2, device=w.device), group=g)
+        _late_sum(g, exec_s + 1)
     except CollectiveTimeout as exc:
         name = declared.watchdog.exec_timeout_env
-        return [] if w.rank == 1 or name in str(exc) else [f"CollectiveTimeout does not name {name}: {exc}"]
+        return [] if late or name in str(exc) else [f"CollectiveTimeout does not name {name}: {exc}"]
     except XcclError as exc:  # the late rank may find its peers gone instead
-        return [] if w.rank == 1 else [f"{type(exc).__name__} instead of CollectiveTimeout: {exc}"]
+        return [] if late else [f"{type(exc).__name__} instead of CollectiveTimeout: {exc}"]
     return ["the collective completed although a peer was later than the execution timeout"]
 
 
@@ -183,12 +176,7 @@ def _connected_group(declared: VendorRuntime, simulate: bool) -> list[str]:
                 f"{SHORT_CONNECT} s (the suite sets it in simulation; set it on the hardware)"]
     g = xccl.new_group()
     xccl.runtime.connect(g)  # what the docs recommend right after creating a group
-    w = xccl.get_world()
-    if w.rank == 1:
-        time.sleep(seconds + 1)
-    t = torch.ones(2, device=w.device)
-    xccl.all_reduce(t, group=g)
-    return [] if t.tolist() == [float(w.world_size)] * 2 else [f"all_reduce gave {t.tolist()}"]
+    return _late_sum(g, seconds + 1)
 
 
 def _late_rank_named(declared: VendorRuntime, simulate: bool) -> list[str]:
@@ -197,15 +185,12 @@ def _late_rank_named(declared: VendorRuntime, simulate: bool) -> list[str]:
     if seconds is None or lazy is None:
         return [f"skipped: needs the connect timeout <= {SHORT_CONNECT} s (set by the suite in simulation)"]
     g = xccl.new_group()
-    w = xccl.get_world()
-    if w.rank == 1:
-        time.sleep(seconds + 1)
     try:
-        xccl.all_reduce(torch.ones(2, device=w.device), group=g)
+        _late_sum(g, seconds + 1)
     except CollectiveTimeout as exc:
         if lazy.timeout_env not in str(exc):
             return [f"CollectiveTimeout does not name {lazy.timeout_env}: {exc}"]
-        return [] if w.rank == 1 or "rank(s) [1]" in str(exc) else [f"the late rank 1 is not named: {exc}"]
+        return [] if xccl.get_world().rank == 1 or "rank(s) [1]" in str(exc) else [f"the late rank 1 is not named: {exc}"]
     except XcclError as exc:
         return [f"{type(exc).__name__} instead of CollectiveTimeout: {exc}"]
     return ["the collective completed although a rank was later than the connect timeout"]

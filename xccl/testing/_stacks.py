@@ -4,10 +4,8 @@ The kit's per-op checks call xccl; DDP and FSDP2 call ``torch.distributed`` from
 all-gather and reduce-scatter streams) on xccl's process group, with the reduce ops, dtypes and async handles they
 choose. Each rank trains a tiny MLP for :data:`STEPS` SGD steps on its shard of a fixed global batch and compares
 every step's loss and the final parameters with what one process computes on the whole batch (same seed; the mean
-of the shard losses is the global mean loss, whose gradient data parallelism averages).
-
-The body runs on a :class:`~xccl.testing.RankPool` rank (module-level, no pytest); a stack whose collectives the
-table refuses is skipped with the reason.
+of the shard losses is the global mean loss, whose gradient data parallelism averages). The body runs on a
+:class:`~xccl.testing.RankPool` rank (module-level, no pytest).
 """
 
 from __future__ import annotations
@@ -22,6 +20,8 @@ from torch import nn
 import xccl
 from xccl.plugin._capabilities import Collective
 
+from ._bodies import error_line, note
+
 __all__ = ["STEPS", "needs", "training_steps"]
 
 C = Collective
@@ -33,10 +33,8 @@ _BATCH: Final = 8
 #: Float32 matmuls on an accelerator may round differently from the CPU's; the steps are few and small.
 _TOL: Final = 1e-4
 
-#: What each stack calls on the world group: (op, dtype, reduce op or None). DDP's constructor all-gathers every
-#: parameter's shape as int64 (torch's ``_verify_params_across_processes``, from C++) and broadcasts the
-#: parameters; each backward all-reduces the gradient buckets (SUM, then a division). FSDP2 all-gathers the
-#: parameters and reduce-scatters the gradients. docs/plugin-guide.md lists them for plugin authors.
+#: What each stack calls on the world group: (op, dtype, reduce op or None); docs/plugin-guide.md says when (DDP's
+#: int64 all_gather: torch's ``_verify_params_across_processes``, from C++).
 needs: Final[dict[str, tuple[tuple[Collective, torch.dtype, str | None], ...]]] = {
     "ddp": ((C.ALL_GATHER, torch.int64, None), (C.BROADCAST, torch.float32, None),
             (C.ALL_REDUCE, torch.float32, "sum")),
@@ -147,12 +145,10 @@ def training_steps(progress: str | None = None) -> dict[str, dict[str, str]]:
         if missing:
             out[name] = {"skipped": f"the table refuses {', '.join(missing)}, which {name.upper()} calls"}
             continue
-        if progress:
-            with open(f"{progress}.{w.rank}", "w", encoding="utf-8") as f:
-                f.write(f"{name} training steps")
+        note(progress, w.rank, f"{name} training steps")
         try:
             why = body(w.device)
         except Exception as exc:  # the stack's own failure is the finding
-            why = f"{name.upper()}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            why = f"{name.upper()}: {error_line(exc)}"
         out[name] = {"failed": why} if why else {"ok": ""}
     return out

@@ -12,34 +12,16 @@ or from a test file of its own, so that a plain ``pytest`` run includes it::
 
     TestMyVendorConformance = suite("myvendor", simulate=True)
 
-It checks behaviour, not instantiation:
-
-* the plugin is listed (not failed, not written for another plugin API) and its identity is consistent;
-* its capability table is well-formed data (dtypes, reduce ops, world sizes, known emulations);
-* discovering, probing and reading the table import no vendor SDK (checked through ``sys.modules`` in a fresh
-  interpreter);
-* every op and call shape the table marks native or emulated (every claimed dtype, bool, integers, unsigned and
-  float8 included, and every reduce op) runs at every world size (2 and 4 by default) on real rank processes, and
-  matches the operation's mathematical result computed on CPU from every rank's inputs (:mod:`._reference`), not
-  the simulation's own answer; each way an op runs (native, each emulation, each cast) is also called async;
-* every call shape marked unsupported raises :class:`~xccl.UnsupportedCollective` on a rank that calls it alone,
-  that is, before any communication;
-* every graph-mode claim holds under ``torch.compile(fullgraph=True)`` and matches eager (once xccl's graph path
-  exists);
-* a DDP step and an FSDP2 step of a tiny model on the plugin's backend match a single-process reference;
-* communicator names are the same on every member, stable, and unique per group;
-* the vendor's run time the plugin declares (``Plugin.vendor_runtime()``): xccl's policy holds on it (a peer late
-  by less than the execution timeout kills no process; the world is connected at ``xccl.init``; the SDK's
-  patches of ``torch.distributed`` are in place), and in simulation, with the vendor's timeouts made short, the
-  simulation fails as the vendor does (typed errors for a peer past the execution timeout and for a rank late
-  to a group's first collective; patches undone at shutdown). See ``_runtime_bodies``.
-
-The calls are batched: one :class:`~xccl.testing.RankPool` run per world size executes every op, and the
-per-op tests read its report, so the whole suite takes seconds after the ranks have started.
+It checks behaviour, not instantiation: every claim of the plugin's table against the operation's mathematical
+result (:mod:`._reference`), refusals before any communication, graph mode, DDP and FSDP2 steps, communicator
+names, and the vendor's run time it declares (:mod:`._runtime_bodies`). docs/plugin-guide.md, "The conformance
+kit", lists each test and what to fix when it fails. The calls are batched: one :class:`~xccl.testing.RankPool`
+run per world size executes every op, and the per-op tests read its report.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import re
 import sys
@@ -140,8 +122,7 @@ def _target(request: pytest.FixtureRequest) -> Target:
         pytest.fail("no plugin to test: run pytest --xccl-plugin NAME, or bind the suite with "
                     "xccl.testing.conformance.suite(NAME)", pytrace=False)
     simulate = getattr(cls, "xccl_simulate", None)
-    if simulate is None:
-        simulate = bool(config.getoption("xccl_simulate", False))
+    simulate = bool(config.getoption("xccl_simulate", False)) if simulate is None else simulate
     infos = default_registry().infos()
     info = infos.get(name)
     if info is None:
@@ -177,8 +158,6 @@ def parse_world_sizes(raw: str) -> tuple[int, ...]:
     return sizes
 
 
-# ----------------------------------------------------------------------------------------------- the suite
-
 _OPS: Final = list(Collective)
 
 
@@ -208,12 +187,9 @@ class Conformance:
     @classmethod
     def xccl_batches(cls, xccl_target: Target) -> Iterator[_Batches]:
         """The batched rank runs of this suite, each run once; the ranks stop with the suite."""
-        with tempfile.TemporaryDirectory(prefix="xccl-conformance-") as workdir:
-            batches = _Batches(xccl_target, workdir)
-            try:
-                yield batches
-            finally:
-                batches.close()
+        with tempfile.TemporaryDirectory(prefix="xccl-conformance-") as workdir, \
+                contextlib.closing(_Batches(xccl_target, workdir)) as batches:
+            yield batches
 
     # -- static
 
@@ -233,8 +209,7 @@ class Conformance:
         assert not problems, "\n".join(problems)
 
     def test_discovery_imports_no_vendor_sdk(self, xccl_target: Target) -> None:
-        """Loading the entry point, probing and reading the table import nothing but the plugin, xccl, their
-        required dependencies and the standard library (a fresh interpreter's ``sys.modules`` tells)."""
+        """Loading the entry point, probing and reading the table import no vendor SDK (in a fresh interpreter)."""
         found = discovery_imports(xccl_target.name)
         bad = foreign_imports(found)
         assert not bad, (
@@ -245,8 +220,7 @@ class Conformance:
     # -- behaviour on ranks
 
     def test_kernels_take_the_arguments_xccl_passes(self, xccl_target: Target, xccl_batches: _Batches) -> None:
-        """Every kernel ``Runtime.kernels()`` returns (on a rank, where the runtime is built) accepts the kernel
-        arguments of its op (``xccl.plugin.KERNEL_SIGNATURES``), checked before any of them runs."""
+        """Every kernel ``Runtime.kernels()`` returns accepts its op's ``xccl.plugin.KERNEL_SIGNATURES``."""
         outs = xccl_batches.outcomes("kernels", xccl_target.world_sizes[0], _bodies.kernel_signature_problems)
         bad = [o for o in outs if not o.ok]
         assert not bad, "\n".join(map(str, bad))
@@ -255,8 +229,7 @@ class Conformance:
 
     @pytest.mark.parametrize("op", _OPS, ids=str)
     def test_eager(self, xccl_target: Target, xccl_batches: _Batches, xccl_world_size: int, op: Collective) -> None:
-        """Every call shape the table marks native or emulated (each claimed dtype and reduce op) runs and
-        returns the operation's mathematical result, computed on CPU from every rank's inputs."""
+        """Every call shape the table claims runs and returns the operation's mathematical result."""
         table = xccl_target.plugin.capabilities()
         rep = xccl_batches.report("eager", xccl_world_size, _bodies.eager_batch)[op.value]
         where = f"{op.value} on {xccl_target.name} ({xccl_target.mode}, {xccl_world_size} ranks)"
@@ -274,15 +247,13 @@ class Conformance:
     def test_unsupported_shapes_raise_before_communicating(
         self, xccl_target: Target, xccl_batches: _Batches, xccl_world_size: int
     ) -> None:
-        """Every call shape the table marks unsupported raises UnsupportedCollective on a rank that calls it
-        while its peers call nothing; afterwards the group still works."""
+        """Every call shape the table refuses raises UnsupportedCollective on a rank that calls it alone."""
         reports = xccl_batches.report("refusals", xccl_world_size, _bodies.refusal_batch)
         failures = [msg for rep in reports.values() for msg in rep["failures"]]
         assert not failures, "\n".join(failures)
 
     def test_graph_mode_claims_hold(self, xccl_target: Target, xccl_batches: _Batches) -> None:
-        """Every op marked native or emulated in graph mode compiles with fullgraph=True (no graph break) and
-        returns what eager returns, at the smallest world size."""
+        """Every graph-mode claim compiles with fullgraph=True and returns what eager returns (smallest world)."""
         if importlib.util.find_spec("xccl.graph") is None:
             pytest.skip("xccl's graph path (xccl.graph) is not part of this xccl: graph claims are not checked")
         table = xccl_target.plugin.capabilities()
@@ -314,10 +285,8 @@ class Conformance:
     def test_training_steps_match_a_single_process(
         self, xccl_target: Target, xccl_batches: _Batches, xccl_world_size: int, stack: str
     ) -> None:
-        """A DDP step and an FSDP2 step of a tiny MLP on the plugin's backend give the losses and parameters one
-        process computes on the whole batch (torch.distributed reaches xccl from C++, with its own reduce ops and
-        async handles); a stack whose collectives the table refuses is skipped, with what it refuses. Both stacks
-        run in one batch; each is its own test, so that one skipped is reported while the other passes."""
+        """DDP and FSDP2 steps match one process on the whole batch. Both stacks run in one batch; each is its own
+        test, so that one skipped is reported while the other passes."""
         outs = xccl_batches.outcomes("stacks", xccl_world_size, _stacks.training_steps)
         bad = [o for o in outs if not o.ok]
         assert not bad, "the training steps raised:\n" + "\n".join(map(str, bad))
@@ -329,8 +298,7 @@ class Conformance:
     def test_comm_names_are_unique_per_group_and_stable(
         self, xccl_target: Target, xccl_batches: _Batches, xccl_world_size: int
     ) -> None:
-        """Every member of a group gets the same name, asking twice gives the same name, two groups (even over
-        the same ranks) never share one."""
+        """Every member gets the same name, twice; two groups (even over the same ranks) never share one."""
         outs = xccl_batches.outcomes("names", xccl_world_size, _bodies.comm_names)
         bad = [o for o in outs if not o.ok]
         assert not bad, "comm_name failed:\n" + "\n".join(map(str, bad))

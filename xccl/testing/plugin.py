@@ -5,13 +5,13 @@ ask for ``rank_pools`` and get ``rank_pools.get(world_size, **init_kwargs)``: a 
 by every test that asks for the same configuration.
 
 ``pytest --xccl-plugin NAME [--xccl-simulate]`` runs the conformance suite (:mod:`xccl.testing.conformance`)
-against the installed plugin ``NAME``. Without paths on the command line it runs only the suite; with paths it
-runs the suite as well as those tests. The suite module is added to the session's arguments, so it is collected
-like any test file named on the command line (``-k``, ``-m``, ``-x``, ``--collect-only`` work as usual).
+against the installed plugin ``NAME``: its module is added to the session's arguments, so it is collected like any
+test file named on the command line (``-k``, ``-m``, ``-x``, ``--collect-only`` work as usual).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -29,22 +29,15 @@ pytest.register_assert_rewrite("xccl.testing.conformance")
 def pytest_addoption(parser: pytest.Parser) -> None:
     """The conformance suite's command-line options."""
     group = parser.getgroup("xccl", "xccl plugin conformance")
-    group.addoption(
-        "--xccl-plugin", metavar="NAME", default=None,
-        help="run xccl's conformance suite against the installed plugin NAME (its entry-point name)",
-    )
-    group.addoption(
-        "--xccl-simulate", action="store_true", default=False,
-        help="with --xccl-plugin: run the ranks in xccl's CPU simulation of the vendor",
-    )
-    group.addoption(
-        "--xccl-world-sizes", metavar="N,M", default=None,
-        help="world sizes of the conformance suite's multi-rank checks (default: 2,4)",
-    )
-    group.addoption(
-        "--xccl-compile-backend", metavar="BACKEND", default=None,
-        help="torch.compile backend of the graph-mode checks (default: aot_eager)",
-    )
+    group.addoption("--xccl-simulate", action="store_true", default=False,
+                    help="with --xccl-plugin: run the ranks in xccl's CPU simulation of the vendor")
+    for flag, metavar, text in (
+        ("--xccl-plugin", "NAME",
+         "run xccl's conformance suite against the installed plugin NAME (its entry-point name)"),
+        ("--xccl-world-sizes", "N,M", "world sizes of the conformance suite's multi-rank checks (default: 2,4)"),
+        ("--xccl-compile-backend", "BACKEND", "torch.compile backend of the graph-mode checks (default: aot_eager)"),
+    ):
+        group.addoption(flag, metavar=metavar, default=None, help=text)
 
 
 @pytest.hookimpl(trylast=True)
@@ -70,12 +63,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize the suite's ``xccl_world_size`` from the suite class or ``--xccl-world-sizes``."""
     if "xccl_world_size" not in metafunc.fixturenames:
         return
-    from .conformance import DEFAULT_WORLD_SIZES, parse_world_sizes
+    from .conformance import _sizes_option
 
-    sizes = getattr(metafunc.cls, "xccl_world_sizes", None)
-    if not sizes:
-        raw = metafunc.config.getoption("xccl_world_sizes", None)
-        sizes = parse_world_sizes(raw) if raw else DEFAULT_WORLD_SIZES
+    sizes = getattr(metafunc.cls, "xccl_world_sizes", None) or _sizes_option(metafunc.config)
     metafunc.parametrize("xccl_world_size", list(sizes), ids=[f"{n}ranks" for n in sizes])
 
 
@@ -114,8 +104,5 @@ class RankPools:
 @pytest.fixture(scope="session")
 def rank_pools() -> Iterator[RankPools]:
     """Session-wide :class:`RankPools`."""
-    pools = RankPools()
-    try:
+    with contextlib.closing(RankPools()) as pools:
         yield pools
-    finally:
-        pools.close()
