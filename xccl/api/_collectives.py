@@ -49,6 +49,11 @@ SUM: Final = dist.ReduceOp.SUM
 _compiling: Final = torch.compiler.is_compiling
 
 
+def _run(spec: S.Spec, group: Any, async_op: bool, *args: Any) -> Any:
+    """``spec``'s graph form while torch.compile traces (``xccl.graph._forms.run``), else its eager dispatch."""
+    return (G.run if _compiling() else dispatch)(spec, group, async_op, *args)
+
+
 def all_reduce(tensor: torch.Tensor, op: Any = SUM, group: Any = None, async_op: bool = False) -> Any:
     """Reduce ``tensor`` across the group, in place (``torch.distributed.all_reduce``).
 
@@ -98,9 +103,7 @@ def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group: Any
         outs = [torch.empty(2) for _ in range(xccl.get_world().world_size)]
         xccl.all_gather(outs, torch.full((2,), float(xccl.get_world().rank)))
     """
-    if _compiling():
-        return G.run(S.ALL_GATHER, group, async_op, tensor_list, tensor)
-    return dispatch(S.ALL_GATHER, group, async_op, tensor_list, tensor)
+    return _run(S.ALL_GATHER, group, async_op, tensor_list, tensor)
 
 
 def all_gather_single(
@@ -126,9 +129,7 @@ def all_gather_single(
         out = torch.empty(2 * world_size)
         xccl.all_gather_single(out, torch.ones(2))
     """
-    if _compiling():
-        return G.run(S.ALL_GATHER_INTO_TENSOR, group, async_op, output_tensor, input_tensor)
-    return dispatch(S.ALL_GATHER_INTO_TENSOR, group, async_op, output_tensor, input_tensor)
+    return _run(S.ALL_GATHER_INTO_TENSOR, group, async_op, output_tensor, input_tensor)
 
 
 #: torch's older name (deprecated by torch 2.13, which warns on every call): the same function, without a warning.
@@ -159,9 +160,7 @@ def reduce_scatter(
         out = torch.empty(2)
         xccl.reduce_scatter(out, [torch.ones(2) for _ in range(world_size)])   # out == world_size
     """
-    if _compiling():
-        return G.run(S.REDUCE_SCATTER, group, async_op, output, input_list, op)
-    return dispatch(S.REDUCE_SCATTER, group, async_op, output, input_list, op)
+    return _run(S.REDUCE_SCATTER, group, async_op, output, input_list, op)
 
 
 def reduce_scatter_single(
@@ -189,9 +188,7 @@ def reduce_scatter_single(
         out = torch.empty(2)
         xccl.reduce_scatter_single(out, torch.arange(2.0 * world_size))   # emulated on Sophgo SCCL
     """
-    if _compiling():
-        return G.run(S.REDUCE_SCATTER_TENSOR, group, async_op, output, input, op)
-    return dispatch(S.REDUCE_SCATTER_TENSOR, group, async_op, output, input, op)
+    return _run(S.REDUCE_SCATTER_TENSOR, group, async_op, output, input, op)
 
 
 #: torch's older name (deprecated by torch 2.13, which warns on every call): the same function, without a warning.
@@ -221,9 +218,7 @@ def all_to_all(
         outs = [torch.empty(1) for _ in range(world_size)]
         xccl.all_to_all(outs, ins)                # outs[j] == j
     """
-    if _compiling():
-        return G.run(S.ALL_TO_ALL, group, async_op, output_tensor_list, input_tensor_list)
-    return dispatch(S.ALL_TO_ALL, group, async_op, output_tensor_list, input_tensor_list)
+    return _run(S.ALL_TO_ALL, group, async_op, output_tensor_list, input_tensor_list)
 
 
 def all_to_all_single(
@@ -260,9 +255,7 @@ def all_to_all_single(
         out = torch.empty(world_size)
         xccl.all_to_all_single(out, torch.arange(float(world_size)))
     """
-    if _compiling():
-        return G.run(S.ALL_TO_ALL_SINGLE, group, async_op, output, input, output_split_sizes, input_split_sizes)
-    return dispatch(S.ALL_TO_ALL_SINGLE, group, async_op, output, input, output_split_sizes, input_split_sizes)
+    return _run(S.ALL_TO_ALL_SINGLE, group, async_op, output, input, output_split_sizes, input_split_sizes)
 
 
 def broadcast(
@@ -287,9 +280,7 @@ def broadcast(
 
         xccl.broadcast(weights, src=0)
     """
-    if _compiling():
-        return G.run(S.BROADCAST, group, async_op, tensor, src, group_src)
-    return dispatch(S.BROADCAST, group, async_op, tensor, src, group_src)
+    return _run(S.BROADCAST, group, async_op, tensor, src, group_src)
 
 
 def reduce(
@@ -321,9 +312,7 @@ def reduce(
 
         xccl.reduce(loss_sum, dst=0)
     """
-    if _compiling():
-        return G.run(S.REDUCE, group, async_op, tensor, dst, op, group_dst)
-    return dispatch(S.REDUCE, group, async_op, tensor, dst, op, group_dst)
+    return _run(S.REDUCE, group, async_op, tensor, dst, op, group_dst)
 
 
 def gather(
@@ -355,9 +344,7 @@ def gather(
         lst = [torch.empty(2) for _ in range(world_size)] if rank == 0 else None
         xccl.gather(torch.ones(2), lst, dst=0)
     """
-    if _compiling():
-        return G.run(S.GATHER, group, async_op, tensor, gather_list, dst, group_dst)
-    return dispatch(S.GATHER, group, async_op, tensor, gather_list, dst, group_dst)
+    return _run(S.GATHER, group, async_op, tensor, gather_list, dst, group_dst)
 
 
 def scatter(
@@ -389,9 +376,7 @@ def scatter(
         out = torch.empty(2)
         xccl.scatter(out, [torch.full((2,), float(i)) for i in range(world_size)] if rank == 0 else None, src=0)
     """
-    if _compiling():
-        return G.run(S.SCATTER, group, async_op, tensor, scatter_list, src, group_src)
-    return dispatch(S.SCATTER, group, async_op, tensor, scatter_list, src, group_src)
+    return _run(S.SCATTER, group, async_op, tensor, scatter_list, src, group_src)
 
 
 def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None, timeout: Any = None) -> Any:
@@ -416,10 +401,8 @@ def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None, t
 
         xccl.barrier()
     """
-    if _compiling():
-        return G.run(S.BARRIER, group, async_op)
-    if timeout is None or async_op:
-        return dispatch(S.BARRIER, group, async_op)
+    if _compiling() or timeout is None or async_op:
+        return _run(S.BARRIER, group, async_op)
     dispatch(S.BARRIER, group, True).wait(timeout)
     return None
 
@@ -449,7 +432,4 @@ def monitored_barrier(group: Any = None, timeout: Any = None, wait_all_ranks: bo
 
         xccl.monitored_barrier(timeout=datetime.timedelta(seconds=30), wait_all_ranks=True)
     """
-    if _compiling():
-        return G.run(S.MONITORED_BARRIER, group, False, timeout, wait_all_ranks)  # type: ignore[no-any-return]
-    dispatch(S.MONITORED_BARRIER, group, False, timeout, wait_all_ranks)
-    return None
+    _run(S.MONITORED_BARRIER, group, False, timeout, wait_all_ranks)

@@ -13,9 +13,8 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
-from ..collectives._dispatch import dispatch
-from ..graph import _forms as G
 from ..ops import _specs as S
+from ._collectives import _run
 
 __all__ = [
     "all_gather_coalesced",
@@ -26,7 +25,6 @@ __all__ = [
 ]
 
 SUM: Final = dist.ReduceOp.SUM
-_compiling: Final = torch.compiler.is_compiling
 
 
 def all_reduce_coalesced(
@@ -47,9 +45,7 @@ def all_reduce_coalesced(
 
         xccl.all_reduce_coalesced([grad_a, grad_b])
     """
-    if _compiling():
-        return G.run(S.ALL_REDUCE_COALESCED, group, async_op, tensors, op)
-    return dispatch(S.ALL_REDUCE_COALESCED, group, async_op, tensors, op)
+    return _run(S.ALL_REDUCE_COALESCED, group, async_op, tensors, op)
 
 
 def all_gather_coalesced(
@@ -73,9 +69,7 @@ def all_gather_coalesced(
         outs = [[torch.empty(2), torch.empty(3)] for _ in range(world_size)]
         xccl.all_gather_coalesced(outs, [torch.ones(2), torch.ones(3)])
     """
-    if _compiling():
-        return G.run(S.ALL_GATHER_COALESCED, group, async_op, output_tensor_lists, input_tensor_list)
-    return dispatch(S.ALL_GATHER_COALESCED, group, async_op, output_tensor_lists, input_tensor_list)
+    return _run(S.ALL_GATHER_COALESCED, group, async_op, output_tensor_lists, input_tensor_list)
 
 
 def all_gather_into_tensor_uneven(
@@ -103,9 +97,7 @@ def all_gather_into_tensor_uneven(
         out = torch.empty(sum(sizes), 4)
         xccl.all_gather_into_tensor_uneven(out, torch.ones(sizes[rank], 4), sizes)
     """
-    if _compiling():
-        return G.run(S.ALL_GATHER_INTO_TENSOR_UNEVEN, group, async_op, output, input, output_split_sizes)
-    return dispatch(S.ALL_GATHER_INTO_TENSOR_UNEVEN, group, async_op, output, input, output_split_sizes)
+    return _run(S.ALL_GATHER_INTO_TENSOR_UNEVEN, group, async_op, output, input, output_split_sizes)
 
 
 def reduce_scatter_tensor_uneven(
@@ -135,9 +127,7 @@ def reduce_scatter_tensor_uneven(
         out = torch.empty(sizes[rank], 4)
         xccl.reduce_scatter_tensor_uneven(out, torch.ones(sum(sizes), 4), sizes)
     """
-    if _compiling():
-        return G.run(S.REDUCE_SCATTER_TENSOR_UNEVEN, group, async_op, output, input, input_split_sizes, op)
-    return dispatch(S.REDUCE_SCATTER_TENSOR_UNEVEN, group, async_op, output, input, input_split_sizes, op)
+    return _run(S.REDUCE_SCATTER_TENSOR_UNEVEN, group, async_op, output, input, input_split_sizes, op)
 
 
 def all_to_all_v(
@@ -171,6 +161,4 @@ def all_to_all_v(
         m = [[1] * world_size for _ in range(world_size)]
         xccl.all_to_all_v(torch.empty(world_size), torch.ones(world_size), m)
     """
-    if _compiling():
-        return G.run(S.ALL_TO_ALL_V, group, async_op, output, input, send_count_matrix)
-    return dispatch(S.ALL_TO_ALL_V, group, async_op, output, input, send_count_matrix)
+    return _run(S.ALL_TO_ALL_V, group, async_op, output, input, send_count_matrix)

@@ -15,6 +15,7 @@ from ..collectives._groups import state_of
 from ..collectives._p2p import P2POp, batch_isend_irecv
 from ..graph import _forms as G
 from ..ops import _specs as S
+from ._collectives import _run
 
 __all__ = ["P2POp", "batch_isend_irecv", "irecv", "isend", "recv", "send"]
 
@@ -40,10 +41,7 @@ def send(tensor: torch.Tensor, dst: int | None = None, group: Any = None, tag: i
         if rank == 0:
             xccl.send(torch.ones(2), dst=1)
     """
-    if _compiling():
-        G.run(S.SEND, group, False, tensor, dst, tag, group_dst)
-    else:
-        dispatch(S.SEND, group, False, tensor, dst, tag, group_dst)
+    _run(S.SEND, group, False, tensor, dst, tag, group_dst)
 
 
 def recv(tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: int = 0, group_src: int | None = None) -> int:
@@ -87,9 +85,7 @@ def isend(tensor: torch.Tensor, dst: int | None = None, group: Any = None, tag: 
         work = xccl.isend(torch.ones(2), dst=1)
         work.wait()
     """
-    if _compiling():
-        return G.run(S.ISEND, group, True, tensor, dst, tag, group_dst)
-    return dispatch(S.ISEND, group, True, tensor, dst, tag, group_dst)
+    return _run(S.ISEND, group, True, tensor, dst, tag, group_dst)
 
 
 def irecv(tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: int = 0, group_src: int | None = None) -> Any:
@@ -102,6 +98,4 @@ def irecv(tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: 
         work = xccl.irecv(buf, src=0)
         work.wait()
     """
-    if _compiling():
-        return G.run(S.IRECV, group, True, tensor, src, tag, group_src)
-    return dispatch(S.IRECV, group, True, tensor, src, tag, group_src)
+    return _run(S.IRECV, group, True, tensor, src, tag, group_src)

@@ -1,13 +1,9 @@
 """``xccl.patch_collectives()``: make code that calls ``torch.distributed`` (or DeepSpeed) directly compile.
 
 Each patched function is replaced by a wrapper that calls the original unchanged in eager mode and, while
-``torch.compile`` traces, xccl's function of the same name and signature, which traces to the collective's graph
-form (``xccl.graph._forms``). Dynamo inlines the wrapper, so broadcast, reduce, gather, scatter, barrier and
-send/recv (which break the graph in torch 2.13) and ``deepspeed.comm.all_reduce`` (behind DeepSpeed's
-``timed_op`` wrapper) compile without a break. The patch
-replaces module attributes, so it reaches code that looks the function up at call time
-(``dist.all_reduce(...)``), not a name imported before the patch (``from torch.distributed import
-all_reduce``). PyTorch's own remap table (``traceable_collective_remaps``) is left alone.
+``torch.compile`` traces, xccl's function of the same name and signature, whose graph form Dynamo inlines: so
+broadcast, reduce, gather, scatter, barrier and send/recv (which break the graph in torch 2.13) and DeepSpeed's
+all_reduce (behind its ``timed_op`` wrapper) compile without a break. What the patch reaches: docs/graph.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """Fused matmul + collective ops: ``mm_reduce_scatter``, ``all_gather_mm``, ``mm_all_reduce``.
 
 Semantics are torch_npu's MC2 ops (``npu_mm_reduce_scatter_base``, ``npu_all_gather_base_mm``,
-``npu_mm_all_reduce_base``; ``vendor-api/MANIFEST.md`` A4), for a group of ``W`` ranks:
-
-* ``mm_reduce_scatter(a, b)``: ``reduce_scatter(a @ b + bias)`` along dim 0. ``a`` is (m, k), ``b`` (k, n), the
-  result (m / W, n): rank ``r`` gets rows ``[r·m/W, (r+1)·m/W)`` of the reduced product.
-* ``all_gather_mm(a, b)``: ``g = all_gather(a)`` along dim 0; returns ``(g @ b, g)``, (m·W, n) and (m·W, k), the
-  second empty when ``gather_output=False``.
-* ``mm_all_reduce(a, b)``: ``all_reduce(a @ b + bias)``; ``a`` is (m, k) or (b, s, k), the result ``a``'s shape
-  with ``n`` last. As in torch_npu, ``bias`` is added on every rank *before* the reduction.
-
-Dispatch, decided before any rank communicates
-----------------------------------------------
-1. Local validation (shapes, dtypes, divisibility, options): :class:`~xccl.InvalidArgument`, raised the same way on
-   every rank since it depends only on what every rank passes alike.
-2. The group's capability-table entry: unsupported raises :class:`~xccl.UnsupportedCollective`.
-3. The plugin's native kernel, when ``Runtime.kernels()`` has one for the op (Ascend's MC2 ops). If the kernel
-   raises :class:`~xccl.ConstraintViolation`, the group's fallback policy decides: ``"error"`` re-raises it,
-   ``"warn"`` warns (:class:`ConstraintFallbackWarning`, naming the constraint, once per op and constraint) and
-   runs the portable version, ``"emulate"`` runs the portable version silently.
-4. Otherwise the portable pipelined version (the table's ``via="pipelined"``), subject to the fallback policy for
-   emulated ops like every other collective (``"error"`` refuses, ``"warn"`` warns once).
-
-The native kernel contract (for plugin authors), how the portable version overlaps, and the gradients: docs/fused.md.
+``npu_mm_all_reduce_base``; ``vendor-api/MANIFEST.md`` A4); as in torch_npu, ``bias`` is added on every rank
+*before* the reduction. Every check that can fail is made before any rank communicates: local validation
+(:class:`~xccl.InvalidArgument`), then the group's capability table (:class:`~xccl.UnsupportedCollective`), then
+the plugin's native kernel or the portable pipelined version under the fallback policy. The shapes, the native
+kernel contract (for plugin authors), how the portable version overlaps, and the gradients: docs/fused.md.
 """
 
 from __future__ import annotations
@@ -50,16 +33,13 @@ __all__ = ["ConstraintFallbackWarning", "all_gather_mm", "mm_all_reduce", "mm_re
 _X: Final[Any] = torch.ops.xccl
 
 
-def _pg(group: Any) -> Any:
-    return dist.group.WORLD if group is None else group
+_compiling: Final = torch.compiler.is_compiling
 
 
-def _group_name(group: Any) -> str:
-    return str(_pg(group).group_name)
-
-
-def _compiling() -> bool:
-    return torch.compiler.is_compiling()
+def _traced(group: Any) -> tuple[str, int]:
+    """The group's name and size, as the graph ops take them (while torch.compile traces)."""
+    pg: Any = dist.group.WORLD if group is None else group
+    return str(pg.group_name), pg.size()
 
 
 def mm_reduce_scatter(
@@ -96,10 +76,7 @@ def mm_reduce_scatter(
     """
     n_chunks = check_chunks("mm_reduce_scatter", chunks)
     if _compiling():
-        size = _pg(group).size()
-        return _X.mm_reduce_scatter(  # type: ignore[no-any-return]
-            a, b, _group_name(group), size, reduce_op_name(reduce_op), bias, n_chunks
-        )
+        return _X.mm_reduce_scatter(a, b, *_traced(group), reduce_op_name(reduce_op), bias, n_chunks)  # type: ignore[no-any-return]
     st = state_of(group)
     name = check_mm_reduce_scatter(a, b, st.size, reduce_op, bias, st.device_type)
     if name not in DIFFERENTIABLE_OPS and torch.is_grad_enabled() and (
@@ -141,8 +118,7 @@ def all_gather_mm(
     """
     n_chunks = check_chunks("all_gather_mm", chunks)
     if _compiling():
-        size = _pg(group).size()
-        out, g = _X.all_gather_mm(a, b, _group_name(group), size, gather_output or b.requires_grad, n_chunks)
+        out, g = _X.all_gather_mm(a, b, *_traced(group), gather_output or b.requires_grad, n_chunks)
         return out, g if gather_output else a.new_empty(0)
     st = state_of(group)
     check_all_gather_mm(a, b, st.size, gather_output, st.device_type)
@@ -181,9 +157,7 @@ def mm_all_reduce(
     """
     n_chunks = check_chunks("mm_all_reduce", chunks)
     if _compiling():
-        size = _pg(group).size()
-        return _X.mm_all_reduce(a, b, _group_name(group), size, bias, n_chunks)  # type: ignore[no-any-return]
+        return _X.mm_all_reduce(a, b, *_traced(group), bias, n_chunks)  # type: ignore[no-any-return]
     st = state_of(group)
     check_mm_all_reduce(a, b, st.size, bias, st.device_type)
     return _X.mm_all_reduce(a, b, st.name, st.size, bias, n_chunks)  # type: ignore[no-any-return]
-

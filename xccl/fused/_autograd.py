@@ -1,6 +1,6 @@
 """Gradients of the fused ops: those of the unfused ops, with the tensor-parallel reading of each collective.
 
-See ``xccl.fused._api`` for the formulas. The backward of one fused op calls the others' graph ops
+The formulas: docs/fused.md, "Gradients". The backward of one fused op calls the others' graph ops
 (``all_gather_mm`` in ``mm_reduce_scatter``'s backward, ``mm_reduce_scatter`` in ``all_gather_mm``'s), so a
 native kernel serves both directions.
 """
@@ -17,7 +17,6 @@ from ._validate import DIFFERENTIABLE_OPS
 
 __all__: list[str] = []
 
-_LIB = "xccl"
 _X: Any = torch.ops.xccl
 
 
@@ -105,9 +104,7 @@ def _backward_mm_all_reduce(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
 
 
 torch.library.register_autograd(
-    f"{_LIB}::mm_reduce_scatter", _backward_mm_reduce_scatter, setup_context=_setup_mm_reduce_scatter
+    "xccl::mm_reduce_scatter", _backward_mm_reduce_scatter, setup_context=_setup_mm_reduce_scatter
 )
-torch.library.register_autograd(f"{_LIB}::all_gather_mm", _backward_all_gather_mm, setup_context=_setup_all_gather_mm)
-torch.library.register_autograd(f"{_LIB}::mm_all_reduce", _backward_mm_all_reduce, setup_context=_setup_mm_all_reduce)
-
-
+torch.library.register_autograd("xccl::all_gather_mm", _backward_all_gather_mm, setup_context=_setup_all_gather_mm)
+torch.library.register_autograd("xccl::mm_all_reduce", _backward_mm_all_reduce, setup_context=_setup_mm_all_reduce)

@@ -9,6 +9,7 @@ shapes alone (so every rank picks the same), and 1 (the plain sequence) unless p
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import Any, Final, final
 
 import torch
@@ -18,7 +19,9 @@ from ..plugin._capabilities import Collective
 __all__ = ["Tuning", "bounds", "choose_chunks", "set_tuning", "tuning"]
 
 C = Collective
-
+#: Per fused op: its collective's bytes factor (nccl-tests' bus bandwidth) and the :class:`Tuning` fields it reads.
+_COLLECTIVE: Final = {C.MM_REDUCE_SCATTER: (1, "reduce_scatter"), C.ALL_GATHER_MM: (1, "all_gather"),
+                      C.MM_ALL_REDUCE: (2, "all_reduce")}
 
 
 @final
@@ -89,23 +92,11 @@ def set_tuning(device_type: str, value: Tuning | None = None, **changes: Any) ->
     return new
 
 
-def _comm_time(t: Tuning, op: Collective, payload: int, world_size: int) -> float:
-    share = (world_size - 1) / world_size
-    if op is C.MM_REDUCE_SCATTER:
-        return payload * share / t.bw_reduce_scatter
-    if op is C.ALL_GATHER_MM:
-        return payload * share / t.bw_all_gather
-    return payload * 2 * share / t.bw_all_reduce
-
-
 def choose_chunks(
     op: Collective, device_type: str, dtype: torch.dtype, rows: int, k: int, n: int, world_size: int
 ) -> int:
-    """The chunk count for the portable pipelined version of ``op`` (1: the plain sequence).
-
-    Model: with matmul time ``M``, collective time ``K`` and ``c`` chunks, the pipeline takes
-    ``M + K - overlap·min(M, K)·(1 - 1/c) + (c - 1)·per_chunk``; pick the best ``c``, and 1 unless it beats the
-    sequence by ``min_gain``. Depends only on shapes, so every rank picks the same ``c``.
+    """The chunk count for the portable pipelined version of ``op`` (1: the plain sequence), by the model of the
+    module docstring; it depends only on shapes, so every rank picks the same.
 
     Args:
         op: which fused op.
@@ -126,12 +117,10 @@ def choose_chunks(
     full_rows = rows * world_size if op is not C.MM_ALL_REDUCE else rows
     mm = 2.0 * full_rows * k * n / speed
     payload = full_rows * (k if op is C.ALL_GATHER_MM else n) * dtype.itemsize
-    comm = _comm_time(t, op, payload, world_size)
+    factor, collective = _COLLECTIVE[op]
+    comm = payload * factor * ((world_size - 1) / world_size) / getattr(t, f"bw_{collective}")
     seq = mm + comm
-    overlap = {C.MM_REDUCE_SCATTER: t.overlap_reduce_scatter, C.ALL_GATHER_MM: t.overlap_all_gather}.get(
-        op, t.overlap_all_reduce
-    )
-    hideable = overlap * min(mm, comm)
+    hideable = getattr(t, f"overlap_{collective}") * min(mm, comm)
     limit = max(1, min(t.max_chunks, rows // max(1, t.min_rows)))
     costs = {c: seq - hideable * (1.0 - 1.0 / c) + (c - 1) * t.per_chunk for c in range(2, limit + 1)}
     paying = {c: cost for c, cost in costs.items() if cost <= (1.0 - t.min_gain) * seq}
@@ -147,11 +136,5 @@ def bounds(rows: int, chunks: int) -> list[tuple[int, int]]:
     """``chunks`` contiguous row ranges covering ``[0, rows)``, the first ``rows % chunks`` one row longer."""
     chunks = max(1, min(chunks, rows)) if rows else 1
     base, extra = divmod(rows, chunks)
-    out, lo = [], 0
-    for i in range(chunks):
-        hi = lo + base + (1 if i < extra else 0)
-        out.append((lo, hi))
-        lo = hi
-    return out
-
-
+    starts = [i * base + min(i, extra) for i in range(chunks + 1)]
+    return list(pairwise(starts))

@@ -5,18 +5,12 @@ hold it; ``group_size`` is passed explicitly (as in ``_c10d_functional``) so sha
 ``chunks`` is 0 for "choose from the shape". The public functions call these ops in eager mode too, so autograd
 has one formula for both (``_autograd``).
 
-Each op's implementation is a call like any other: planned once per call shape by its group (a vendor's group: the
-plugin's native kernel where the plan says native, and when that kernel refuses the call, a documented constraint
-failed, :class:`~xccl.ConstraintViolation`, the fallback policy decides between raising and the portable version,
-as for collectives; where the table says emulated, the portable version, ``_portable``, under the fallback policy
-for emulations; a group spanning islands: the portable version), then run through the group's hooks: one flight
-recorder entry under the fused op's name, seen by the mismatch detector, with typed faults. The portable version's
-collectives are that entry's parts.
+Each op's implementation is a call like any other (:func:`_run`; how the kernel is chosen: docs/fused.md, "How a
+call runs"): one flight recorder entry under the fused op's name, whose parts are the portable version's collectives.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -27,14 +21,11 @@ from ..collectives._dispatch import block, dispatch, issue
 from ..collectives._groups import state_of
 from ..errors import ConstraintFallbackWarning
 from ..ops import _specs as S
-from ..plugin._capabilities import Collective
 from . import _portable
 from ._validate import check_all_gather_mm, check_mm_all_reduce, check_mm_reduce_scatter
 
 __all__ = ["ConstraintFallbackWarning"]
 
-LOG = logging.getLogger("xccl")
-C = Collective
 _SUM: Final = dist.ReduceOp.SUM
 
 
@@ -60,49 +51,13 @@ def _resolve_group(group_name: str) -> Any:
     return c10d._resolve_process_group(group_name)
 
 
-def _mm_reduce_scatter_impl(
-    a: torch.Tensor, b: torch.Tensor, group_name: str, reduce_op: str, bias: torch.Tensor | None, chunks: int
-) -> torch.Tensor:
-    return _run(group_name, S.MM_REDUCE_SCATTER, (a, b, reduce_op, bias, chunks),  # type: ignore[no-any-return]
-                _portable.mm_reduce_scatter)
-
-
-def _all_gather_mm_impl(
-    a: torch.Tensor, b: torch.Tensor, group_name: str, gather_output: bool, chunks: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    out, gathered = _run(group_name, S.ALL_GATHER_MM, (a, b, gather_output, chunks), _portable.all_gather_mm)
-    return out, gathered if gather_output else a.new_empty(0)
-
-
-def _mm_all_reduce_impl(
-    a: torch.Tensor, b: torch.Tensor, group_name: str, bias: torch.Tensor | None, chunks: int
-) -> torch.Tensor:
-    return _run(group_name, S.MM_ALL_REDUCE, (a, b, bias, chunks), _portable.mm_all_reduce)  # type: ignore[no-any-return]
-
-
-def _all_gather_impl(x: torch.Tensor, group_name: str) -> torch.Tensor:
-    group = _resolve_group(group_name)
-    out = x.new_empty((group.size() * x.shape[0], *x.shape[1:]))
-    dispatch(S.ALL_GATHER_INTO_TENSOR, group, False, out, x.contiguous())
-    return out
-
-
-def _reduce_scatter_impl(x: torch.Tensor, group_name: str) -> torch.Tensor:
-    group = _resolve_group(group_name)
-    out = x.new_empty((x.shape[0] // group.size(), *x.shape[1:]))
-    dispatch(S.REDUCE_SCATTER_TENSOR, group, False, out, x.contiguous(), _SUM)
-    return out
-
-
-_LIB = "xccl"
-
-
-@torch.library.custom_op(f"{_LIB}::mm_reduce_scatter", mutates_args=())
+@torch.library.custom_op("xccl::mm_reduce_scatter", mutates_args=())
 def _op_mm_reduce_scatter(
     a: torch.Tensor, b: torch.Tensor, group_name: str, group_size: int, reduce_op: str = "sum",
     bias: torch.Tensor | None = None, chunks: int = 0,
 ) -> torch.Tensor:
-    return _mm_reduce_scatter_impl(a, b, group_name, reduce_op, bias, chunks)
+    return _run(group_name, S.MM_REDUCE_SCATTER, (a, b, reduce_op, bias, chunks),  # type: ignore[no-any-return]
+                _portable.mm_reduce_scatter)
 
 
 @_op_mm_reduce_scatter.register_fake
@@ -114,11 +69,12 @@ def _(
     return a.new_empty((a.shape[0] // group_size, b.shape[1]))
 
 
-@torch.library.custom_op(f"{_LIB}::all_gather_mm", mutates_args=())
+@torch.library.custom_op("xccl::all_gather_mm", mutates_args=())
 def _op_all_gather_mm(
     a: torch.Tensor, b: torch.Tensor, group_name: str, group_size: int, gather_output: bool = True, chunks: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return _all_gather_mm_impl(a, b, group_name, gather_output, chunks)
+    out, gathered = _run(group_name, S.ALL_GATHER_MM, (a, b, gather_output, chunks), _portable.all_gather_mm)
+    return out, gathered if gather_output else a.new_empty(0)
 
 
 @_op_all_gather_mm.register_fake
@@ -131,12 +87,12 @@ def _(
     return a.new_empty((rows, b.shape[1])), gathered
 
 
-@torch.library.custom_op(f"{_LIB}::mm_all_reduce", mutates_args=())
+@torch.library.custom_op("xccl::mm_all_reduce", mutates_args=())
 def _op_mm_all_reduce(
     a: torch.Tensor, b: torch.Tensor, group_name: str, group_size: int, bias: torch.Tensor | None = None,
     chunks: int = 0,
 ) -> torch.Tensor:
-    return _mm_all_reduce_impl(a, b, group_name, bias, chunks)
+    return _run(group_name, S.MM_ALL_REDUCE, (a, b, bias, chunks), _portable.mm_all_reduce)  # type: ignore[no-any-return]
 
 
 @_op_mm_all_reduce.register_fake
@@ -150,9 +106,11 @@ def _(
 
 # Plain collectives for the backward formulas, dispatched through xccl (so an emulated reduce-scatter, as on SCCL,
 # works) yet traceable into a compiled backward graph.
-@torch.library.custom_op(f"{_LIB}::_fused_all_gather", mutates_args=())
+@torch.library.custom_op("xccl::_fused_all_gather", mutates_args=())
 def _op_all_gather(x: torch.Tensor, group_name: str, group_size: int) -> torch.Tensor:
-    return _all_gather_impl(x, group_name)
+    out = x.new_empty((group_size * x.shape[0], *x.shape[1:]))
+    dispatch(S.ALL_GATHER_INTO_TENSOR, _resolve_group(group_name), False, out, x.contiguous())
+    return out
 
 
 @_op_all_gather.register_fake
@@ -160,13 +118,13 @@ def _(x: torch.Tensor, group_name: str, group_size: int) -> torch.Tensor:
     return x.new_empty((x.shape[0] * group_size, *x.shape[1:]))
 
 
-@torch.library.custom_op(f"{_LIB}::_fused_reduce_scatter", mutates_args=())
+@torch.library.custom_op("xccl::_fused_reduce_scatter", mutates_args=())
 def _op_reduce_scatter(x: torch.Tensor, group_name: str, group_size: int) -> torch.Tensor:
-    return _reduce_scatter_impl(x, group_name)
+    out = x.new_empty((x.shape[0] // group_size, *x.shape[1:]))
+    dispatch(S.REDUCE_SCATTER_TENSOR, _resolve_group(group_name), False, out, x.contiguous(), _SUM)
+    return out
 
 
 @_op_reduce_scatter.register_fake
 def _(x: torch.Tensor, group_name: str, group_size: int) -> torch.Tensor:
     return x.new_empty((x.shape[0] // group_size, *x.shape[1:]))
-
-

@@ -1,33 +1,21 @@
-"""Graph pass: fuse matmuls with the collectives next to them into xccl's fused ops.
+"""Graph pass: fuse matmuls with the collectives next to them into xccl's fused ops (docs/fused.md, "Graph mode").
 
 Over a post-autograd FX graph (what Inductor's ``post_grad_custom_post_pass`` sees, or ``make_fx``'s output), two
-rewrites, each for any group and any reduce op (they are read from the nodes, never matched as literals):
+rewrites, each for any group and any reduce op (read from the nodes, never matched as literals):
 
 * ``mm(a, b) -> [rows] -> reduce-scatter -> wait_tensor``  becomes  ``xccl.mm_reduce_scatter(a', b)``;
 * ``all_gather_into_tensor(x) -> wait_tensor -> [rows] -> mm(., b)``  becomes  ``xccl.all_gather_mm(x', b)``.
 
-``[rows]`` is any chain of ops that only reshape or reorder *rows* and keep the last dimension: ``view`` /
-``reshape`` / ``_unsafe_view`` whose last size is the last dimension, ``split`` / ``split_with_sizes`` /
-``getitem`` / ``slice`` / ``cat`` along another dimension, ``clone``. That covers the 3-D reshapes around a
-matmul and the split/cat forms that functional collectives emit for a ``scatter_dim`` / ``gather_dim`` other than
-0. Such a chain commutes with a right-multiplication (``P(x) @ b == P'(x @ b)`` with ``P'`` the same chain for the
-new last dimension), so for the reduce-scatter the chain moves onto ``a`` before the fused op, and for the gather
-it is replayed on the fused op's product. ``addmm(bias, a, b)`` before a reduce-scatter carries its bias (added on
-every rank before the reduction, as the fused op does).
+``[rows]`` is any chain of ops that only reshape or reorder *rows* and keep the last dimension (views whose last
+size is the last dimension; ``split`` / ``getitem`` / ``slice`` / ``cat`` along another dimension; ``clone``): the
+3-D reshapes around a matmul and the split/cat forms of a ``scatter_dim`` / ``gather_dim`` other than 0. Such a
+chain commutes with a right-multiplication (``P(x) @ b == P'(x @ b)``), so for the reduce-scatter it moves onto
+``a`` before the fused op, and for the gather it is replayed on the fused op's product. ``addmm(bias, a, b)``
+before a reduce-scatter carries its bias. A match is left alone when the matmul's full product is needed
+elsewhere, the product is not 2-D, a shape is unknown (no ``meta["val"]``), or the predicate says no (by default
+a native kernel's ``check`` raising :class:`~xccl.ConstraintViolation`).
 
-The pass leaves a match alone when
-
-* the matmul's full product is needed elsewhere (reduce-scatter side), or the product is not 2-D;
-* the group's plugin has a native kernel for the fused op whose ``kernel.check(a, b, world_size, **options)``
-  raises :class:`~xccl.ConstraintViolation` for these shapes (the plugin's predicate; see ``xccl.fused``'s
-  kernel contract), or a ``predicate`` passed in says no;
-* a shape it needs is unknown (no ``meta["val"]``).
-
-It returns how many rewrites it made and counts them in ``torch._dynamo.utils.counters["xccl"]``.
-
-Inductor's FX graph cache keys compiled graphs by, among others, the custom passes' ``uuid()``:
-:class:`FusedMatmulPass` hashes this file and ``_ops.py`` together with the plugin's identity, so that a changed
-pass or a different plugin (whose predicate may differ) never reuses a graph compiled with another.
+:class:`FusedMatmulPass` hashes this file and ``_ops.py`` with the plugin's identity for Inductor's FX graph cache.
 """
 
 from __future__ import annotations
@@ -63,14 +51,9 @@ _REDUCE_SCATTER: Final = getattr(c10d, Collective.REDUCE_SCATTER_TENSOR.value).d
 Predicate = Callable[..., bool]
 
 _VIEWS: Final = {aten.view.default, aten.reshape.default, aten._unsafe_view.default}
-_ROW_OPS: Final = _VIEWS | {
-    aten.split.Tensor,
-    aten.split_with_sizes.default,
-    aten.slice.Tensor,
-    aten.cat.default,
-    aten.clone.default,
-    operator.getitem,
-}
+#: The row ops that take a dimension: the position of its argument.
+_DIM_AT: Final = {aten.split.Tensor: 2, aten.split_with_sizes.default: 2, aten.slice.Tensor: 1, aten.cat.default: 1}
+_ROW_OPS: Final = _VIEWS | _DIM_AT.keys() | {aten.clone.default, operator.getitem}
 
 
 # ------------------------------------------------------------------------------------------------ predicate
@@ -120,17 +103,6 @@ def _ndim(node: fx.Node) -> int | None:
     return v.dim() if isinstance(v, torch.Tensor) else None
 
 
-def _dim_arg(node: fx.Node) -> Any:
-    t = node.target
-    if t in (aten.split.Tensor, aten.split_with_sizes.default):
-        return _args(node)[2] if len(_args(node)) > 2 else node.kwargs.get("dim", 0)
-    if t is aten.slice.Tensor:
-        return _args(node)[1] if len(_args(node)) > 1 else node.kwargs.get("dim", 0)
-    if t is aten.cat.default:
-        return _args(node)[1] if len(_args(node)) > 1 else node.kwargs.get("dim", 0)
-    return None
-
-
 def _keeps_rows(node: fx.Node) -> bool:
     """Whether ``node`` only reshapes or reorders rows of its tensor input, leaving the last dimension alone."""
     t = node.target
@@ -150,7 +122,8 @@ def _keeps_rows(node: fx.Node) -> bool:
         return isinstance(shape, (list, tuple)) and len(shape) >= 1 and shape[-1] == last and nd >= 1
     if t is aten.clone.default:
         return True
-    dim = _dim_arg(node)
+    at = _DIM_AT[_target(node)]  # split, slice or cat: along a dimension other than the last
+    dim = _args(node)[at] if len(_args(node)) > at else node.kwargs.get("dim", 0)
     return isinstance(dim, int) and dim % nd != nd - 1
 
 
@@ -187,9 +160,7 @@ def _replay(graph: fx.Graph, chain: list[fx.Node], source: fx.Node, new_source: 
         args = list(arg(_args(node)))
         if node.target in _VIEWS:
             args[1] = [*_args(node)[1][:-1], last]
-        new = graph.call_function(_target(node), tuple(args), arg(node.kwargs))
-        _set_val(new)
-        mapping[node] = new
+        mapping[node] = _emit(graph, _target(node), tuple(args), arg(node.kwargs))
     return mapping[chain[-1]] if chain else new_source
 
 
@@ -204,23 +175,24 @@ def _meta(shape: Iterable[int], like: torch.Tensor) -> torch.Tensor:
     return torch.empty(tuple(shape), dtype=like.dtype, device="meta")
 
 
-def _set_val(node: fx.Node) -> None:
-    """Fake-propagate ``node`` over its inputs' values into ``node.meta["val"]`` (best effort: Inductor's
-    FakeTensorUpdater recomputes what is missing)."""
-    args = fx.map_arg(_args(node), lambda n: n.meta.get("val"))
-    kwargs = fx.map_arg(node.kwargs, lambda n: n.meta.get("val"))
+def _emit(graph: fx.Graph, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> fx.Node:
+    """A new ``call_function`` node at the insertion point, fake-propagated over its inputs' values into
+    ``meta["val"]`` (best effort: Inductor's FakeTensorUpdater recomputes what is missing)."""
+    node = graph.call_function(target, args, kwargs)
+    vals = fx.map_arg(_args(node), lambda n: n.meta.get("val"))
+    kwvals = fx.map_arg(node.kwargs, lambda n: n.meta.get("val"))
     try:
         from torch._guards import detect_fake_mode
 
-        flat = [v for v in (*args, *(args[0] if args and isinstance(args[0], (list, tuple)) else ()))
+        flat = [v for v in (*vals, *(vals[0] if vals and isinstance(vals[0], (list, tuple)) else ()))
                 if isinstance(v, torch.Tensor)]
         mode = detect_fake_mode(flat)
-        if mode is None:
-            return
-        with mode:
-            node.meta["val"] = node.target(*args, **kwargs)  # type: ignore[operator]
+        if mode is not None:
+            with mode:
+                node.meta["val"] = node.target(*vals, **kwvals)  # type: ignore[operator]
     except Exception:  # best effort, see above
         LOG.debug("fused pass: no fake value for %s", node, exc_info=True)
+    return node
 
 
 def _fuse_reduce_scatter(graph: fx.Graph, wait: fx.Node, predicate: Predicate) -> bool:
@@ -258,16 +230,10 @@ def _fuse_reduce_scatter(graph: fx.Graph, wait: fx.Node, predicate: Predicate) -
         return False
     with graph.inserting_before(rs):
         moved = _replay(graph, chain, mm, a, k)  # the row chain, applied to a instead of a @ b
-        flat = moved
-        if chain:
-            flat = graph.call_function(aten.reshape.default, (moved, [rows, k]))
-            _set_val(flat)
-        fused = graph.call_function(
-            torch.ops.xccl.mm_reduce_scatter.default, (flat, b, group_name, group_size, reduce_op, bias, 0)
-        )
-        _set_val(fused)
-        out = graph.call_function(aten.reshape.default, (fused, list(vout.shape)))
-        _set_val(out)
+        flat = _emit(graph, aten.reshape.default, (moved, [rows, k])) if chain else moved
+        fused = _emit(graph, torch.ops.xccl.mm_reduce_scatter.default,
+                      (flat, b, group_name, group_size, reduce_op, bias, 0))
+        out = _emit(graph, aten.reshape.default, (fused, list(vout.shape)))
     wait.replace_all_uses_with(out)
     for node in (wait, rs, *reversed(chain), mm):
         if not node.users:
@@ -308,25 +274,14 @@ def _fuse_all_gather(graph: fx.Graph, wait: fx.Node, predicate: Predicate) -> bo
     # Right after the gather's wait (or b, if later), so every reader of the gathered tensor comes after it.
     anchor = max((wait, b), key=lambda node: order.get(node, -1))
     with graph.inserting_after(anchor):
-        new: list[fx.Node] = []
-        flat = x
-        if vx.dim() != 2:
-            flat = graph.call_function(aten.reshape.default, (x, [local_rows, k]))
-            new.append(flat)
-        fused = graph.call_function(
-            torch.ops.xccl.all_gather_mm.default, (flat, b, group_name, group_size, gather_output, 0)
-        )
-        product = graph.call_function(operator.getitem, (fused, 0))
-        gathered = graph.call_function(operator.getitem, (fused, 1))
-        gathered_shaped = graph.call_function(aten.reshape.default, (gathered, list(vw.shape)))
-        new += [fused, product, gathered, gathered_shaped]
-    for node in new:
-        _set_val(node)
+        flat = _emit(graph, aten.reshape.default, (x, [local_rows, k])) if vx.dim() != 2 else x
+        fused = _emit(graph, torch.ops.xccl.all_gather_mm.default, (flat, b, group_name, group_size, gather_output, 0))
+        product = _emit(graph, operator.getitem, (fused, 0))
+        gathered = _emit(graph, operator.getitem, (fused, 1))
+        gathered_shaped = _emit(graph, aten.reshape.default, (gathered, list(vw.shape)))
     with graph.inserting_before(mm):
-        shaped = graph.call_function(aten.reshape.default, (product, [*vw.shape[:-1], n]))
-        _set_val(shaped)
-        result = graph.call_function(aten.reshape.default, (_replay(graph, chain, wait, shaped, n), list(_val(mm).shape)))
-        _set_val(result)
+        shaped = _emit(graph, aten.reshape.default, (product, [*vw.shape[:-1], n]))
+        result = _emit(graph, aten.reshape.default, (_replay(graph, chain, wait, shaped, n), list(_val(mm).shape)))
     mm.replace_all_uses_with(result)
     graph.erase_node(mm)
     if gather_output:

@@ -1,12 +1,10 @@
 """The portable pipelined versions of the fused ops: chunked matmuls overlapped with asynchronous collectives.
 
-The matmul is split into ``c`` row chunks; chunk ``i``'s collective is issued asynchronously as a building block of
-the fused call (planned as any call, so emulated collectives work too: SCCL's reduce_scatter; recorded as parts of
-the fused op's one entry) and runs while chunk ``i + 1`` is multiplied.
-Every rank issues the same collectives in the same order, since ``c`` and the chunk bounds depend only on shapes
-and options (``_cost``). A chunk's result is read only after that chunk's ``wait()``, and no buffer a pending
-collective uses is written, so the versions are correct whether the backend's asynchronous work overlaps (gloo's
-threads, a communication stream) or completes at once (SCCL, emulations).
+Chunk ``i``'s collective is issued asynchronously as a part of the fused call (planned as any call, so emulated
+collectives work too) and runs while chunk ``i + 1`` is multiplied. The chunk count and bounds depend only on shapes
+(``_cost``), so every rank issues the same collectives; a chunk's result is read only after its ``wait()`` and no
+buffer of a pending collective is written, so the result is right whether or not the backend overlaps
+(docs/fused.md, "Why the overlap is safe").
 """
 
 from __future__ import annotations

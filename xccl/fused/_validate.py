@@ -28,7 +28,6 @@ _REDUCE_OPS: Final = ("sum", "avg", "max", "min", "product")
 DIFFERENTIABLE_OPS: Final = ("sum", "avg")
 
 
-
 def _check_tensor(op: str, what: str, t: Any, device_type: str | None) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise InvalidArgument(op, f"{what} must be a torch.Tensor, got {type(t).__name__}")
@@ -113,5 +112,3 @@ def check_all_gather_mm(a: Any, b: Any, world_size: int, gather_output: Any, dev
 def check_mm_all_reduce(a: Any, b: Any, world_size: int, bias: Any, device_type: str | None = None) -> None:
     """Validate ``mm_all_reduce``'s arguments. Works on meta/fake tensors."""
     _check_common("mm_all_reduce", a, b, bias, device_type, a_dims=(2, 3))
-
-

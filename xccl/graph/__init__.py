@@ -1,11 +1,8 @@
-"""Graph mode: xccl's collectives inside ``torch.compile`` graphs.
+"""Graph mode: xccl's collectives inside ``torch.compile`` graphs (docs/graph.md).
 
-``xccl.<op>`` checks ``torch.compiler.is_compiling()`` first and, while Dynamo traces, hands its spec and arguments
-to the graph forms here (``_forms.run``): standard collectives as ``torch.ops._c10d_functional`` ops, the rest as
-xccl's own ``torch.ops.xccl`` ops (``_ops``), chained in program order. Around that: differentiable functional
-collectives (``functional``) and the ``xccl`` compile backend with its converter and post-grad-pass hooks
-(``_backend``). Patching code that calls ``torch.distributed`` or DeepSpeed directly lives with the public
-signatures it binds to (``xccl.api._patch``).
+The graph forms of the public collectives (``_forms``), xccl's own graph ops (``_ops``), differentiable functional
+collectives (``functional``) and the ``xccl`` compile backend (``_backend``). Patching code that calls
+``torch.distributed`` or DeepSpeed directly lives with the public signatures it binds to (``xccl.api._patch``).
 
 The names below load on first use (PEP 562): the compile backend imports Inductor, which eager-only programs
 never need.

@@ -1,24 +1,10 @@
 """The ``xccl`` compile backend: the plugin's graph converters, then Inductor (with xccl's post-grad passes) or
-the vendor's own graph compiler.
+the vendor's own graph compiler (``Runtime.compile_backend()``, TorchAir's ``get_npu_backend()`` on Ascend).
 
-``torch.compile(model, backend="xccl")`` or ``xccl.compile(model)``:
-
-1. **converters** (``Runtime.graph_converters()`` of the plugin ``xccl.init`` selected) rewrite the Dynamo graph:
-   each call of a converted op is re-targeted to the vendor's replacement (:func:`apply_converters`);
-2. **hand-off**: to ``Runtime.compile_backend()`` when the plugin has a graph compiler (TorchAir's
-   ``get_npu_backend()`` on Ascend), else to Inductor, with every pass registered through
-   :func:`register_post_grad_pass` installed as Inductor's ``post_grad_custom_post_pass``.
-
-A **converter** maps one graph op to a vendor implementation:
-
-* key: the op's qualified name, ``"namespace::name"``: one of xccl's graph ops (``"xccl::send"``,
-  ``"xccl::reduce"``, ... see ``xccl.graph._ops.OPS``) or a standard one xccl emits
-  (``"_c10d_functional::all_reduce"``, ``"_c10d_functional::wait_tensor"``, ...);
-* value: a callable taking the op's arguments in schema order (positional) and returning what the op returns
-  (same number of tensors, shapes and dtypes). AOTAutograd traces it, so it must be made of torch ops or of
-  custom ops with a fake (meta) implementation, e.g. ``torch.ops.npu.<vendor op>``.
-
-Keys that name no existing op raise :class:`~xccl.InvalidArgument` when the backend is built.
+A **converter** (``Runtime.graph_converters()``) maps an op's qualified name (``"xccl::send"``,
+``"_c10d_functional::all_reduce"``, ...) to a callable taking the op's arguments in schema order and returning
+what the op returns (same number of tensors, shapes and dtypes), made of ops AOTAutograd can trace; keys that name
+no existing op raise :class:`~xccl.InvalidArgument` when the backend is built. See docs/graph.md.
 """
 
 from __future__ import annotations
@@ -159,10 +145,6 @@ def apply_converters(gm: torch.fx.GraphModule, converters: Mapping[str, Callable
 # ---------------------------------------------------------------------------------------------------- backend
 
 
-def _runtime() -> Any:
-    return PROCESS.runtime
-
-
 #: The name of the fusion pass among the backend's post-grad passes.
 FUSION_PASS: Final = "xccl.fused_matmul_collectives"
 
@@ -206,7 +188,7 @@ class XcclBackend:
         # torch.ops.xccl.*) may name all of them, whichever this graph holds.
         from . import _ops  # noqa: F401 - defines torch.ops.xccl.*
 
-        runtime = _runtime()
+        runtime = PROCESS.runtime
         converters = self.converters
         if converters is None:
             converters = dict(runtime.graph_converters()) if runtime is not None else {}

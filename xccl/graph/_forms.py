@@ -1,21 +1,10 @@
 """The graph form of every public collective: what ``xccl.<op>`` does while ``torch.compile`` traces it.
 
-``xccl.<op>(...)`` calls :func:`run` with the op's spec (``xccl.ops._specs``) and the public arguments,
-exactly as its eager path calls ``dispatch``: the spec's validator (the very one eager dispatch runs, given an
-error-raiser Dynamo lets through, so a bad call raises the same typed error in both modes) turns them into the
-kernel arguments, the spec's capability key is looked up in the group's table (``mode="graph"``), and the op's
-*form* below, registered for its spec, emits the graph. A form keeps the eager semantics (the caller's buffers
-are updated in place, an ``async_op=True`` call returns a handle to ``wait()`` on) in the functional form
-compilers want:
-
-* the standard ``torch.ops._c10d_functional.<op>`` + ``wait_tensor``, then a ``copy_`` into the caller's buffer,
-  which Inductor's communication passes and vendor graph compilers (TorchAir converts exactly these) recognise:
-  where the op is native, and on xccl's own process group also where it is emulated, since that group's c10d
-  methods run xccl's dispatch when the graph executes;
-* otherwise one of xccl's own ops (``torch.ops.xccl.<op>``, see ``_ops``; registered by ``_group`` when the first
-  form asks for its group, so that eager programs never pay for defining them), chained through the group's order
-  token: for what torch has no functional op for (reduce, gather, scatter, barrier, send/recv, the uneven ops),
-  and for emulated ops on groups created outside xccl.
+``xccl.<op>(...)`` calls :func:`run` with the op's spec (``xccl.ops._specs``) and the public arguments, exactly as
+its eager path calls ``dispatch``; the op's *form* below, registered for its spec, emits the graph: a standard
+``torch.ops._c10d_functional`` op + ``wait_tensor`` and a ``copy_`` into the caller's buffer where the op is
+native (or the group is xccl's own), else one of xccl's own ops (``_ops``, registered by ``_group`` when the first
+form asks for its group), chained through the group's order token. docs/graph.md has the table of forms.
 
 What Dynamo traces here is kept simple: table lookups and error construction happen in ``_group``'s constant
 functions.
@@ -87,10 +76,6 @@ class GraphWork:
 _DONE: Final = GraphWork()
 
 
-def _work(async_op: bool) -> GraphWork | None:
-    return _DONE if async_op else None
-
-
 def _waited(g: GroupInfo, t: torch.Tensor) -> torch.Tensor:
     """``wait_tensor`` on a standard collective's result, and the result joined to the group's token chain.
 
@@ -140,33 +125,16 @@ def _like(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------- building blocks (functional)
+#: The standard ops that take the group's size after their other arguments.
+_SIZED: Final = ("all_gather_into_tensor", "reduce_scatter_tensor")
 
 
-def _all_reduce(g: GroupInfo, standard: bool, x: torch.Tensor, red: str) -> torch.Tensor:
+def _collective(g: GroupInfo, standard: bool, name: str, x: torch.Tensor, *args: Any) -> torch.Tensor:
+    """``_c10d_functional.<name>(x, *args)``, waited, when ``standard``; else xccl's graph op of the same name."""
     if standard:
-        return _like(_waited(g, _F.all_reduce(_real(x), red, g.name)), x)
-    out: torch.Tensor = _chained(g, "all_reduce", x, red)
-    return out
-
-
-def _all_gather(g: GroupInfo, standard: bool, x: torch.Tensor) -> torch.Tensor:
-    if standard:
-        return _like(_waited(g, _F.all_gather_into_tensor(_real(x), g.size, g.name)), x)
-    out: torch.Tensor = _chained(g, "all_gather_into_tensor", x)
-    return out
-
-
-def _reduce_scatter(g: GroupInfo, standard: bool, x: torch.Tensor, red: str) -> torch.Tensor:
-    if standard:
-        return _like(_waited(g, _F.reduce_scatter_tensor(_real(x), red, g.size, g.name)), x)
-    out: torch.Tensor = _chained(g, "reduce_scatter_tensor", x, red)
-    return out
-
-
-def _all_to_all(g: GroupInfo, standard: bool, x: torch.Tensor, osz: list[Any], isz: list[Any]) -> torch.Tensor:
-    if standard:
-        return _like(_waited(g, _F.all_to_all_single(_real(x), osz, isz, g.name)), x)
-    out: torch.Tensor = _chained(g, "all_to_all_single", x, osz, isz)
+        sized = (g.size,) if name in _SIZED else ()
+        return _like(_waited(g, getattr(_F, name)(_real(x), *args, *sized, g.name)), x)
+    out: torch.Tensor = _chained(g, name, x, *args)
     return out
 
 
@@ -174,7 +142,8 @@ def _all_to_all(g: GroupInfo, standard: bool, x: torch.Tensor, osz: list[Any], i
 
 #: A graph form: ``form(g, standard, red, async_op, *kernel_args)``. ``kernel_args`` are what the op's spec
 #: validated (as eager kernels receive them), ``standard`` is whether the standard functional op carries the call
-#: (``resolve``), ``red`` the reduce op's name for graph ops (None for ops without one).
+#: (``resolve``), ``red`` the reduce op's name for graph ops (None for ops without one). It returns what the public
+#: function returns (recv's source, a point-to-point handle), or None: :func:`run` makes that a handle where asked.
 Form = Callable[..., Any]
 #: Spec name -> (graph form, whether :func:`run` resolves the spec's own capability key first). The coalesced forms
 #: resolve each constituent op themselves, as their eager emulation runs one op per tensor.
@@ -206,155 +175,135 @@ def run(spec: S.Spec, group: Any, async_op: bool, *args: Any) -> Any:
     idx = spec.reduce_op_index
     red = None if idx is None else redop(kargs[idx])
     if not resolves:
-        return form(g, False, red, async_op, *kargs)
-    return carry(spec, g, resolve(g.name, key, spec.dtype_of(kargs), red), form, red, async_op, kargs)
+        out = form(g, False, red, async_op, *kargs)
+    else:
+        out = carry(spec, g, resolve(g.name, key, spec.dtype_of(kargs), red), form, red, async_op, kargs)
+    return _DONE if out is None and async_op else out
 
 
 @_form(S.ALL_REDUCE)
-def _f_all_reduce(g: GroupInfo, standard: bool, red: str, async_op: bool, t: torch.Tensor, rop: Any) -> Any:
+def _f_all_reduce(g: GroupInfo, standard: bool, red: str, async_op: bool, t: torch.Tensor, rop: Any) -> None:
     """``_c10d_functional.all_reduce``, then ``copy_`` into ``tensor``."""
-    t.copy_(_all_reduce(g, standard, t, red))
-    return _work(async_op)
+    t.copy_(_collective(g, standard, "all_reduce", t, red))
 
 
 @_form(S.ALL_REDUCE_COALESCED, resolves=False)
-def _f_all_reduce_coalesced(g: GroupInfo, _: bool, red: str, async_op: bool, ts: list[torch.Tensor], rop: Any) -> Any:
+def _f_all_reduce_coalesced(g: GroupInfo, _: bool, red: str, async_op: bool, ts: list[torch.Tensor], rop: Any) -> None:
     """One all_reduce per tensor (the compiler may bucket them)."""
     for t in ts:
         carry(S.ALL_REDUCE, g, resolve(g.name, C.ALL_REDUCE, t.dtype, red), _f_all_reduce, red, False, (t, rop))
-    return _work(async_op)
-
-
-def _gather_into(g: GroupInfo, standard: bool, outs: list[torch.Tensor], t: torch.Tensor) -> None:
-    k = t.numel()
-    gathered = _all_gather(g, standard, t.reshape(-1))
-    for i, out in enumerate(outs):
-        out.copy_(gathered[i * k : (i + 1) * k].view(out.shape))
 
 
 @_form(S.ALL_GATHER)
-def _f_all_gather(g: GroupInfo, standard: bool, _: None, async_op: bool, outs: list[torch.Tensor], t: torch.Tensor) -> Any:
+def _f_all_gather(g: GroupInfo, standard: bool, _: None, async_op: bool, outs: list[torch.Tensor], t: torch.Tensor) -> None:
     """One ``all_gather_into_tensor``, sliced into ``tensor_list``."""
-    _gather_into(g, standard, outs, t)
-    return _work(async_op)
+    k = t.numel()
+    gathered = _collective(g, standard, "all_gather_into_tensor", t.reshape(-1))
+    for i, out in enumerate(outs):
+        out.copy_(gathered[i * k : (i + 1) * k].view(out.shape))
 
 
 @_form(S.ALL_GATHER_COALESCED, resolves=False)
 def _f_all_gather_coalesced(
     g: GroupInfo, _: bool, __: None, async_op: bool, outs: list[list[torch.Tensor]], ins: list[torch.Tensor]
-) -> Any:
+) -> None:
     """One all_gather per input tensor."""
     for i, t in enumerate(ins):
         carry(S.ALL_GATHER, g, resolve(g.name, C.ALL_GATHER, t.dtype, None), _f_all_gather, None, False,
               ([row[i] for row in outs], t))
-    return _work(async_op)
 
 
 @_form(S.ALL_GATHER_INTO_TENSOR)
 def _f_all_gather_into_tensor(
     g: GroupInfo, standard: bool, _: None, async_op: bool, out: torch.Tensor, inp: torch.Tensor
-) -> Any:
+) -> None:
     """``_c10d_functional.all_gather_into_tensor``."""
     x = inp if inp.dim() else inp.reshape(1)
-    out.copy_(_all_gather(g, standard, x).view(out.shape))
-    return _work(async_op)
+    out.copy_(_collective(g, standard, "all_gather_into_tensor", x).view(out.shape))
 
 
 @_form(S.REDUCE_SCATTER)
 def _f_reduce_scatter(
     g: GroupInfo, standard: bool, red: str, async_op: bool, out: torch.Tensor, ins: list[torch.Tensor], rop: Any
-) -> Any:
+) -> None:
     """The inputs concatenated, one ``reduce_scatter_tensor``."""
     flat = torch.cat([t.reshape(-1) for t in ins])
-    out.copy_(_reduce_scatter(g, standard, flat, red).view(out.shape))
-    return _work(async_op)
+    out.copy_(_collective(g, standard, "reduce_scatter_tensor", flat, red).view(out.shape))
 
 
 @_form(S.REDUCE_SCATTER_TENSOR)
 def _f_reduce_scatter_tensor(
     g: GroupInfo, standard: bool, red: str, async_op: bool, out: torch.Tensor, inp: torch.Tensor, rop: Any
-) -> Any:
+) -> None:
     """``_c10d_functional.reduce_scatter_tensor``."""
     natural = inp.dim() > 0 and out.dim() > 0 and inp.shape[1:] == out.shape[1:]
     # Keep the caller's shapes where they fit: a matmul feeding reduce_scatter stays recognisable to graph passes.
     x = inp if natural else inp.reshape(-1)
-    out.copy_(_reduce_scatter(g, standard, x, red).view(out.shape))
-    return _work(async_op)
+    out.copy_(_collective(g, standard, "reduce_scatter_tensor", x, red).view(out.shape))
 
 
 @_form(S.ALL_TO_ALL)
 def _f_all_to_all(
     g: GroupInfo, standard: bool, _: None, async_op: bool, outs: list[torch.Tensor], ins: list[torch.Tensor]
-) -> Any:
+) -> None:
     """The inputs concatenated, one ``all_to_all_single`` with splits."""
     isz = [t.numel() for t in ins]
     osz = [t.numel() for t in outs]
-    out = _all_to_all(g, standard, torch.cat([t.reshape(-1) for t in ins]), osz, isz)
+    out = _collective(g, standard, "all_to_all_single", torch.cat([t.reshape(-1) for t in ins]), osz, isz)
     offset = 0
     for t, n in zip(outs, osz, strict=True):
         t.copy_(out[offset : offset + n].view(t.shape))
         offset = offset + n
-    return _work(async_op)
 
 
 @_form(S.ALL_TO_ALL_SINGLE)
 def _f_all_to_all_single(
     g: GroupInfo, standard: bool, _: None, async_op: bool, out: torch.Tensor, inp: torch.Tensor,
     osz: list[int] | None, isz: list[int] | None,
-) -> Any:
+) -> None:
     """``_c10d_functional.all_to_all_single``; even or uneven as in eager mode (``Spec.key_of``: by whether split
     sizes were passed, never by their values)."""
     n = g.size
     osz = [out.shape[0] // n] * n if osz is None else osz
     isz = [inp.shape[0] // n] * n if isz is None else isz
-    out.copy_(_all_to_all(g, standard, inp, osz, isz).view(out.shape))
-    return _work(async_op)
+    out.copy_(_collective(g, standard, "all_to_all_single", inp, osz, isz).view(out.shape))
 
 
 @_form(S.BROADCAST)
-def _f_broadcast(g: GroupInfo, standard: bool, _: None, async_op: bool, t: torch.Tensor, root: int) -> Any:
+def _f_broadcast(g: GroupInfo, standard: bool, _: None, async_op: bool, t: torch.Tensor, root: int) -> None:
     """``_c10d_functional.broadcast`` (torch's own ``dist.broadcast`` breaks the graph in torch 2.13)."""
-    if standard:
-        out = _like(_waited(g, _F.broadcast(_real(t), root, g.name)), t)
-    else:
-        out = _chained(g, "broadcast", t, root)
-    t.copy_(out)
-    return _work(async_op)
+    t.copy_(_collective(g, standard, "broadcast", t, root))
 
 
 @_form(S.REDUCE)
-def _f_reduce(g: GroupInfo, _: bool, red: str, async_op: bool, t: torch.Tensor, root: int, rop: Any) -> Any:
+def _f_reduce(g: GroupInfo, _: bool, red: str, async_op: bool, t: torch.Tensor, root: int, rop: Any) -> None:
     """``xccl.reduce`` (torch has no functional reduce)."""
     t.copy_(_chained(g, "reduce", t, root, red))
-    return _work(async_op)
 
 
 @_form(S.GATHER)
 def _f_gather(
     g: GroupInfo, _: bool, __: None, async_op: bool, t: torch.Tensor, lst: list[torch.Tensor] | None, root: int
-) -> Any:
+) -> None:
     """``xccl.gather``, copied into ``gather_list`` on the root."""
     outs = _chained(g, "gather", t, root)
     if lst is not None:
         for x, o in zip(lst, outs, strict=True):
             x.copy_(o)
-    return _work(async_op)
 
 
 @_form(S.SCATTER)
 def _f_scatter(
     g: GroupInfo, _: bool, __: None, async_op: bool, t: torch.Tensor, lst: list[torch.Tensor] | None, root: int
-) -> Any:
+) -> None:
     """``xccl.scatter``, copied into ``tensor``."""
     t.copy_(_chained(g, "scatter", t, lst or [], root))
-    return _work(async_op)
 
 
 @_form(S.BARRIER)
-def _f_barrier(g: GroupInfo, _: bool, __: None, async_op: bool) -> Any:
+def _f_barrier(g: GroupInfo, _: bool, __: None, async_op: bool) -> None:
     """``xccl.barrier``, ordered with the group's other xccl ops."""
     _chained(g, "barrier")
-    return _work(async_op)
 
 
 @_form(S.MONITORED_BARRIER, resolves=False)
@@ -397,27 +346,24 @@ def _f_irecv(g: GroupInfo, _: bool, __: None, async_op: bool, t: torch.Tensor, p
 @_form(S.ALL_GATHER_INTO_TENSOR_UNEVEN)
 def _f_all_gather_uneven(
     g: GroupInfo, _: bool, __: None, async_op: bool, out: torch.Tensor, inp: torch.Tensor, sizes: list[int] | None
-) -> Any:
+) -> None:
     """``xccl.all_gather_into_tensor_uneven``."""
     out.copy_(_chained(g, "all_gather_into_tensor_uneven", inp, sizes))
-    return _work(async_op)
 
 
 @_form(S.REDUCE_SCATTER_TENSOR_UNEVEN)
 def _f_reduce_scatter_uneven(
     g: GroupInfo, _: bool, red: str, async_op: bool, out: torch.Tensor, inp: torch.Tensor, sizes: list[int] | None,
     rop: Any,
-) -> Any:
+) -> None:
     """``xccl.reduce_scatter_tensor_uneven``."""
     out.copy_(_chained(g, "reduce_scatter_tensor_uneven", inp, sizes, red))
-    return _work(async_op)
 
 
 @_form(S.ALL_TO_ALL_V)
 def _f_all_to_all_v(
     g: GroupInfo, _: bool, __: None, async_op: bool, out: torch.Tensor, inp: torch.Tensor, matrix: list[list[int]]
-) -> Any:
+) -> None:
     """``xccl.all_to_all_v`` with the matrix flattened row-major."""
     counts = [c for row in matrix for c in row]
     out.copy_(_chained(g, "all_to_all_v", inp, counts).view(out.shape))
-    return _work(async_op)

@@ -13,7 +13,6 @@ Dynamo re-raises its own ``UserError`` as is but rewraps any other exception as 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from typing import Any, NamedTuple, TypeVar
 
 import torch
@@ -89,12 +88,8 @@ class GroupInfo(NamedTuple):
 
 
 class GraphPlan(NamedTuple):
-    """How a graph form carries one call, from the group's table in graph mode (constant, like ``GroupInfo``).
-
-    The local layers of the resolution are done in the graph itself (``_layers``), as eager dispatch does them
-    around the kernel: a graph compiler may run the collective without calling back into xccl (TorchAir turns a
-    ``_c10d_functional`` op into a GE operator), so an emulation left to the process group would not run.
-    """
+    """How a graph form carries one call, from the group's table in graph mode (constant, like ``GroupInfo``); the
+    local layers of the resolution are done in the graph itself (``_layers`` says why)."""
 
     #: True when the standard functional collective carries the call once the layers are applied (see
     #: :func:`resolve`); False: xccl's graph op of the same name.
@@ -172,8 +167,7 @@ def _info(pg: Any) -> GroupInfo:
 @_assume_constant
 def default_info() -> GroupInfo:
     """The world group's :class:`GroupInfo`."""
-    pg = c10d._get_default_group()
-    return _info(pg)
+    return _info(c10d._get_default_group())
 
 
 @_assume_constant
@@ -214,13 +208,12 @@ def resolve(name: str, op: Collective, dtype: torch.dtype | None, reduce_op: str
 
     Returns:
         The :class:`GraphPlan`: the layers (a dtype cast, avg as sum) the graph applies itself, and whether the
-        op's standard graph form carries the call after them: it does when that call runs natively, or when the
-        group is xccl's process group (whose c10d methods run the emulation); otherwise xccl's graph op (which
-        runs the eager emulation) does. A named tuple of constants: Dynamo folds it without guarding on an
-        object. A native op the table prefers to compose at some sizes (``Prefer``) keeps the standard form: on
-        xccl's process group its c10d method runs dispatch, which makes the eager call's choice per call size;
-        on a group created outside xccl the backend's kernel runs (the same result), and nothing here depends on
-        a size Dynamo may make symbolic.
+        op's standard graph form carries the call after them: when the op's own kernel runs that call (the
+        planner's rule: no composition), or when the group is xccl's process group (whose c10d methods run
+        dispatch); otherwise xccl's graph op (which runs the eager emulation) does. A native op the table prefers
+        to compose at some sizes (``Prefer``) keeps the standard form: on xccl's process group dispatch makes the
+        eager call's choice per call size; elsewhere the backend's kernel runs (the same result), and nothing here
+        depends on a size Dynamo may make symbolic.
 
     Raises:
         UnsupportedCollective: the table says unsupported (the vendor SDK below the entry's floor included), or
@@ -234,21 +227,14 @@ def resolve(name: str, op: Collective, dtype: torch.dtype | None, reduce_op: str
     # rank's own compiler would lower the op for its own island, so the ranks would not meet; refused at trace time,
     # on every rank alike.
     table, _, fallback = _table_of(pg)
+    runtime = PROCESS.runtime
     try:
         plan = plan_call(table, op, fallback, mode=Mode.GRAPH, dtype=dtype, reduce_op=reduce_op,
-                         world_size=pg.size(), sdk_versions=_sdk_versions())
+                         world_size=pg.size(), sdk_versions=runtime.sdk_versions() if runtime is not None else {})
     except UnsupportedCollective as exc:
         raise trace_error(UnsupportedCollective, exc.op, exc.backend, f"{exc.detail} (graph mode)") from None
-    # The standard form carries the call the graph emits once it has cast the tensors and turned avg into sum
-    # when the op's own kernel runs that call (the planner's rule: no composition), or when xccl's process group
-    # (whose c10d methods run dispatch) receives it.
     res = plan.resolution
     return GraphPlan(plan.native or hasattr(pg, "native"), res.cast, res.avg_via_sum)
-
-
-def _sdk_versions() -> Mapping[str, str]:
-    runtime = PROCESS.runtime
-    return runtime.sdk_versions() if runtime is not None else {}
 
 
 def _graph_ops() -> frozenset[str] | None:

@@ -11,9 +11,8 @@ The twin of eager ``xccl.collectives._layers``, for a :class:`~xccl.graph._group
 * **avg as sum**: the form gets ``"sum"``; the written tensors are divided by the group size afterwards (on the
   root only, for reduce; integers with truncation, as in eager mode).
 
-Doing them here, rather than leaving them to the process group's dispatch at run time, is what lets a vendor
-graph compiler that runs the standard collective itself (TorchAir: ``_c10d_functional.all_reduce`` becomes a GE
-``HcomAllReduce``) still get a dtype and a reduce op it has.
+Done in the graph, not by the process group's dispatch, so that a vendor graph compiler that runs the standard
+collective itself (TorchAir) still gets a dtype and a reduce op it has (docs/graph.md).
 """
 
 from __future__ import annotations
@@ -72,11 +71,7 @@ def _cast(spec: S.Spec, g: GroupInfo, dst: torch.dtype, red: str | None, args: l
         value = args[i]
         if value is None or not arg.holds_tensors:
             continue
-        if isinstance(value, torch.Tensor):
-            args[i] = _convert(value, dst, by_view, arg.access)
-        else:
-            args[i] = [_convert(t, dst, by_view, arg.access) if isinstance(t, torch.Tensor)
-                       else [_convert(x, dst, by_view, arg.access) for x in t] for t in value]
+        args[i] = _convert(value, dst, by_view, arg.access)
         if arg.access is not S.Access.READ and not by_view:
             copies.extend(zip(_flat(value), _flat(args[i]), strict=True))
     if red is not None and src == torch.bool:
@@ -96,7 +91,10 @@ def exact_conversion(src: torch.dtype, dst: torch.dtype) -> bool:
     return dst.itemsize > src.itemsize and (dst.is_signed or not src.is_signed)
 
 
-def _convert(t: torch.Tensor, dst: torch.dtype, by_view: bool, access: S.Access | None) -> torch.Tensor:
+def _convert(t: Any, dst: torch.dtype, by_view: bool, access: S.Access | None) -> Any:
+    """``t`` (a tensor, or a list of tensors or of lists of them) as ``dst``."""
+    if not isinstance(t, torch.Tensor):
+        return [_convert(x, dst, by_view, access) for x in t]
     x = _real(t)
     if by_view:
         return x.view(dst)

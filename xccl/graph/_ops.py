@@ -4,14 +4,10 @@ Every op is functional (new tensors out, inputs untouched), names its group by t
 never a process-group object), numbers roots and peers by *group* rank, and has a fake implementation so that
 Dynamo, AOTAutograd and Inductor can trace it without communicating.
 
-Order: every op takes the group's order token and returns the next one. The graph path reads the token before
-the op and writes the op's new token back, so that successive xccl ops of a group form a chain of data
-dependencies in program order. No backend (Inductor's peak-memory reordering included) can move one past
-another, which is what keeps rank-asymmetric graphs (send on one rank, recv on its peer) from deadlocking.
-
-At run time each op dispatches like an eager call (``xccl.collectives._dispatch.dispatch``), so the plugin's
-native kernel, the emulations and the fallback policy apply exactly as in eager mode. The ops are opaque to graph compilers; a vendor maps them to its
-own graph ops through a converter (``Runtime.graph_converters``).
+Every op takes the group's order token and returns the next one, so that a group's xccl ops form a chain of data
+dependencies in program order that no backend can reorder (docs/graph.md, "Order of point-to-point operations").
+At run time each op dispatches like an eager call; graph compilers see them as opaque, and a vendor maps them to
+its own graph ops through a converter (``Runtime.graph_converters``).
 """
 
 from __future__ import annotations

@@ -12,12 +12,8 @@ Eager calls go through xccl's dispatch (the plugin's kernels and emulations) ins
 ``torch.autograd.Function``; compiled calls become ``torch.ops._c10d_functional`` ops, whose autograd formulas
 torch registers with the same adjoints, so eager and compiled training steps compute the same gradients.
 
-The adjoint of a sum all_reduce is a sum all_reduce: with a loss replicated on every rank, gradients upstream of
-the collective are the sum over ranks (``world_size`` times the single-device gradient), the convention of
-``torch.distributed.nn.functional``. Divide the replicated loss by the group size to train as one device would.
-
-The in-place collectives (``xccl.all_reduce(t)``) are not differentiable in eager mode, as in
-``torch.distributed``; use these for training.
+The adjoint of a sum all_reduce is a sum all_reduce (``torch.distributed.nn.functional``'s convention): divide a
+loss replicated on every rank by the group size to train as one device would (docs/graph.md, Autograd).
 """
 
 from __future__ import annotations
@@ -31,7 +27,7 @@ from ..collectives._dispatch import dispatch
 from ..errors import InvalidArgument
 from ..ops import _specs as S
 from ..plugin._capabilities import Collective
-from ._forms import _all_gather, _all_reduce, _reduce_scatter
+from ._forms import _collective
 from ._group import GroupInfo, fail, group_info, redop, resolve
 
 __all__ = ["all_gather_into_tensor", "all_reduce", "reduce_scatter_tensor"]
@@ -39,10 +35,6 @@ __all__ = ["all_gather_into_tensor", "all_reduce", "reduce_scatter_tensor"]
 C = Collective
 SUM: Final = dist.ReduceOp.SUM
 _compiling: Final = torch.compiler.is_compiling
-
-
-def _size(group: Any) -> int:
-    return int(dist.get_world_size(group))
 
 
 class _AllReduce(torch.autograd.Function):
@@ -60,38 +52,38 @@ class _AllReduce(torch.autograd.Function):
         return g, None, None
 
 
+def _gather(x: torch.Tensor, group: Any) -> torch.Tensor:
+    out = x.new_empty((x.shape[0] * dist.get_world_size(group), *x.shape[1:]))
+    dispatch(S.ALL_GATHER_INTO_TENSOR, group, False, out, x.contiguous())
+    return out
+
+
+def _scatter(x: torch.Tensor, group: Any) -> torch.Tensor:
+    out = x.new_empty((x.shape[0] // dist.get_world_size(group), *x.shape[1:]))
+    dispatch(S.REDUCE_SCATTER_TENSOR, group, False, out, x.contiguous(), SUM)
+    return out
+
+
 class _AllGather(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:
         ctx.group = group
-        n = _size(group)
-        out = x.new_empty((x.shape[0] * n, *x.shape[1:]))
-        dispatch(S.ALL_GATHER_INTO_TENSOR, group, False, out, x.contiguous())
-        return out
+        return _gather(x, group)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        n = _size(ctx.group)
-        out = grad.new_empty((grad.shape[0] // n, *grad.shape[1:]))
-        dispatch(S.REDUCE_SCATTER_TENSOR, ctx.group, False, out, grad.contiguous(), SUM)
-        return out, None
+        return _scatter(grad, ctx.group), None
 
 
 class _ReduceScatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:
         ctx.group = group
-        n = _size(group)
-        out = x.new_empty((x.shape[0] // n, *x.shape[1:]))
-        dispatch(S.REDUCE_SCATTER_TENSOR, group, False, out, x.contiguous(), SUM)
-        return out
+        return _scatter(x, group)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        n = _size(ctx.group)
-        out = grad.new_empty((grad.shape[0] * n, *grad.shape[1:]))
-        dispatch(S.ALL_GATHER_INTO_TENSOR, ctx.group, False, out, grad.contiguous())
-        return out, None
+        return _gather(grad, ctx.group), None
 
 
 def _plan(g: GroupInfo, op: Collective, dtype: torch.dtype, red: str | None) -> tuple[bool, torch.dtype | None]:
@@ -140,7 +132,7 @@ def _all_reduce_graph(tensor: torch.Tensor, op: Any, group: Any) -> torch.Tensor
     # avg as sum then a divide: torch registers backward formulas for sum only, and both are linear. A bool sum
     # is a logical or, run as max on the cast dtype (as the graph layers do).
     red = "max" if tensor.dtype == torch.bool and cast is not None else "sum"
-    out = _all_reduce(g, native, _as(tensor, cast), red).to(tensor.dtype)
+    out = _collective(g, native, "all_reduce", _as(tensor, cast), red).to(tensor.dtype)
     return out / g.size if name == "avg" else out
 
 
@@ -149,7 +141,7 @@ def all_gather_into_tensor(tensor: torch.Tensor, group: Any = None) -> torch.Ten
     if _compiling():
         g = group_info(group)
         native, cast = _plan(g, C.ALL_GATHER_INTO_TENSOR, tensor.dtype, None)
-        return _all_gather(g, native, _as(tensor, cast)).to(tensor.dtype)
+        return _collective(g, native, "all_gather_into_tensor", _as(tensor, cast)).to(tensor.dtype)
     return _AllGather.apply(tensor, group)  # type: ignore[no-any-return,no-untyped-call]
 
 
@@ -159,5 +151,5 @@ def reduce_scatter_tensor(tensor: torch.Tensor, group: Any = None) -> torch.Tens
         g = group_info(group)
         native, cast = _plan(g, C.REDUCE_SCATTER_TENSOR, tensor.dtype, "sum")
         red = "max" if tensor.dtype == torch.bool and cast is not None else "sum"
-        return _reduce_scatter(g, native, _as(tensor, cast), red).to(tensor.dtype)
+        return _collective(g, native, "reduce_scatter_tensor", _as(tensor, cast), red).to(tensor.dtype)
     return _ReduceScatter.apply(tensor, group)  # type: ignore[no-any-return,no-untyped-call]

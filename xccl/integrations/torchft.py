@@ -1,29 +1,15 @@
 """torchft's reconfigurable process group over xccl's: the replica groups of a fault-tolerant job on any vendor.
 
-torchft (meta-pytorch/torchft) keeps training when a replica group dies: its ``Manager`` asks the lighthouse for a
-quorum of the live replica groups every step and, when the quorum changes, *reconfigures* its process group over the
-new members (``ProcessGroup.configure(store_addr, replica_id, rank, world_size, ...)``, a fresh store prefix per
-quorum). torchft ships that process group for gloo, NCCL and Intel's XCCL only; :class:`ProcessGroupXccl` is the
-same over xccl's group, so the replica dimension runs on HCCL, SCCL, gloo or NCCL through xccl's dispatch (its
-emulations, typed errors and flight recorder)::
+torchft (meta-pytorch/torchft) ships its reconfigurable process group for gloo, NCCL and Intel's XCCL only;
+:class:`ProcessGroupXccl` is the same over xccl's group, so the replica dimension runs on HCCL, SCCL, gloo or NCCL
+through xccl's dispatch. Usage, and what happens when a replica group dies: docs/elastic.md ("Replica groups that
+come and go: torchft").
 
-    world = xccl.init()                                   # this replica group's own world (torchrun, one per group)
-    pg = ProcessGroupXccl(timeout=timedelta(seconds=30))
-    manager = Manager(pg=pg, min_replica_size=1, load_state_dict=..., state_dict=..., replica_id=f"replica_{i}")
-    model = torchft.DistributedDataParallel(manager, model)   # gradients averaged over the live replica groups
-
-Each :meth:`~ProcessGroupXccl.configure` builds a new group of xccl's backend over torchft's store (torch's
-``_DistributedBackendOptions``: the quorum's store, this replica's rank and the quorum's size) through the
-creator torch calls for xccl's groups, with the vendor's options for the members (torchft's global ranks: replica
-index x replica size + rank in the replica, which the plugins read as their placement on the same ranks of another
-node), and drops the previous one. The group is not one of torch's: it joins no world, and ``dist.new_group`` never
-sees it.
-
-A fault is *reported*, not raised, as torchft's own accelerator groups report theirs (``ProcessGroupNCCL``): a
-collective's handle that fails (xccl's :class:`~xccl.PeerFailure` when a replica dies mid-step,
-:class:`~xccl.CollectiveTimeout`) completes, its tensors left as they are, :meth:`~ProcessGroupXccl.errored` returns
-the error, the Manager's ``should_commit`` then discards the step on every replica, and the group's next
-all_reduces are skipped until the next quorum reconfigures it. Raising from ``wait()`` instead (torchft's
+Each :meth:`~ProcessGroupXccl.configure` builds a new group of xccl's backend over torchft's store for the quorum
+(:func:`replica_group`, with the vendor's options for torchft's global ranks) and drops the previous one; the group
+joins no torch world. A fault is *reported*, not raised, as torchft's ``ProcessGroupNCCL`` reports its own: the
+failed handle completes, :meth:`~ProcessGroupXccl.errored` returns the error, ``should_commit`` discards the step,
+and the group's next all_reduces are skipped until the next quorum. Raising from ``wait()`` instead (torchft's
 ``ProcessGroupGloo`` does) ends torchft 0.2.0's DDP comm hook in an ``AssertionError``.
 
 .. note:: ``xccl.init()`` first: the group is of the plugin it selected, and a mixed-vendor world

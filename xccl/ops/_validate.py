@@ -9,9 +9,6 @@ Where ``torch.distributed`` refuses the same call itself before communicating (t
 ``distributed_c10d.py``), the detail starts with torch's own message and the error is the same builtin: a wrong
 type is ``fail(op, detail, wrong_type=True)``, an :class:`~xccl.InvalidArgumentType` (a ``TypeError``); every other
 refusal a ``ValueError``. Code that catches torch's errors, or matches their text, keeps working.
-
-What a validator reads of a group is :class:`Facts`: the eager :class:`~xccl.collectives._state.GroupState` and the
-graph path's trace-time ``GroupInfo`` both have it.
 """
 
 from __future__ import annotations
@@ -230,6 +227,13 @@ def _rows(t: torch.Tensor) -> int:
     return t.shape[0] if t.dim() else 0
 
 
+def _pair(g: Facts, fail: Fail, op: str, out: Any, inp: Any, names: tuple[str, str] = ("output", "input")) -> None:
+    """An output and an input tensor, each valid (:func:`tensor`), of one dtype."""
+    tensor(g, fail, op, names[0], out)
+    tensor(g, fail, op, names[1], inp)
+    same_dtype(fail, op, out, inp)
+
+
 def _dim0(fail: Fail, op: str, *ts: torch.Tensor) -> None:
     if any(t.dim() == 0 for t in ts):
         fail(op, "output and input need at least one dimension")
@@ -289,9 +293,7 @@ def all_gather_coalesced(g: Facts, fail: Fail, out_lists: Any, ins: Any) -> tupl
 
 def all_gather_into_tensor(g: Facts, fail: Fail, out: Any, inp: Any) -> tuple[Any, ...]:
     name = "all_gather_into_tensor"
-    tensor(g, fail, name, "output_tensor", out)
-    tensor(g, fail, name, "input_tensor", inp)
-    same_dtype(fail, name, out, inp)
+    _pair(g, fail, name, out, inp, ("output_tensor", "input_tensor"))
     if out.numel() != inp.numel() * g.size:
         fail(name, f"output has {out.numel()} elements; expected input's {inp.numel()} x {g.size} ranks")
     return out, inp
@@ -310,9 +312,7 @@ def reduce_scatter(g: Facts, fail: Fail, out: Any, ins: Any, op: Any) -> tuple[A
 
 def reduce_scatter_tensor(g: Facts, fail: Fail, out: Any, inp: Any, op: Any) -> tuple[Any, ...]:
     name = "reduce_scatter_tensor"
-    tensor(g, fail, name, "output", out)
-    tensor(g, fail, name, "input", inp)
-    same_dtype(fail, name, out, inp)
+    _pair(g, fail, name, out, inp)
     if inp.numel() != out.numel() * g.size:
         fail(name, f"input has {inp.numel()} elements; expected output's {out.numel()} x {g.size} ranks")
     return out, inp, reduce_op(fail, name, op)
@@ -333,16 +333,13 @@ def all_to_all(g: Facts, fail: Fail, outs: Any, ins: Any) -> tuple[Any, ...]:
 
 def all_to_all_single(g: Facts, fail: Fail, out: Any, inp: Any, osz: Any, isz: Any) -> tuple[Any, ...]:
     name = "all_to_all_single"
-    tensor(g, fail, name, "output", out)
-    tensor(g, fail, name, "input", inp)
-    same_dtype(fail, name, out, inp)
+    _pair(g, fail, name, out, inp)
     n = g.size
     o = splits(g, fail, name, "output_split_sizes", osz, _rows(out))
     i = splits(g, fail, name, "input_split_sizes", isz, _rows(inp))
-    if o is None and (out.dim() == 0 or out.shape[0] % n):
-        fail(name, f"output dim 0 must divide evenly by {n} without output_split_sizes")
-    if i is None and (inp.dim() == 0 or inp.shape[0] % n):
-        fail(name, f"input dim 0 must divide evenly by {n} without input_split_sizes")
+    for what, t, sizes in (("output", out, o), ("input", inp, i)):
+        if sizes is None and (t.dim() == 0 or t.shape[0] % n):
+            fail(name, f"{what} dim 0 must divide evenly by {n} without {what}_split_sizes")
     if o is None and i is None and out.numel() != inp.numel():
         fail(name, f"output has {out.numel()} elements, input {inp.numel()}")
     return out, inp, o, i
@@ -357,33 +354,32 @@ def reduce(g: Facts, fail: Fail, t: Any, dst: Any, op: Any, group_dst: Any) -> t
     return t, member(g, fail, "reduce", "dst", dst, group_dst), reduce_op(fail, "reduce", op)
 
 
-def _rooted_list(g: Facts, fail: Fail, op: str, what: str, t: Any, lst: Any, root: int, list_name: str) -> Any:
-    role = "destination" if what == "dst" else "source"
-    if g.rank == root:
-        if not lst:  # torch's _validate_output_list_for_rank (gather) and scatter's own check
-            fail(op, f"Argument ``{list_name}`` must be specified on {role} rank.")
-        items = tensor_list(g, fail, op, list_name, lst)
-        for i, x in enumerate(items):
-            same_dtype(fail, op, x, t, f"{list_name}[{i}] and tensor")
-            if x.shape != t.shape:
-                fail(op, f"{list_name}[{i}] has shape {tuple(x.shape)}, tensor {tuple(t.shape)}")
-        return items
-    if lst:
-        fail(op, f"Argument ``{list_name}`` must NOT be specified on non-{role} ranks.")
-    return None
+def _rooted(g: Facts, fail: Fail, op: str, what: str, t: Any, lst: Any, rank: Any, group_rank: Any) -> tuple[Any, ...]:
+    """gather's and scatter's ``(tensor, <op>_list on the root else None, root)``; the list only on the root."""
+    tensor(g, fail, op, "tensor", t)
+    # torch.distributed's default root is global rank 0.
+    root = member(g, fail, op, what, 0 if rank is None and group_rank is None else rank, group_rank)
+    role, list_name = ("destination" if what == "dst" else "source"), f"{op}_list"
+    if g.rank != root:
+        if lst:
+            fail(op, f"Argument ``{list_name}`` must NOT be specified on non-{role} ranks.")
+        return t, None, root
+    if not lst:  # torch's _validate_output_list_for_rank (gather) and scatter's own check
+        fail(op, f"Argument ``{list_name}`` must be specified on {role} rank.")
+    items = tensor_list(g, fail, op, list_name, lst)
+    for i, x in enumerate(items):
+        same_dtype(fail, op, x, t, f"{list_name}[{i}] and tensor")
+        if x.shape != t.shape:
+            fail(op, f"{list_name}[{i}] has shape {tuple(x.shape)}, tensor {tuple(t.shape)}")
+    return t, items, root
 
 
 def gather(g: Facts, fail: Fail, t: Any, lst: Any, dst: Any, group_dst: Any) -> tuple[Any, ...]:
-    tensor(g, fail, "gather", "tensor", t)
-    # torch.distributed's default root is global rank 0.
-    root = member(g, fail, "gather", "dst", 0 if dst is None and group_dst is None else dst, group_dst)
-    return t, _rooted_list(g, fail, "gather", "dst", t, lst, root, "gather_list"), root
+    return _rooted(g, fail, "gather", "dst", t, lst, dst, group_dst)
 
 
 def scatter(g: Facts, fail: Fail, t: Any, lst: Any, src: Any, group_src: Any) -> tuple[Any, ...]:
-    tensor(g, fail, "scatter", "tensor", t)
-    root = member(g, fail, "scatter", "src", 0 if src is None and group_src is None else src, group_src)
-    return t, _rooted_list(g, fail, "scatter", "src", t, lst, root, "scatter_list"), root
+    return _rooted(g, fail, "scatter", "src", t, lst, src, group_src)
 
 
 def barrier(g: Facts, fail: Fail) -> tuple[Any, ...]:
@@ -442,18 +438,14 @@ def _uneven_splits(g: Facts, fail: Fail, name: str, sizes_name: str, sizes: Any,
 
 def all_gather_uneven(g: Facts, fail: Fail, out: Any, inp: Any, sizes: Any) -> tuple[Any, ...]:
     name = "all_gather_into_tensor_uneven"
-    tensor(g, fail, name, "output", out)
-    tensor(g, fail, name, "input", inp)
-    same_dtype(fail, name, out, inp)
+    _pair(g, fail, name, out, inp)
     _dim0(fail, name, out, inp)
     return out, inp, _uneven_splits(g, fail, name, "output_split_sizes", sizes, ("output", out), ("input", inp))
 
 
 def reduce_scatter_uneven(g: Facts, fail: Fail, out: Any, inp: Any, sizes: Any, op: Any) -> tuple[Any, ...]:
     name = "reduce_scatter_tensor_uneven"
-    tensor(g, fail, name, "output", out)
-    tensor(g, fail, name, "input", inp)
-    same_dtype(fail, name, out, inp)
+    _pair(g, fail, name, out, inp)
     _dim0(fail, name, out, inp)
     s = _uneven_splits(g, fail, name, "input_split_sizes", sizes, ("input", inp), ("output", out))
     return out, inp, s, reduce_op(fail, name, op)
@@ -461,9 +453,7 @@ def reduce_scatter_uneven(g: Facts, fail: Fail, out: Any, inp: Any, sizes: Any, 
 
 def all_to_all_v(g: Facts, fail: Fail, out: Any, inp: Any, matrix: Any) -> tuple[Any, ...]:
     name = "all_to_all_v"
-    tensor(g, fail, name, "output", out)
-    tensor(g, fail, name, "input", inp)
-    same_dtype(fail, name, out, inp)
+    _pair(g, fail, name, out, inp)
     n = g.size
     if isinstance(matrix, (str, bytes)) or not hasattr(matrix, "__iter__"):
         fail(name, "send_count_matrix must be a list of lists of integers")
