@@ -11,14 +11,8 @@ fallback policy. Its kernels are compositions of two parts:
   simulation): the *peers* (the members with the same index in their island, one per island; index 0 are the
   islands' leaders) and the *host* group of every member.
 
-Hierarchical (the cross-island part carries 1/k of the bytes, k ranks per island, where every island has k
-members and the size divides): all_reduce (island reduce_scatter, peers all_reduce of the shard, island
-all_gather), reduce-scatter of a tensor (island reduce_scatter, peers reduce_scatter). Through the leaders, any island
-sizes: all_reduce when the size does not divide or the islands differ in size (island reduce, leaders all_reduce,
-island broadcast), broadcast (island broadcast in the root's island, leaders, island broadcast). all_gather_into_tensor
-is island all_gather then the peers' all_gather of island blocks (equal islands; else host-staged). Every other op is
-*host-staged*: one gloo call over the host group (all_to_all(_single), all_gather (list), reduce_scatter (list),
-reduce, gather, scatter, send/recv, barrier, the coalesced forms).
+How each op is composed (hierarchical through the islands, through the leaders, or host-staged over every member)
+and what crosses islands is the table in docs/mixed.md (the compositions: ``_mixed_ops``).
 
 The plan for a call (:meth:`MixedGroup.kernel_for`) checks each island's part against that island's table under the
 group's fallback policy on every rank (every rank knows every plugin's table), so a part one island cannot do is an

@@ -18,14 +18,9 @@ What torch reports: ``dist.get_backend(g)`` is ``"xccl_<backend>"`` (pass it to 
 ``g._get_backend(device)`` is the vendor's backend object, so vendor code that reaches for it
 (``get_hccl_comm_name``, FSDP2's allocator hooks) finds what it expects.
 
-Code that branches on the backend's name: over a vendor backend torch does not know itself (``hccl``, ``sccl``),
-``dist.get_backend(g)`` is a :class:`BackendName`, a ``str`` whose value is xccl's name and which also *compares*
-equal to the vendor's (``==``, ``!=``, ``in`` a list or tuple), so torch_npu's ``_AllGatherBase.backward`` check,
-TorchAir's ``get_backend(pg) != "hccl"`` and ``"npu" if get_backend() == "hccl" else "cpu"`` take the vendor's
-path, as they would on the vendor's own group, whose devices xccl's group serves. What stays xccl's: ``str()``,
-formatting, hashing (a dict or set of names finds it under ``"xccl_hccl"`` only), ``.lower()`` and the like, which
-torch's group creation uses, so ``new_group(backend=get_backend())`` still creates xccl's groups. Over gloo and
-nccl no alias is made: torch's ``_new_process_group_helper`` compares the name with them to build its own groups.
+Over a vendor backend torch does not know itself (``hccl``, ``sccl``), ``dist.get_backend(g)`` is a
+:class:`BackendName`: xccl's name, which also compares equal to the vendor's, so vendor code that checks the name
+(torch_npu, TorchAir) takes the vendor's path while ``new_group(backend=get_backend())`` still creates xccl's groups.
 """
 
 from __future__ import annotations

@@ -36,6 +36,21 @@ def _row(t: torch.Tensor) -> int:
     return math.prod(t.shape[1:])
 
 
+def _pad(padded: torch.Tensor, inp: torch.Tensor, sizes: list[int], m: int) -> None:
+    """Chunk ``j`` of ``inp`` (``sizes[j]`` rows) into rows ``j*m ...`` of ``padded``, the rest zero."""
+    padded.zero_()
+    for j, chunk in enumerate(torch.split(inp, sizes)):
+        padded[j * m : j * m + sizes[j]].copy_(chunk)
+
+
+def _unpad(out: torch.Tensor, rows: torch.Tensor, sizes: list[int], m: int) -> None:
+    """The inverse of :func:`_pad`: the first ``sizes[j]`` of each ``m`` rows of ``rows``, in order, into ``out``."""
+    offset = 0
+    for j, size in enumerate(sizes):
+        out[offset : offset + size].copy_(rows[j * m : j * m + size])
+        offset += size
+
+
 @implements(C.ALL_GATHER_INTO_TENSOR_UNEVEN, "all_to_all_single")
 def ag_via_all_to_all(st: Any, call: Call, out: torch.Tensor, inp: torch.Tensor, sizes: list[int], a: bool) -> Any:
     """Rank r's rows to every peer: send splits ``[sizes[r]] * n``, receive splits ``sizes``, straight into
@@ -67,14 +82,8 @@ def ag_via_padding(st: Any, call: Call, out: torch.Tensor, inp: torch.Tensor, si
     padded[:mine].copy_(inp)
     padded[mine:].zero_()  # never read back; zeros keep the wire contents deterministic
 
-    def unpad() -> None:
-        rows = pad_out.tensor.view(n * m, *trail)
-        offset = 0
-        for j in range(n):
-            out[offset : offset + sizes[j]].copy_(rows[j * m : j * m + sizes[j]])
-            offset += sizes[j]
-
-    return last(call, S.ALL_GATHER_INTO_TENSOR, (pad_out.tensor, pad_in.tensor), a, unpad, pad_in, pad_out)
+    return last(call, S.ALL_GATHER_INTO_TENSOR, (pad_out.tensor, pad_in.tensor), a,
+                lambda: _unpad(out, pad_out.tensor.view(n * m, *trail), sizes, m), pad_in, pad_out)
 
 
 @implements(C.REDUCE_SCATTER_TENSOR_UNEVEN, "padding")
@@ -83,10 +92,7 @@ def rs_via_padding(st: Any, call: Call, out: torch.Tensor, inp: torch.Tensor, si
     # Padding rows are reduced too, then dropped: their value never matters, whatever the reduce op.
     n, m, trail, mine = st.size, max(sizes), inp.shape[1:], sizes[st.rank]
     pad_in, pad_out = take(st, n * m * _row(inp), inp), take(st, m * _row(inp), inp)
-    padded = pad_in.tensor.view(n * m, *trail)
-    padded.zero_()
-    for j, chunk in enumerate(torch.split(inp, sizes)):
-        padded[j * m : j * m + sizes[j]].copy_(chunk)
+    _pad(pad_in.tensor.view(n * m, *trail), inp, sizes, m)
     kargs = (pad_out.tensor, pad_in.tensor, op)
     return last(call, S.REDUCE_SCATTER_TENSOR, kargs, a,
                 lambda: out.copy_(pad_out.tensor.view(m, *trail)[:mine]), pad_in, pad_out)
@@ -106,16 +112,6 @@ def a2a_via_padding(
     m = int(biggest.item())
     row = _row(inp)
     pad_in, pad_out = take(st, n * m * row, inp), take(st, n * m * row, inp)
-    padded = pad_in.tensor.view(n * m, *trail)
-    padded.zero_()
-    for j, chunk in enumerate(torch.split(inp, isz)):
-        padded[j * m : j * m + isz[j]].copy_(chunk)
-
-    def unpad() -> None:
-        rows = pad_out.tensor.view(n * m, *trail)
-        offset = 0
-        for j in range(n):
-            out[offset : offset + osz[j]].copy_(rows[j * m : j * m + osz[j]])
-            offset += osz[j]
-
-    return last(call, S.ALL_TO_ALL_SINGLE, (pad_out.tensor, pad_in.tensor, None, None), a, unpad, pad_in, pad_out)
+    _pad(pad_in.tensor.view(n * m, *trail), inp, isz, m)
+    return last(call, S.ALL_TO_ALL_SINGLE, (pad_out.tensor, pad_in.tensor, None, None), a,
+                lambda: _unpad(out, pad_out.tensor.view(n * m, *trail), osz, m), pad_in, pad_out)
