@@ -318,7 +318,7 @@ class _Recorder:
         #: recorder does (the last one given is the group's ``last_enqueued_collective``).
         self.seq = 0
         self.p2p = 0
-        #: The record of the call being issued on the group (its emulation's building blocks are noted on it).
+        #: The record of the call issued last on the group (its emulation's building blocks are noted on it).
         self.current: list[Any] | None = None
 
     def stage(self, inner: Callable[..., Any]) -> Callable[..., Any]:
@@ -373,11 +373,10 @@ class _Recorder:
             rid = next(count)
             rec = [rid, st, spec, self.seq, self.p2p, inputs, outputs, code, lasti, _time_ns(), 0, None, extra]
             record(rec)
-            # No try/finally: a call that raises leaves its record current until the next call on the group, and
-            # only a call's own building blocks (issued inside it) are noted on the current record.
-            outer, self.current = self.current, rec
+            # Building blocks are issued inside their call (never a call inside another on the same group), so the
+            # last call's record is the one to note them on: nothing to restore afterwards.
+            self.current = rec
             work = inner(spec, kargs, kernel, async_op)
-            self.current = outer
             if work is None:
                 rec[_COMPLETED] = _time_ns()
             elif type(work) in stamps:  # _faults.TypedWork: it stamps the record when it finds the work done

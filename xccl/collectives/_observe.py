@@ -50,11 +50,6 @@ def watched() -> bool:
     return _python_dispatch._is_in_torch_dispatch_mode or _profiler._is_profiler_enabled
 
 
-def _c10d_op(key: Collective, kargs: Sequence[Any]) -> Tool | None:
-    """The dispatcher op tools are shown for a call of ``key`` (its spec's ``tools``), or None."""
-    return SPECS[key].tools.get(key)
-
-
 _CARRIERS: Final[dict[tuple[int, int, str], Any]] = {}
 
 
@@ -84,7 +79,7 @@ def visible(st: Any, key: Collective, name: str, kargs: Sequence[Any], issue: Ca
     modes = _modes()  # this thread's active modes (none inside a mode's own __torch_dispatch__: it pops itself)
     if not modes and not _profiler._is_profiler_enabled:
         return issue()
-    op = c10d or _c10d_op(key, kargs)
+    op = c10d or SPECS[key].tools.get(key)  # the dispatcher op tools are shown (the spec's), or None
     if not modes:  # the profiler only: name the real work as torch's path would
         with _profiler.record_function(f"c10d::{op[0]}" if op else f"xccl::{name}"):
             return issue()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, Final, final
 
 import torch.distributed as dist
@@ -30,7 +31,7 @@ from ...errors import CollectiveTimeout
 from ...ops import _specs as S
 from ...plugin._work import ForwardingWork
 from .._faults import TYPED, classify, translate
-from .._state import DEFAULT_TIMEOUT, PROCESS
+from .._state import DEFAULT_TIMEOUT, PROCESS, _bare
 from . import _fingerprint as F
 from ._detector import Detector
 from ._preflight import behind, preflight, silent, store_fault
@@ -52,7 +53,7 @@ def _start() -> Detector:
     return det
 
 
-def checked(st: Any, spec: S.Spec, kargs: Sequence[Any], inner: Any, kernel: Any, async_op: bool) -> Any:
+def checked(st: Any, inner: Any, spec: S.Spec, kargs: Sequence[Any], kernel: Any, async_op: bool) -> Any:
     """Run a call of ``spec`` on ``st`` with the detector on: the detector's stage of the group's pipeline, which
     issues the call through ``inner`` (the rest of the pipeline, ending in ``kernel``).
 
@@ -99,7 +100,8 @@ def _issue(det: Detector, rec: Recorder, spec: S.Spec, kargs: Sequence[Any], inn
     """Issue the recorded call (always asynchronously) and, unless ``async_op``, wait for it, watched."""
     op = spec.name
     try:
-        work = inner(spec, kargs, kernel, True)
+        # Innermost (as it is, the last of OBSERVERS), the detector calls the kernel itself: a frame less.
+        work = kernel(*kargs, True) if inner is _bare else inner(spec, kargs, kernel, True)
     except RuntimeError as exc:
         typed = explain(det, rec, seq, exc, op, _monotonic())
         if typed is exc:
@@ -130,13 +132,8 @@ class _Check:
         self.st = st
 
     def stage(self, inner: Any) -> Any:
-        """Record, compare when new, issue, watch."""
-        st = self.st
-
-        def detected(spec: S.Spec, kargs: Sequence[Any], kernel: Any, async_op: bool) -> Any:
-            return checked(st, spec, kargs, inner, kernel, async_op)
-
-        return detected
+        """Record, compare when new, issue, watch (:func:`checked` bound to the group: a Python frame less)."""
+        return partial(checked, self.st, inner)
 
 
 def hook(st: Any) -> _Check:
