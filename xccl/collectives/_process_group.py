@@ -21,6 +21,7 @@ What torch reports: ``dist.get_backend(g)`` is ``"xccl_<backend>"`` (pass it to 
 Over a vendor backend torch does not know itself (``hccl``, ``sccl``), ``dist.get_backend(g)`` is a
 :class:`BackendName`: xccl's name, which also compares equal to the vendor's, so vendor code that checks the name
 (torch_npu, TorchAir) takes the vendor's path while ``new_group(backend=get_backend())`` still creates xccl's groups.
+Over gloo and nccl no alias is made: torch compares the name with them to build its own groups (``_backend``).
 """
 
 from __future__ import annotations
