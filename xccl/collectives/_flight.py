@@ -247,12 +247,11 @@ def _describer(spec: Any) -> Describe:
 
 @final
 class Flight:
-    """The process's ring of the last :attr:`size` calls (one per process, as torch's recorder)."""
+    """The process's ring of the last ``size`` calls (one per process, as torch's recorder)."""
 
-    __slots__ = ("_count", "_lock", "ring", "size")
+    __slots__ = ("_count", "_lock", "ring")
 
     def __init__(self, size: int) -> None:
-        self.size: Final = size
         #: The records, oldest first (a deque drops the oldest as it appends: no index to compute per call).
         self.ring: Final[collections.deque[list[Any]]] = collections.deque(maxlen=size)
         self._count: Final = itertools.count()

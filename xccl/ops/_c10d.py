@@ -51,7 +51,6 @@ Kernel = Callable[..., Any]
 Tool = tuple[str, Callable[[Sequence[Any], Any], tuple[Any, ...]]]
 _RED_OP_TYPE: Final = ReduceOp.RedOpType
 _SUM: Final = ReduceOp.SUM
-_REDUCE_OP: Final = ReduceOp
 _PREMUL_SUM: Final = ReduceOp.RedOpType.PREMUL_SUM  # type: ignore[attr-defined]
 #: Each plain reduce op's one ``RedOpType`` object, by value (pybind hands out a new object on every read).
 _CANONICAL: Final = {v.value: v for v in ReduceOp.RedOpType.__members__.values()}
@@ -112,7 +111,7 @@ def op_of(opts: Any) -> Any:
     if opts is None:
         return _SUM
     op = getattr(opts, "reduceOp", opts)
-    if type(op) is _REDUCE_OP and op == _SUM:  # type: ignore[comparison-overlap]  # SUM: one call into pybind, not two
+    if type(op) is ReduceOp and op == _SUM:  # type: ignore[comparison-overlap]  # SUM: one call into pybind, not two
         return _SUM
     kind = getattr(op, "op", None)
     if kind is None:
