@@ -190,6 +190,33 @@ def test_ring_keeps_the_last_n_calls():
     assert all(e.completed for e in ring.entries())
 
 
+def _kargs(name: str) -> tuple[Any, ...]:
+    """Kernel arguments of one call of the op ``name`` on a group of two (tensors of distinct shapes and dtypes)."""
+    a, b, c = torch.ones(3, dtype=torch.bfloat16), torch.ones(6, dtype=torch.bfloat16), torch.ones(2, 2)
+    return {"all_reduce": (c, None), "broadcast": (c, 0), "all_gather_into_tensor": (b, a),
+            "reduce_scatter_tensor": (a, b, None), "all_to_all_single": (b, b.clone(), None, None),
+            "all_gather": ([c, c.clone()], c), "all_to_all_single_uneven": (b, b.clone(), [2, 4], [3, 3])}[name]
+
+
+@pytest.mark.parametrize("name", ["all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor",
+                                  "all_to_all_single", "all_gather", "all_to_all_single_uneven"])
+def test_every_stored_form_reads_back_as_the_general_description(name):
+    # The recorder stores a one-tensor op (Spec.solo_index) and a read-one-write-one op (Spec.pair) compactly; the
+    # entry must read back what the general description (every tensor read, every tensor written) gives.
+    class St:
+        name, rank, ranks = "g", 0, (0, 1)
+
+    from xccl.ops._specs import SPECS
+
+    spec = SPECS[xccl.Collective(name)]
+    kargs = _kargs(name)
+    ring = _flight.Flight(4)
+    _flight._Recorder(St(), ring).stage(lambda *call: None)(spec, kargs, None, False)
+    (entry,) = ring.entries()
+    assert (entry.inputs, entry.outputs) == _flight._describer(spec)(kargs)
+    assert entry.inputs and entry.outputs
+
+
 # ---------------------------------------------------------------------------------------------- faults
 
 

@@ -50,7 +50,12 @@ _compiling: Final = torch.compiler.is_compiling
 
 
 def _run(spec: S.Spec, group: Any, async_op: bool, *args: Any) -> Any:
-    """``spec``'s graph form while torch.compile traces (``xccl.graph._forms.run``), else its eager dispatch."""
+    """``spec``'s graph form while torch.compile traces (``xccl.graph._forms.run``), else its eager dispatch.
+
+    The collectives training calls most (all_reduce, all_gather_single, reduce_scatter_tensor, all_to_all_single,
+    broadcast) write this out, a Python call less each: on a GPU a small collective's launch is about fifteen
+    microseconds, and each call on its path shows.
+    """
     return (G.run if _compiling() else dispatch)(spec, group, async_op, *args)
 
 
@@ -129,7 +134,9 @@ def all_gather_single(
         out = torch.empty(2 * world_size)
         xccl.all_gather_single(out, torch.ones(2))
     """
-    return _run(S.ALL_GATHER_INTO_TENSOR, group, async_op, output_tensor, input_tensor)
+    if _compiling():
+        return G.run(S.ALL_GATHER_INTO_TENSOR, group, async_op, output_tensor, input_tensor)
+    return dispatch(S.ALL_GATHER_INTO_TENSOR, group, async_op, output_tensor, input_tensor)
 
 
 #: torch's older name (deprecated by torch 2.13, which warns on every call): the same function, without a warning.
@@ -188,7 +195,9 @@ def reduce_scatter_single(
         out = torch.empty(2)
         xccl.reduce_scatter_single(out, torch.arange(2.0 * world_size))   # emulated on Sophgo SCCL
     """
-    return _run(S.REDUCE_SCATTER_TENSOR, group, async_op, output, input, op)
+    if _compiling():
+        return G.run(S.REDUCE_SCATTER_TENSOR, group, async_op, output, input, op)
+    return dispatch(S.REDUCE_SCATTER_TENSOR, group, async_op, output, input, op)
 
 
 #: torch's older name (deprecated by torch 2.13, which warns on every call): the same function, without a warning.
@@ -255,7 +264,9 @@ def all_to_all_single(
         out = torch.empty(world_size)
         xccl.all_to_all_single(out, torch.arange(float(world_size)))
     """
-    return _run(S.ALL_TO_ALL_SINGLE, group, async_op, output, input, output_split_sizes, input_split_sizes)
+    if _compiling():
+        return G.run(S.ALL_TO_ALL_SINGLE, group, async_op, output, input, output_split_sizes, input_split_sizes)
+    return dispatch(S.ALL_TO_ALL_SINGLE, group, async_op, output, input, output_split_sizes, input_split_sizes)
 
 
 def broadcast(
@@ -280,7 +291,9 @@ def broadcast(
 
         xccl.broadcast(weights, src=0)
     """
-    return _run(S.BROADCAST, group, async_op, tensor, src, group_src)
+    if _compiling():
+        return G.run(S.BROADCAST, group, async_op, tensor, src, group_src)
+    return dispatch(S.BROADCAST, group, async_op, tensor, src, group_src)
 
 
 def reduce(

@@ -119,6 +119,8 @@ class Entry:
         inputs, outputs = rec[_INPUTS], rec[_OUTPUTS]
         if type(outputs) is _DTYPE:  # the op's one tensor, read and written (Spec.solo_index): its shape, dtype
             inputs = outputs = ((inputs, outputs),)
+        elif spec.pair is not None:  # the tensor read, the tensor written (Spec.pair): each (shape, dtype)
+            inputs, outputs = (inputs,), (outputs,)
         self.inputs: tuple[Any, ...] = inputs
         self.outputs: tuple[Any, ...] = outputs
         #: The user's frame: its code object and line (formatted only when dumped).
@@ -333,11 +335,15 @@ class _Recorder:
         describers, p2p, work_type, known, stamps = _DESCRIBERS, _P2P, _WORK, _INTERNAL_CODE, STAMPS
 
         def recorded(spec: Any, kargs: Sequence[Any], kernel: Callable[..., Any], async_op: bool) -> Any:
-            solo = spec.solo_index
+            solo, pair = spec.solo_index, spec.pair
             extra: Any = None
             if solo is not None:  # all_reduce, broadcast, reduce: the tensor's shape and dtype (Entry reads them)
                 t = kargs[solo]
                 inputs, outputs = t.shape, t.dtype
+                self.seq += 1
+            elif pair is not None:  # all_gather_into_tensor, ...: the tensor read, the one written (Entry reads them)
+                t, u = kargs[pair[0]], kargs[pair[1]]
+                inputs, outputs = (t.shape, t.dtype), (u.shape, u.dtype)
                 self.seq += 1
             else:
                 describe = describers.get(spec)
@@ -413,6 +419,7 @@ class Mark:
     name: str
     key: None = None
     comm: None = None
+    pair: None = None
 
 
 def mark(st: Any, name: str, note: str) -> None:

@@ -272,8 +272,13 @@ def _rooted(cls: type, **fixed: Any) -> Callable[[int], Any]:
 
 def _rows_of(big: torch.Tensor, small: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``big`` viewed as ``small``'s rows stacked along dim 0 (a 0-d ``small`` as one row): the layout c10d's
-    tensor collectives check chunk by chunk, whatever shape the caller's tensor has (stacked, or flat)."""
-    if small.dim() == 0:
+    tensor collectives check chunk by chunk, whatever shape the caller's tensor has (stacked, or flat). Two flat
+    tensors, the common case, already are: they are passed as they are (a view is a dispatcher call, a
+    microsecond)."""
+    dim = small.dim()
+    if dim == 1 and big.dim() == 1:
+        return big, small
+    if dim == 0:
         small = small.view(1)
     return big.view(-1, *small.shape[1:]), small
 

@@ -164,13 +164,28 @@ class Spec:
     #: Position of the op's one tensor when that tensor is all it reads and writes (all_reduce, broadcast, reduce),
     #: or None (derived from ``args``): the flight recorder describes such a call by that tensor alone.
     solo_index: int | None = field(default=None, init=False)
+    #: Positions of the tensor the op reads and of the one it writes when those two plain tensors are all it
+    #: touches (all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single), or None (derived from ``args``):
+    #: the flight recorder describes such a call by the two alone.
+    pair: tuple[int, int] | None = field(default=None, init=False)
+    #: Position of the first tensor argument when it is a plain tensor (whose dtype selects the kernel), or None
+    #: (derived from ``args``): :meth:`dtype_of` without the search.
+    dtype_index: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         idx = next((i for i, a in enumerate(self.args) if a.kind is Kind.REDUCE_OP), None)
         object.__setattr__(self, "reduce_op_index", idx)
         tensors = [(i, a) for i, a in enumerate(self.args) if a.access is not None]
-        solo = len(tensors) == 1 and tensors[0][1].kind is Kind.TENSOR and tensors[0][1].access is Access.UPDATE
+        plain = all(a.kind is Kind.TENSOR for _, a in tensors)
+        solo = plain and len(tensors) == 1 and tensors[0][1].access is Access.UPDATE
         object.__setattr__(self, "solo_index", tensors[0][0] if solo else None)
+        by_access = {a.access: i for i, a in tensors}
+        if plain and len(tensors) == 2 and set(by_access) == {Access.READ, Access.WRITE}:
+            object.__setattr__(self, "pair", (by_access[Access.READ], by_access[Access.WRITE]))
+        first = next((i for i, a in enumerate(self.args) if a.kind in (Kind.TENSOR, Kind.TENSORS, Kind.TENSOR_LISTS)),
+                     None)
+        if first is not None and self.args[first].kind is Kind.TENSOR:
+            object.__setattr__(self, "dtype_index", first)
 
     def index(self, name: str) -> int:
         """Position of the kernel argument called ``name``."""
