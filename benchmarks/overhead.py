@@ -1,23 +1,25 @@
 """What xccl adds to a native call: ``dist.*`` on xccl's group and ``xccl.*``, against the vendor's own group.
 
-A world of ``--world`` ranks of the cpu plugin (gloo), a 1-element float32 ``all_reduce``. Five variants, interleaved
-in one process: every round runs a block of ``--calls`` calls of each, in an order that rotates from round to round,
-so that machine noise falls on all of them alike:
+A world of ``--world`` ranks of the ``--plugin`` (cpu: gloo; cuda: NCCL, one GPU per rank), a 1-element float32
+collective (``--op``: all_reduce by default; all_gather_into_tensor, reduce_scatter_tensor, broadcast,
+all_to_all_single). Five variants, interleaved in one process: every round runs a block of ``--calls`` calls of each
+(on a GPU followed by one synchronize), in an order that rotates from round to round, so that machine noise falls on
+all of them alike:
 
-* ``gloo``: ``torch.distributed.all_reduce`` on a plain ``torch.distributed.ProcessGroup`` whose backend is the
-  vendor's own communicator under xccl's world (the same gloo backend object: the same connections and worker
-  thread), with no xccl code on its path;
-* ``gloo again``: the same call again, an A/A control that shows how far noise alone moves a ratio;
-* ``dist on xccl``: ``torch.distributed.all_reduce`` on xccl's world group (its process group, its hooks);
-* ``xccl``: ``xccl.all_reduce`` on the world;
-* ``other gloo``: ``torch.distributed.all_reduce`` on a separate gloo group (``new_group``): shown, not the
-  reference. Each gloo backend has its own worker thread, and at a world of one a call is mostly the hand-off to
-  that thread and back; where the scheduler happens to place two backends' threads differs by tens of percent from
-  one process to the next on a 2-core VM, which would be measured as xccl's cost if the reference were another
-  backend.
+* ``vendor``: the ``torch.distributed`` call on a plain ``torch.distributed.ProcessGroup`` whose backend is the
+  vendor's own communicator under xccl's world (the same backend object: the same connections, worker thread or
+  NCCL communicator), with no xccl code on its path;
+* ``vendor again``: the same call again, an A/A control that shows how far noise alone moves a ratio;
+* ``dist on xccl``: the ``torch.distributed`` call on xccl's world group (its process group, its hooks);
+* ``xccl``: the ``xccl.*`` call on the world;
+* ``other group``: the ``torch.distributed`` call on a separate group of the vendor's backend (``new_group``):
+  shown, not the reference. Each gloo backend has its own worker thread, and at a world of one a call is mostly
+  the hand-off to that thread and back; where the scheduler happens to place two backends' threads differs by tens
+  of percent from one process to the next on a 2-core VM, which would be measured as xccl's cost if the reference
+  were another backend.
 
-Reported: each variant's median per-call time and its median ratio to ``gloo`` over rounds, and xccl's dispatch alone
-(the same ``xccl.all_reduce`` with its planned kernel replaced by a no-op: group lookup, validation, plan cache, the
+Reported: each variant's median per-call time and its median ratio to ``vendor`` over rounds, and xccl's dispatch
+alone (the same ``xccl.*`` call with its planned kernel replaced by a no-op: group lookup, validation, plan cache, the
 group's hooks). Each tree runs in its default configuration (the flight recorder is on by default since the call
 pipeline; before it, off).
 
@@ -25,7 +27,8 @@ pipeline; before it, off).
 git worktree and alternates fresh interpreters of each tree (``--repeats`` each, which goes first alternating),
 ``PYTHONPATH`` putting that tree's ``xccl`` first, and reports the median of each tree's figures.
 
-Usage: ``python benchmarks/overhead.py [--world 1|2] [--rounds 40] [--calls 200] [--baseline REV] [--json PATH]``
+Usage: ``python benchmarks/overhead.py [--plugin cpu|cuda] [--op OP] [--world 1|2] [--rounds 40] [--calls 200]
+[--baseline REV] [--json PATH]``
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-VARIANTS = ("gloo", "gloo again", "dist on xccl", "xccl", "other gloo")
+VARIANTS = ("vendor", "vendor again", "dist on xccl", "xccl", "other group")
+OPS = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast", "all_to_all_single")
 
 
 def _state_of() -> Any:
@@ -55,6 +59,33 @@ def _state_of() -> Any:
     return state_of(None)
 
 
+def _calls(op: str, world: int, device: torch.device, groups: dict[str, Any]) -> dict[str, Any]:
+    """Each variant's call of ``op`` on 1-element float32 tensors (``groups``: variant -> group, None for the world)."""
+    import torch.distributed as dist
+
+    import xccl
+
+    one = torch.ones(1, device=device)
+    many = torch.ones(world, device=device)
+    out = torch.empty(world, device=device)
+    calls: dict[str, Any] = {}
+    for variant, group in groups.items():
+        api = xccl if variant == "xccl" else dist
+        kw = {} if variant == "xccl" else {"group": group}
+        if op == "all_reduce":
+            calls[variant] = lambda api=api, kw=kw: api.all_reduce(one, **kw)
+        elif op == "all_gather_into_tensor":
+            calls[variant] = lambda api=api, kw=kw: api.all_gather_into_tensor(many, one, **kw)
+        elif op == "reduce_scatter_tensor":
+            calls[variant] = lambda api=api, kw=kw: api.reduce_scatter_tensor(one, many, **kw)
+        elif op == "broadcast":  # group_src: the vendor's group is not in torch's world map to translate src by
+            calls[variant] = (lambda: xccl.broadcast(one, 0)) if variant == "xccl" else (
+                lambda g=group: dist.broadcast(one, group=g, group_src=0))
+        else:
+            calls[variant] = lambda api=api, kw=kw: api.all_to_all_single(out, many, **kw)
+    return calls
+
+
 def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any) -> None:
     if world > 1:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
@@ -63,31 +94,32 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
 
     import xccl
 
-    xccl.init("cpu")
-    other = dist.new_group(backend="gloo")
+    cuda = args.plugin == "cuda"
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    xccl.init(args.plugin)
+    kind = dist.ProcessGroup.BackendType.NCCL if cuda else dist.ProcessGroup.BackendType.GLOO
+    other = dist.new_group(backend="nccl" if cuda else "gloo")
     # The vendor's own group: torch's ProcessGroup over the very backend xccl's world calls (its kernels' target).
-    gloo = dist.ProcessGroup(dist.HashStore(), rank, world)
-    gloo._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, _state_of().native)
-    gloo._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
-    t = torch.ones(1)
-    op = dist.ReduceOp.SUM
-    calls = {
-        "gloo": lambda: dist.all_reduce(t, group=gloo),
-        "gloo again": lambda: dist.all_reduce(t, group=gloo),
-        "dist on xccl": lambda: dist.all_reduce(t),
-        "xccl": lambda: xccl.all_reduce(t, op),
-        "other gloo": lambda: dist.all_reduce(t, group=other),
-    }
+    vendor = dist.ProcessGroup(dist.HashStore(), rank, world)
+    vendor._register_backend(device, kind, _state_of().native)
+    vendor._set_default_backend(kind)
+    calls = _calls(args.op, world, device,
+                   {"vendor": vendor, "vendor again": vendor, "dist on xccl": None, "xccl": None, "other group": other})
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def block(fn: Any) -> float:
         t0 = time.perf_counter()
         for _ in range(args.calls):
             fn()
+        sync()
         return (time.perf_counter() - t0) / args.calls
 
     for fn in calls.values():  # warm up every path and the plan caches
         for _ in range(20):
             fn()
+    sync()
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for r in range(args.rounds):
         order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
@@ -97,19 +129,23 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
             times[v].append(block(calls[v]))
     # Dispatch alone: the same call with its planned kernel replaced by a no-op (collective-free, local only).
     st = _state_of()
-    key = next(k for k in st.plans if k[0] == xccl.Collective.ALL_REDUCE and k[1] == torch.float32)
-    real = st.plans[key]
-    st.plans[key] = lambda *a: None
-    n = 100_000
-    t0 = time.perf_counter()
-    for _ in range(n):
-        xccl.all_reduce(t, op)
-    dispatch = (time.perf_counter() - t0) / n
-    t0 = time.perf_counter()
-    for _ in range(n):
-        pass
-    dispatch -= (time.perf_counter() - t0) / n
-    st.plans[key] = real
+    collective = xccl.Collective[args.op.upper()]
+    key = next((k for k in st.plans if k[0] == collective and k[1] == torch.float32), None)
+    dispatch = float("nan")  # a tree that keys its plans otherwise (--baseline)
+    if key is not None:
+        real = st.plans[key]
+        st.plans[key] = lambda *a, **k: None
+        n = 100_000
+        fn = calls["xccl"]
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        dispatch = (time.perf_counter() - t0) / n
+        t0 = time.perf_counter()
+        for _ in range(n):
+            pass
+        dispatch -= (time.perf_counter() - t0) / n
+        st.plans[key] = real
     if world > 1:
         dist.barrier(group=other)
     if rank == 0:
@@ -131,24 +167,27 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     for proc in procs:
         proc.join(timeout=60)
     times = res["times"]
-    base = times["gloo"]
+    base = times["vendor"]
     return {
+        "plugin": args.plugin,
+        "op": args.op,
         "world_size": args.world,
         "tensor": "1 x float32",
         "rounds": args.rounds,
         "calls_per_round": args.calls,
         "median_us": {v: statistics.median(times[v]) * 1e6 for v in VARIANTS},
-        "ratio_to_gloo": {v: statistics.median(x / b for x, b in zip(times[v], base, strict=True)) for v in VARIANTS},
+        "ratio_to_vendor": {v: statistics.median(x / b for x, b in zip(times[v], base, strict=True)) for v in VARIANTS},
         "dispatch_us": res["dispatch_s"] * 1e6,
         "torch": torch.__version__,
     }
 
 
 def _print(out: dict[str, Any]) -> None:
-    print(f"world of {out['world_size']}, {out['tensor']}, {out['rounds']} rounds of {out['calls_per_round']} calls")
-    print(f"{'variant':<16}{'median per call':>18}{'ratio to gloo':>16}")
+    print(f"{out['op']} on {out['plugin']}, world of {out['world_size']}, {out['tensor']}, {out['rounds']} rounds of "
+          f"{out['calls_per_round']} calls")
+    print(f"{'variant':<16}{'median per call':>18}{'ratio to vendor':>16}")
     for v in VARIANTS:
-        print(f"{v:<16}{out['median_us'][v]:>15.2f} us{out['ratio_to_gloo'][v]:>16.3f}")
+        print(f"{v:<16}{out['median_us'][v]:>15.2f} us{out['ratio_to_vendor'][v]:>16.3f}")
     print(f"xccl's dispatch alone (no-op kernel): {out['dispatch_us']:.2f} us per call")
 
 
@@ -167,6 +206,7 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
                     out = Path(tmp) / f"{name}-{i}.json"
                     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])}
                     subprocess.run([sys.executable, str(Path(__file__).resolve()), "--world", str(args.world),
+                                    "--plugin", args.plugin, "--op", args.op,
                                     "--rounds", str(args.rounds), "--calls", str(args.calls), "--json", str(out),
                                     "--quiet"], check=True, env=env, cwd=tmp, timeout=1800)
                     runs[name].append(json.loads(out.read_text()))
@@ -176,7 +216,7 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
 
     def med(rs: list[dict[str, Any]]) -> dict[str, Any]:
         return {"median_us": {v: statistics.median(r["median_us"][v] for r in rs) for v in VARIANTS},
-                "ratio_to_gloo": {v: statistics.median(r["ratio_to_gloo"][v] for r in rs) for v in VARIANTS},
+                "ratio_to_vendor": {v: statistics.median(r["ratio_to_vendor"][v] for r in rs) for v in VARIANTS},
                 "dispatch_us": statistics.median(r["dispatch_us"] for r in rs)}
 
     return {"baseline": args.baseline, "world_size": args.world, "repeats": args.repeats,
@@ -185,6 +225,8 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--plugin", default="cpu", choices=("cpu", "cuda"), help="cuda: NCCL, one GPU per rank")
+    p.add_argument("--op", default="all_reduce", choices=OPS)
     p.add_argument("--world", type=int, default=2, choices=(1, 2))
     p.add_argument("--rounds", type=int, default=40)
     p.add_argument("--calls", type=int, default=200)
@@ -199,12 +241,12 @@ def main() -> int:
     if args.baseline:
         out = compare(args)
         b, c = out["median"]["baseline"], out["median"]["current"]
-        print(f"world of {args.world}, median of {args.repeats} runs per tree; ratio: median over rounds of the "
-              "variant's time over gloo's in the same round")
+        print(f"{args.op} on {args.plugin}, world of {args.world}, median of {args.repeats} runs per tree; ratio: "
+              "median over rounds of the variant's time over the vendor group's in the same round")
         print(f"{'variant':<16}{'baseline us':>13}{'ratio':>8}{'current us':>13}{'ratio':>8}")
         for v in VARIANTS:
-            print(f"{v:<16}{b['median_us'][v]:>13.2f}{b['ratio_to_gloo'][v]:>8.3f}{c['median_us'][v]:>13.2f}"
-                  f"{c['ratio_to_gloo'][v]:>8.3f}")
+            print(f"{v:<16}{b['median_us'][v]:>13.2f}{b['ratio_to_vendor'][v]:>8.3f}{c['median_us'][v]:>13.2f}"
+                  f"{c['ratio_to_vendor'][v]:>8.3f}")
         print(f"{'dispatch alone':<16}{b['dispatch_us']:>13.2f}{'':>8}{c['dispatch_us']:>13.2f}")
     else:
         out = measure(args)
