@@ -113,3 +113,48 @@ def test_kernel_signatures_are_the_specs_arguments() -> None:
             assert signature == (*(a.name for a in SPECS[op].args), "async_op"), op
     assert {op.value for op in KERNEL_SIGNATURES if op not in SPECS} == {"mm_reduce_scatter", "all_gather_mm",
                                                                           "mm_all_reduce"}
+
+
+class _Recording:
+    """A stand-in for the vendor's c10d backend that records the options struct of each call (only the kernel
+    builders of ``ops/_c10d.py`` run here: no collective, no torch.distributed)."""
+
+    def __init__(self) -> None:
+        self.seen: list[bool] = []
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            self.seen += [a.asyncOp for a in args if hasattr(a, "asyncOp")]
+            return self  # the work: wait() below
+
+        return call
+
+    def wait(self) -> bool:
+        return True
+
+
+def _kernel_args() -> dict[Collective, tuple[Any, ...]]:
+    import torch
+    import torch.distributed as dist
+
+    t, ts, op = torch.ones(2), [torch.ones(2)], dist.ReduceOp.SUM
+    C = Collective
+    return {C.ALL_REDUCE: (t, op), C.ALL_REDUCE_COALESCED: (ts, op), C.ALL_GATHER: (ts, t),
+            C.ALL_GATHER_COALESCED: ([ts], ts), C.ALL_GATHER_INTO_TENSOR: (t, t), C.REDUCE_SCATTER: (t, ts, op),
+            C.REDUCE_SCATTER_TENSOR: (t, t, op), C.ALL_TO_ALL: (ts, ts), C.ALL_TO_ALL_SINGLE: (t, t, None, None),
+            C.BROADCAST: (t, 0), C.REDUCE: (t, 0, op), C.GATHER: (t, ts, 0), C.SCATTER: (t, ts, 0), C.BARRIER: ()}
+
+
+@pytest.mark.parametrize("op", list(_kernel_args()), ids=lambda op: op.value)
+def test_a_c10d_kernel_tells_the_backend_whether_the_caller_blocks(op: Collective) -> None:
+    # torch's wrappers set opts.asyncOp = async_op, and NCCL launches a blocking call on the current stream without
+    # the event syncs and tensor stashing of an asynchronous one (pytorch/pytorch#150398): xccl's kernels must too.
+    from xccl.plugin._c10d import c10d_kernel
+
+    native = _Recording()
+    kernel = c10d_kernel(op, native)
+    assert kernel is not None
+    args = _kernel_args()[op]
+    for async_op in (False, True, False):
+        kernel(*args, async_op)
+    assert native.seen == [False, True, False]

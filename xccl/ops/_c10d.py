@@ -12,7 +12,10 @@ Three facts per op, attached to its :class:`~xccl.ops._specs.Spec` (``Spec.c10d`
   own wrappers would build. It never re-enters xccl (``dist.all_reduce`` on xccl's group lands in xccl's group,
   whose kernel calls the vendor's ``allreduce``); roots and peers are group ranks, translated once in validation;
   options structs that carry no per-call value are built once per kernel and reused: building one costs about a
-  microsecond, as much as the rest of dispatch, and backends copy what they need when the work is enqueued;
+  microsecond, as much as the rest of dispatch, and backends copy what they need when the work is enqueued. Each
+  tells the backend whether the caller blocks (``asyncOp``), as torch's wrappers do: NCCL launches a blocking
+  call on the current stream, without the two event syncs and the tensor stashing of an asynchronous one
+  (pytorch/pytorch#150398, torch 2.8);
 * **what tools see** (``Spec.tool``): the dispatcher op torch's own path would run (``torch.ops.c10d.<op>``) with
   its arguments, for CommDebugMode and the profiler (``xccl.collectives._observe``).
 
@@ -235,18 +238,29 @@ def done(work: Any, async_op: bool) -> Any:
     return None
 
 
-def _with_op(cls: type, **fixed: Any) -> Callable[[Any], Any]:
-    """Options of ``cls`` with ``reduceOp`` set: cached per plain reduce op, built per call for instances
-    (``premul_sum`` carries its factor)."""
-    cache: dict[int, Any] = {}
+def _both(cls: type, **fixed: Any) -> tuple[Any, Any]:
+    """Options of ``cls`` for a blocking call and for an asynchronous one: ``_both(cls)[async_op]``."""
+    out = []
+    for async_op in (False, True):
+        opts = cls()
+        opts.asyncOp = async_op
+        for k, v in fixed.items():
+            setattr(opts, k, v)
+        out.append(opts)
+    return out[0], out[1]
 
-    def options(op: Any) -> Any:
+
+def _with_op(cls: type) -> Callable[[Any, bool], Any]:
+    """Options of ``cls`` with ``reduceOp`` set: cached per plain reduce op (and ``asyncOp``), built per call for
+    instances (``premul_sum`` carries its factor)."""
+    caches: tuple[dict[int, Any], dict[int, Any]] = ({}, {})
+
+    def options(op: Any, async_op: bool) -> Any:
+        cache = caches[async_op]
         opts = cache.get(id(op))  # only the plain ops' own objects are cached (PLAIN_OP_KEY)
         if opts is None:
             opts = cls()
-            for k, v in fixed.items():
-                setattr(opts, k, v)
-            opts.reduceOp = op
+            opts.reduceOp, opts.asyncOp = op, async_op
             if id(op) in PLAIN_OP_KEY:
                 cache[id(op)] = opts
         return opts
@@ -254,17 +268,14 @@ def _with_op(cls: type, **fixed: Any) -> Callable[[Any], Any]:
     return options
 
 
-def _rooted(cls: type, **fixed: Any) -> Callable[[int], Any]:
-    """Options of ``cls`` with ``rootRank`` set, cached per root."""
-    cache: dict[int, Any] = {}
+def _rooted(cls: type, **fixed: Any) -> Callable[[int, bool], Any]:
+    """Options of ``cls`` with ``rootRank`` set, cached per root (and ``asyncOp``)."""
+    caches: tuple[dict[int, Any], dict[int, Any]] = ({}, {})
 
-    def options(root: int) -> Any:
-        opts = cache.get(root)
+    def options(root: int, async_op: bool) -> Any:
+        opts = caches[async_op].get(root)
         if opts is None:
-            opts = cache[root] = cls()
-            opts.rootRank = root
-            for k, v in fixed.items():
-                setattr(opts, k, v)
+            opts = caches[async_op][root] = _both(cls, rootRank=root, **fixed)[async_op]
         return opts
 
     return options
@@ -287,7 +298,7 @@ def k_allreduce(native: Any) -> Kernel:
     call, options = native.allreduce, _with_op(AllreduceOptions)
 
     def all_reduce(t: torch.Tensor, op: Any, a: bool) -> Any:
-        work = call([t], options(op))
+        work = call([t], options(op, a))
         if a:
             return work
         work.wait()
@@ -298,32 +309,32 @@ def k_allreduce(native: Any) -> Kernel:
 
 def k_allreduce_coalesced(native: Any) -> Kernel:
     call, options = native.allreduce_coalesced, _with_op(AllreduceCoalescedOptions)
-    return lambda ts, op, a: done(call(list(ts), options(op)), a)
+    return lambda ts, op, a: done(call(list(ts), options(op, a)), a)
 
 
 def k_allgather(native: Any) -> Kernel:
-    call, opts = native.allgather, AllgatherOptions()
-    return lambda outs, t, a: done(call([list(outs)], [t], opts), a)
+    call, opts = native.allgather, _both(AllgatherOptions)
+    return lambda outs, t, a: done(call([list(outs)], [t], opts[a]), a)
 
 
 def k_allgather_coalesced(native: Any) -> Kernel:
-    call, opts = native.allgather_coalesced, AllgatherOptions()
-    return lambda outs, ins, a: done(call([list(o) for o in outs], list(ins), opts), a)
+    call, opts = native.allgather_coalesced, _both(AllgatherOptions)
+    return lambda outs, ins, a: done(call([list(o) for o in outs], list(ins), opts[a]), a)
 
 
 def k_allgather_base(native: Any) -> Kernel:
-    call, opts = native._allgather_base, AllgatherOptions()
+    call, opts = native._allgather_base, _both(AllgatherOptions)
 
     def gather_base(out: torch.Tensor, t: torch.Tensor, a: bool) -> Any:
         out, t = _rows_of(out, t)
-        return done(call(out, t, opts), a)
+        return done(call(out, t, opts[a]), a)
 
     return gather_base
 
 
 def k_reduce_scatter(native: Any) -> Kernel:
     call, options = native.reduce_scatter, _with_op(ReduceScatterOptions)
-    return lambda out, ins, op, a: done(call([out], [list(ins)], options(op)), a)
+    return lambda out, ins, op, a: done(call([out], [list(ins)], options(op, a)), a)
 
 
 def k_reduce_scatter_base(native: Any) -> Kernel:
@@ -331,24 +342,24 @@ def k_reduce_scatter_base(native: Any) -> Kernel:
 
     def scatter_base(out: torch.Tensor, t: torch.Tensor, op: Any, a: bool) -> Any:
         t, out = _rows_of(t, out)
-        return done(call(out, t, options(op)), a)
+        return done(call(out, t, options(op, a)), a)
 
     return scatter_base
 
 
 def k_alltoall(native: Any) -> Kernel:
-    call, opts = native.alltoall, AllToAllOptions()
-    return lambda outs, ins, a: done(call(list(outs), list(ins), opts), a)
+    call, opts = native.alltoall, _both(AllToAllOptions)
+    return lambda outs, ins, a: done(call(list(outs), list(ins), opts[a]), a)
 
 
 def k_alltoall_base(native: Any) -> Kernel:
-    call, opts = native.alltoall_base, AllToAllOptions()
-    return lambda out, t, osz, isz, a: done(call(out, t, osz or [], isz or [], opts), a)
+    call, opts = native.alltoall_base, _both(AllToAllOptions)
+    return lambda out, t, osz, isz, a: done(call(out, t, osz or [], isz or [], opts[a]), a)
 
 
 def k_broadcast(native: Any) -> Kernel:
     call, options = native.broadcast, _rooted(BroadcastOptions, rootTensor=0)
-    return lambda t, root, a: done(call([t], options(root)), a)
+    return lambda t, root, a: done(call([t], options(root, a)), a)
 
 
 def k_reduce(native: Any) -> Kernel:
@@ -356,7 +367,7 @@ def k_reduce(native: Any) -> Kernel:
 
     def reduce(t: torch.Tensor, root: int, op: Any, a: bool) -> Any:
         opts = ReduceOptions()
-        opts.rootRank, opts.rootTensor, opts.reduceOp = root, 0, op
+        opts.rootRank, opts.rootTensor, opts.reduceOp, opts.asyncOp = root, 0, op, a
         return done(call([t], opts), a)
 
     return reduce
@@ -365,17 +376,17 @@ def k_reduce(native: Any) -> Kernel:
 def k_gather(native: Any) -> Kernel:
     call, options = native.gather, _rooted(GatherOptions)
     # c10d's gather takes the root's output list wrapped in a list, and an empty list elsewhere.
-    return lambda t, lst, root, a: done(call([list(lst)] if lst is not None else [], [t], options(root)), a)
+    return lambda t, lst, root, a: done(call([list(lst)] if lst is not None else [], [t], options(root, a)), a)
 
 
 def k_scatter(native: Any) -> Kernel:
     call, options = native.scatter, _rooted(ScatterOptions)
-    return lambda t, lst, root, a: done(call([t], [list(lst)] if lst is not None else [], options(root)), a)
+    return lambda t, lst, root, a: done(call([t], [list(lst)] if lst is not None else [], options(root, a)), a)
 
 
 def k_barrier(native: Any) -> Kernel:
-    call, opts = native.barrier, BarrierOptions()
-    return lambda a: done(call(opts), a)
+    call, opts = native.barrier, _both(BarrierOptions)
+    return lambda a: done(call(opts[a]), a)
 
 
 def k_send(native: Any) -> Kernel:
