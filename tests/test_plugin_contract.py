@@ -117,15 +117,18 @@ def test_kernel_signatures_are_the_specs_arguments() -> None:
 
 class _Recording:
     """A stand-in for the vendor's c10d backend that records the options struct of each call (only the kernel
-    builders of ``ops/_c10d.py`` run here: no collective, no torch.distributed)."""
+    builders of ``ops/_c10d.py`` run here: no collective, no torch.distributed). As ProcessGroupNCCL does (seen on
+    an H200, torch 2.11.0+cu130), a call told that its caller blocks runs on the current stream and returns no work:
+    None, which torch's own wrappers accept ("the backend has sync'ed")."""
 
     def __init__(self) -> None:
         self.seen: list[bool] = []
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
         def call(*args: Any) -> Any:
-            self.seen += [a.asyncOp for a in args if hasattr(a, "asyncOp")]
-            return self  # the work: wait() below
+            flags = [a.asyncOp for a in args if hasattr(a, "asyncOp")]
+            self.seen += flags
+            return self if flags == [True] else None  # the work (wait() below), or none for a blocking call
 
         return call
 

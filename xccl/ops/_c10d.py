@@ -231,10 +231,12 @@ def sum_op() -> Any:
 
 
 def done(work: Any, async_op: bool) -> Any:
-    """``work`` for an asynchronous call; otherwise wait for it and return None (torch's wrappers do the same)."""
+    """``work`` for an asynchronous call; otherwise wait for it and return None (torch's wrappers do the same). A
+    blocking call may return no work: NCCL runs it on the current stream and returns None."""
     if async_op:
         return work
-    work.wait()
+    if work is not None:
+        work.wait()
     return None
 
 
@@ -301,7 +303,8 @@ def k_allreduce(native: Any) -> Kernel:
         work = call([t], options(op, a))
         if a:
             return work
-        work.wait()
+        if work is not None:  # none from NCCL for a blocking call (see done)
+            work.wait()
         return None
 
     return all_reduce
