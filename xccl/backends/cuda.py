@@ -2,8 +2,8 @@
 
 The table follows ProcessGroupNCCL in torch 2.13: every standard collective is native; NCCL reduces with SUM,
 PRODUCT, MIN, MAX, AVG and PREMUL_SUM (floats) and rejects the bitwise ops ("Cannot use ReduceOp.BAND with
-NCCL"); bool is carried as uint8. The entries are re-checked on a GPU by ``tests/test_capabilities_truth.py``
-(marked ``gpu``, skipped without one) and by ``scripts/probe_backend.py --backend nccl --device cuda``.
+NCCL"); bool is carried as uint8. ``scripts/probe_backend.py --backend nccl --device cuda`` re-checks the entries on
+a GPU (not yet run on one: docs/performance.md).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from ._plan import warn_once
 from ._state import GROUPS, GroupState
 
 # EmulationWarning is public as xccl.EmulationWarning; this path is kept for filterwarnings lines that name it.
-__all__ = ["EmulationWarning", "all_reduce", "block", "dispatch", "invalid", "issue", "plan", "run", "warn_once"]
+__all__ = ["EmulationWarning", "all_reduce", "block", "dispatch", "invalid", "plan", "run", "warn_once"]
 
 C = Collective
 Kernel = Callable[..., Any]
@@ -98,11 +98,6 @@ def run(st: GroupState, spec: S.Spec, kargs: Sequence[Any], async_op: bool) -> A
     idx, di = spec.reduce_op_index, spec.dtype_index
     dtype = spec.dtype_of(kargs) if di is None else kargs[di].dtype
     kernel = plan(st, spec.key_of(kargs), dtype, None if idx is None else kargs[idx])
-    return st.issue(spec, kargs, kernel, async_op)
-
-
-def issue(st: GroupState, spec: S.Spec, kargs: Sequence[Any], kernel: Kernel, async_op: bool) -> Any:
-    """Run an already planned ``kernel`` (the fused ops plan their own) through the group's hooks."""
     return st.issue(spec, kargs, kernel, async_op)
 
 

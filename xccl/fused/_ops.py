@@ -17,7 +17,7 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
-from ..collectives._dispatch import block, dispatch, issue
+from ..collectives._dispatch import block, dispatch
 from ..collectives._groups import state_of
 from ..errors import ConstraintFallbackWarning
 from ..ops import _specs as S
@@ -43,7 +43,7 @@ def _run(group_name: str, spec: S.Spec, kargs: tuple[Any, ...], portable: Callab
             return portable(st, group, *args[:-1])  # without async_op
 
         kernel = st.plans[key] = st.kernel_for(spec.key, dtype, None, block, lambda: portable_kernel)
-    return issue(st, spec, kargs, kernel, False)
+    return st.issue(spec, kargs, kernel, False)  # planned here: the group's hooks, then the kernel
 
 
 def _resolve_group(group_name: str) -> Any:
