@@ -11,7 +11,7 @@ import pytest
 
 from xccl.plugin._capabilities import Collective
 
-from ._pool import Outcome, RankPool
+from ._pool import Outcome, RankPools
 
 if TYPE_CHECKING:
     from .conformance import Target
@@ -35,40 +35,29 @@ class Batches:
     def __init__(self, target: Target, workdir: str) -> None:
         self.target = target
         self.workdir = workdir
-        self._pools: dict[tuple[int, tuple[tuple[str, str], ...]], RankPool] = {}
-        self._done: dict[tuple[str, int], dict[str, dict[str, list[str]]] | list[Outcome] | str] = {}
-
-    def _pool(self, world_size: int, env: Mapping[str, str] | None = None) -> RankPool:
-        why = self.target.cannot_run(world_size)
-        if why:
-            pytest.skip(why)
-        key = (world_size, tuple(sorted((env or {}).items())))
-        pool = self._pools.get(key)
-        if pool is None:
-            cpu = self.target.simulate or self.target.plugin.device_type == "cpu"
-            pool = self._pools[key] = RankPool(
-                world_size, self.target.init_kwargs(), {**self.target.env, **(env or {})},
-                start_method="forkserver" if cpu else "spawn",
-            )
-        if not pool.alive:
-            pool.start()
-        return pool
+        cpu = target.simulate or target.plugin.device_type == "cpu"
+        # A pool per world size, and one more for the runtime checks' environment: none is ever evicted.
+        self._pools = RankPools(len(target.world_sizes) + 1, "forkserver" if cpu else "spawn")
+        #: Per (kind, world size): every rank's outcome, or why the ranks did not run it.
+        self._done: dict[tuple[str, int], list[Outcome] | str] = {}
+        self._merged: dict[tuple[str, int], dict[str, dict[str, list[str]]]] = {}
 
     def close(self) -> None:
         """Stop every rank."""
-        for pool in self._pools.values():
-            pool.close()
-        self._pools.clear()
+        self._pools.close()
 
-    def outcomes(self, kind: str, world_size: int, body: Callable[..., Any], *args: Any,
-                 env: Mapping[str, str] | None = None) -> list[Outcome]:
-        """Every rank's outcome of ``body(*args, progress)``, run once per (kind, world size), on ranks with
-        ``env`` added to the suite's environment."""
+    def values(self, kind: str, world_size: int, body: Callable[..., Any], *args: Any, failed: str,
+               env: Mapping[str, str] | None = None) -> list[Any]:
+        """Every rank's return value of ``body(*args, progress)``, in rank order, run once per (kind, world size),
+        on ranks with ``env`` added to the suite's environment; the test fails with ``failed`` and each failed
+        rank's error when some rank raised or died."""
         key = (kind, world_size)
         if key not in self._done:
+            if why := self.target.cannot_run(world_size):
+                pytest.skip(why)
             progress = os.path.join(self.workdir, f"{kind}-{world_size}")
             try:
-                pool = self._pool(world_size, env)
+                pool = self._pools.get(world_size, {**self.target.env, **(env or {})}, **self.target.init_kwargs())
                 self._done[key] = pool.run(body, *args, progress, timeout=_BATCH_TIMEOUT)
             except TimeoutError as exc:
                 self._done[key] = f"{exc}. {_where(progress, world_size)}"
@@ -77,22 +66,17 @@ class Batches:
         done = self._done[key]
         if isinstance(done, str):
             pytest.fail(done, pytrace=False)
-        return done  # type: ignore[return-value]
+        if bad := [o for o in done if not o.ok]:
+            pytest.fail(f"{failed}:\n" + "\n".join(map(str, bad)), pytrace=False)
+        return [o.value for o in done]
 
     def report(self, kind: str, world_size: int, body: Callable[..., Any], *args: Any) -> dict[str, dict[str, list[str]]]:
         """The per-op report of a batch body, merged over ranks: a label ran only if it ran on every rank."""
-        key = (f"{kind}:merged", world_size)
-        if key not in self._done:
-            outs = self.outcomes(kind, world_size, body, *args)
-            bad = [o for o in outs if not o.ok]
-            if bad:
-                self._done[key] = "the batch failed on some ranks:\n" + "\n".join(map(str, bad))
-            else:
-                self._done[key] = _merge([o.value for o in outs])
-        done = self._done[key]
-        if isinstance(done, str):
-            pytest.fail(done, pytrace=False)
-        return done  # type: ignore[return-value]
+        key = (kind, world_size)
+        if key not in self._merged:
+            outs = self.values(kind, world_size, body, *args, failed="the batch failed on some ranks")
+            self._merged[key] = _merge(outs)
+        return self._merged[key]
 
 
 def _where(progress: str, world_size: int) -> str:

@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import torch
-import torch.distributed as dist
 
 import xccl
 import xccl.runtime
@@ -26,6 +25,7 @@ from xccl.plugin._sim_runtime import SIM_CONNECT_ENV, sim_wait
 from xccl.plugin._vendor_runtime import TorchPatch, VendorRuntime
 
 from ._bodies import note
+from ._pool import all_here
 
 __all__ = ["SHORT_CONNECT", "SHORT_EXEC", "merged", "patch_targets", "resolve", "runtime_batch", "short_timeouts"]
 
@@ -88,26 +88,15 @@ def runtime_batch(progress: str | None = None) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     run = next(_RUNS)
     for i, (name, check) in enumerate(checks):
-        _line_up(f"{run}/{i}")
+        # Every rank reaches the check before it starts: a check's late rank must not make the next check's first
+        # collective late (which the vendor's timeouts would punish).
+        all_here(f"conformance.runtime/{run}/{i}", timeout=120.0)
         note(progress, xccl.get_world().rank, name)
         try:
             out[name] = check(declared, runtime.simulate)
         except Exception as exc:  # reported with the check's name
             out[name] = [f"{type(exc).__name__}: {exc}"]
     return out
-
-
-def _line_up(step: str, timeout: float = 120.0) -> None:
-    """Wait until every rank reached check ``step``, over the store: a check's late rank must not make the next
-    check's first collective late (which the vendor's timeouts would punish)."""
-    store = dist.distributed_c10d._get_default_store()
-    key, n = f"xccl.conformance.runtime/{step}", xccl.get_world().world_size
-    store.add(key, 1)
-    deadline = time.monotonic() + timeout
-    while store.add(key, 0) < n:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not every rank reached runtime check {step} within {timeout:g} s")
-        time.sleep(0.01)
 
 
 def _lined_up_group(**kwargs: Any) -> Any:

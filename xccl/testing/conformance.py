@@ -221,10 +221,8 @@ class Conformance:
 
     def test_kernels_take_the_arguments_xccl_passes(self, xccl_target: Target, xccl_batches: _Batches) -> None:
         """Every kernel ``Runtime.kernels()`` returns accepts its op's ``xccl.plugin.KERNEL_SIGNATURES``."""
-        outs = xccl_batches.outcomes("kernels", xccl_target.world_sizes[0], _bodies.kernel_signature_problems)
-        bad = [o for o in outs if not o.ok]
-        assert not bad, "\n".join(map(str, bad))
-        problems = outs[0].value
+        problems = xccl_batches.values("kernels", xccl_target.world_sizes[0], _bodies.kernel_signature_problems,
+                                       failed="checking the kernels failed")[0]
         assert not problems, f"kernels of {xccl_target.name}:\n" + "\n".join(problems)
 
     @pytest.mark.parametrize("op", _OPS, ids=str)
@@ -274,11 +272,9 @@ class Conformance:
         complete at once): code orders host-side steps with it, so no rank may leave before the last entered."""
         if not xccl_target.plugin.capabilities().supports(Collective.BARRIER, world_size=xccl_world_size):
             pytest.skip(f"{xccl_target.name} has no barrier at {xccl_world_size} ranks")
-        outs = xccl_batches.outcomes("barrier", xccl_world_size, _bodies.barrier_holds)
-        bad = [o for o in outs if not o.ok]
-        assert not bad, "barrier failed:\n" + "\n".join(map(str, bad))
-        last = max(o.value["entered"] for o in outs)
-        early = {o.rank: round(last - o.value["left"], 3) for o in outs if o.value["left"] < last - 0.05}
+        times = xccl_batches.values("barrier", xccl_world_size, _bodies.barrier_holds, failed="barrier failed")
+        last = max(t["entered"] for t in times)
+        early = {r: round(last - t["left"], 3) for r, t in enumerate(times) if t["left"] < last - 0.05}
         assert not early, f"ranks left the barrier this many seconds before the last rank entered it: {early}"
 
     @pytest.mark.parametrize("stack", list(_stacks.needs))
@@ -287,22 +283,19 @@ class Conformance:
     ) -> None:
         """DDP and FSDP2 steps match one process on the whole batch. Both stacks run in one batch; each is its own
         test, so that one skipped is reported while the other passes."""
-        outs = xccl_batches.outcomes("stacks", xccl_world_size, _stacks.training_steps)
-        bad = [o for o in outs if not o.ok]
-        assert not bad, "the training steps raised:\n" + "\n".join(map(str, bad))
-        failed = [f"rank {o.rank}: {o.value[stack]['failed']}" for o in outs if "failed" in o.value[stack]]
+        outs = xccl_batches.values("stacks", xccl_world_size, _stacks.training_steps,
+                                   failed="the training steps raised")
+        failed = [f"rank {r}: {out[stack]['failed']}" for r, out in enumerate(outs) if "failed" in out[stack]]
         assert not failed, "\n".join(failed)
-        if "skipped" in outs[0].value[stack]:
-            pytest.skip(f"{stack}: {outs[0].value[stack]['skipped']}")
+        if "skipped" in outs[0][stack]:
+            pytest.skip(f"{stack}: {outs[0][stack]['skipped']}")
 
     def test_comm_names_are_unique_per_group_and_stable(
         self, xccl_target: Target, xccl_batches: _Batches, xccl_world_size: int
     ) -> None:
         """Every member gets the same name, twice; two groups (even over the same ranks) never share one."""
-        outs = xccl_batches.outcomes("names", xccl_world_size, _bodies.comm_names)
-        bad = [o for o in outs if not o.ok]
-        assert not bad, "comm_name failed:\n" + "\n".join(map(str, bad))
-        assert not (problems := comm_name_problems([o.value for o in outs])), "\n".join(problems)
+        names = xccl_batches.values("names", xccl_world_size, _bodies.comm_names, failed="comm_name failed")
+        assert not (problems := comm_name_problems(names)), "\n".join(problems)
 
 
     # -- the vendor's run time
@@ -310,11 +303,10 @@ class Conformance:
     def _runtime_report(self, target: Target, batches: _Batches) -> dict[str, list[str]]:
         env = _runtime_bodies.short_timeouts(target.plugin.vendor_runtime()) if target.simulate else {}
         env = {k: v for k, v in env.items() if k not in target.env}  # the suite's own settings win
-        outs = batches.outcomes("runtime", min(target.world_sizes), _runtime_bodies.runtime_batch, env=env)
-        bad = [o for o in outs if not o.ok]
-        assert not bad, "runtime checks failed on some ranks (RankDied: killed, e.g. by the vendor's watchdog):\n" + \
-            "\n".join(map(str, bad))
-        return _runtime_bodies.merged([(o.rank, o.value) for o in outs])
+        outs = batches.values("runtime", min(target.world_sizes), _runtime_bodies.runtime_batch, env=env,
+                              failed="runtime checks failed on some ranks (RankDied: killed, e.g. by the "
+                              "vendor's watchdog)")
+        return _runtime_bodies.merged(list(enumerate(outs)))
 
     @pytest.mark.parametrize("behaviour", ["watchdog", "connect", "patches"])
     def test_vendor_runtime(self, xccl_target: Target, xccl_batches: _Batches, behaviour: str) -> None:

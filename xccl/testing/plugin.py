@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
-from ._pool import RankPool
+from ._pool import RankPools
 
 __all__ = ["RankPools"]
 
@@ -67,38 +66,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
     sizes = getattr(metafunc.cls, "xccl_world_sizes", None) or _sizes_option(metafunc.config)
     metafunc.parametrize("xccl_world_size", list(sizes), ids=[f"{n}ranks" for n in sizes])
-
-
-class RankPools:
-    """Pools keyed by configuration; at most ``keep`` pools stay alive (2 cores do not run many ranks).
-
-    Ranks fork from a server that imported torch and xccl once: spawning each rank re-imports torch (about 3 s
-    of CPU), which was half the CPU time of the test files that share pools. The server never touches a device,
-    so a rank still initialises its accelerator (or the vendor's SDK) itself, after the fork.
-    """
-
-    def __init__(self, keep: int = 2) -> None:
-        self.keep = keep
-        self._pools: dict[tuple[Any, ...], RankPool] = {}
-
-    def get(self, world_size: int, env: Mapping[str, str] | None = None, **init_kwargs: Any) -> RankPool:
-        """A started pool of ``world_size`` ranks initialised with ``xccl.init(**init_kwargs)`` and ``env``."""
-        key = (world_size, tuple(sorted((env or {}).items())), tuple(sorted(init_kwargs.items())))
-        pool = self._pools.pop(key, None)
-        if pool is None:
-            while len(self._pools) >= self.keep:
-                self._pools.pop(next(iter(self._pools))).close()
-            pool = RankPool(world_size, init_kwargs, env, start_method="forkserver")
-        self._pools[key] = pool  # most recently used last
-        if not pool.alive:
-            pool.start()
-        return pool
-
-    def close(self) -> None:
-        """Stop every pool."""
-        for pool in self._pools.values():
-            pool.close()
-        self._pools.clear()
 
 
 @pytest.fixture(scope="session")
