@@ -249,7 +249,7 @@ def run_op(
         for lo, hi in zip((0, *bounds), (*bounds, None), strict=True):
             how = table.resolve(coll, nbytes=lo, **shape).via
             if how:
-                span = f"from {_human(lo)}" if hi is None else f"{_human(lo)} to {_human(hi)}"
+                span = f"from {human_size(lo)}" if hi is None else f"{human_size(lo)} to {human_size(hi)}"
                 parts.append(f"{how} {span}" if lo or hi is not None else how)
         via = ", ".join(parts) + (" (the native kernel elsewhere)" if parts else "")
     result: dict[str, Any] = {
@@ -346,11 +346,3 @@ def _checked(
             # The A/A control is the very same raw call a second time.
             variants += [case.raw] * (2 if cfg.control else 1)
         yield _Sampler(k, case, variants, cfg)
-
-
-def _human(nbytes: int) -> str:
-    """``1048576`` -> ``"1 MiB"`` (for the header's size ranges)."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= scale and nbytes % scale == 0:
-            return f"{nbytes // scale} {unit}"
-    return f"{nbytes} B"

@@ -11,10 +11,8 @@ largest size decide alone, leaving the latency (what small messages cost) to cha
 * an nccl-tests log (``all_reduce_perf`` and friends, NVIDIA/nccl-tests ``src/common.cu``): the table rows
   ``size count type redop [root] time algbw busbw #wrong time algbw busbw #wrong``; the out-of-place time is used;
 * an HCCL Test log (``all_reduce_test`` and friends, Ascend's "HCCL Performance Tester: Result Description"):
-  ``data_size(Bytes): | avg_time(us): | alg_bandwidth(GB/s): | check_result:`` rows. HCCL reports the algorithm
-  bandwidth (``data_size / time``) in units of 2**30 bytes per second, although it says GB/s (the docs' own example:
-  64 MiB in 2630.20 us is printed as 23.76245); the fit works from ``avg_time`` and ``data_size``, so with the
-  nccl-tests factor it yields bus bandwidth in 10**9 bytes per second like the other two.
+  ``data_size(Bytes): | avg_time(us): | alg_bandwidth(GB/s): | check_result:`` rows. The fit works from
+  ``avg_time`` and ``data_size``, not from the bandwidth, whose "GB/s" are 2**30 bytes per second (docs/fidelity.md).
 
 Neither log names the world size on every line; the bench JSON has ``world_size``, an nccl-tests log lists its ranks
 (``#  Rank  0 Pid ...``) or the ratio of its busbw to algbw gives it, and an HCCL Test log gives it through the

@@ -116,26 +116,10 @@ def add_parser(sub: Any, name: str) -> None:
     p.set_defaults(func=run)
 
 
-def _check_plugin(name: str, simulate: bool) -> str:
-    """Why ``name`` cannot be benchmarked here, or ``""`` (checked before launching any rank)."""
-    from xccl.errors import XcclError
-    from xccl.plugin._registry import default_registry
-
-    if name == "auto":
-        return ""
-    registry = default_registry()
-    try:
-        if not simulate:
-            registry.select(name)
-        elif registry.get(name).simulation() is None:
-            return f"plugin {name!r} has no CPU simulation; run it on its hardware without --simulate"
-    except XcclError as exc:
-        return str(exc)
-    return ""
-
-
 def run(args: argparse.Namespace) -> int:
     """Validate, launch the ranks, then write JSON and the plot."""
+    from xccl.errors import XcclError
+    from xccl.plugin._registry import default_registry
     from xccl.tools import _bench
 
     if args.plot and importlib.util.find_spec("matplotlib") is None:
@@ -152,12 +136,15 @@ def run(args: argparse.Namespace) -> int:
             **{name: getattr(args, name) for name in same},
         )
         cfg.check()
-    except _bench.BenchError as exc:
+        if cfg.plugin != "auto":  # a plugin that cannot run here is refused before any rank is launched
+            registry = default_registry()
+            if not cfg.simulate:
+                registry.select(cfg.plugin)
+            elif registry.get(cfg.plugin).simulation() is None:
+                raise _bench.BenchError(f"plugin {cfg.plugin!r} has no CPU simulation; run it on its hardware "
+                                        "without --simulate")
+    except (_bench.BenchError, XcclError) as exc:
         print(f"xccl bench: {exc}", file=sys.stderr)
-        return 2
-    why = _check_plugin(cfg.plugin, cfg.simulate)
-    if why:
-        print(f"xccl bench: {why}", file=sys.stderr)
         return 2
     try:
         doc = _bench.launch(cfg)

@@ -331,11 +331,8 @@ def _plugins(registry: Any) -> list[Finding]:
 
 
 def _shared(registry: Any) -> list[Finding]:
-    """A warning per backend name two or more loaded plugins drive, none of them xccl's own (Ascend's and Habana's
-    ``hccl``). Selecting a plugin by name (``xccl.init(vendor=...)``) is unaffected; adopting a world created on that
-    backend (``dist.init_process_group("hccl")`` then ``xccl.init()``) picks the plugin whose SDK is importable here,
-    and raises ``InitError`` naming them all when none or several are (``xccl/runtime/_backend_check.py``,
-    ``plugin_for``). A name one of xccl's own plugins drives (gloo, nccl) is no ambiguity: adoption takes xccl's."""
+    """A warning per backend name two or more loaded plugins drive (Ascend's and Habana's ``hccl``), saying what
+    that means (:func:`consequence`); not for a name one of xccl's own plugins drives (:func:`xccl_drives`)."""
     by_backend: dict[str, list[Any]] = {}
     for info in registry.infos().values():
         if info.plugin is not None:

@@ -1,11 +1,8 @@
 """What one rank of ``xccl doctor --world`` found (:class:`RankFacts`), and rank 0's comparison of every rank's.
 
-Each rank runs the node checks (:func:`~.doctor_checks.collect`) and condenses them, with what the launcher told
-it, into a :class:`RankFacts`: the facts that must agree across a job (torch, xccl, the selected plugin and its
-distribution, vendor, backend, ``WORLD_SIZE``, vendor SDK packages, the rank table's content), the facts that
-identify the rank (host, local rank, device, its rank-table entry), and its own failures. :func:`compare` turns
-the list rank 0 gathered into a :class:`WorldVerdict`: every fact whose value differs between ranks, with the hosts
-and ranks holding each value, and the ranks that are missing, duplicated, or share a device.
+Each rank condenses its node checks (:func:`~.doctor_checks.collect`) and what the launcher told it into a
+:class:`RankFacts`; :func:`compare` turns the list rank 0 gathered into a :class:`WorldVerdict`. What each rank
+reports and what is compared (:data:`COMPARED`) is in docs/cli.md (``xccl doctor --world``).
 
 The facts travel as JSON, and a rank of another xccl version may send fields this one does not know or lack
 some it expects: :meth:`RankFacts.from_dict` fills gaps with ``"?"`` so that the difference is reported, not fatal.

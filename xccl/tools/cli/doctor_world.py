@@ -2,11 +2,9 @@
 (docs/cli.md, ``xccl doctor --world``).
 
 Each rank condenses its node checks into its :class:`~.doctor_facts.RankFacts` and leaves them in the launcher's
-rendezvous store, never a collective: the point is to diagnose worlds that cannot form one (a rank with another
-plugin, torch or ``WORLD_SIZE`` makes ``init_process_group`` hang until its timeout). Rank 0 collects them until
-every rank has answered or ``--timeout`` has passed, prints, and leaves its verdict in the store, which every rank
-exits with. The store is torchrun's agent store where torchrun provides one (``TORCHELASTIC_USE_AGENT_STORE=True``),
-else a ``TCPStore`` that rank 0 hosts at ``MASTER_ADDR:MASTER_PORT``, as ``env://`` does.
+rendezvous store, never a collective, so that worlds that cannot form a process group are diagnosed too; which
+store, and how long each rank waits, is in docs/cli.md. Rank 0 prints and leaves its verdict, which every rank exits
+with.
 
 Protocol (keys under ``xccl.doctor/<run id>/<restart>/``): each rank takes a slot with ``add("n", 1)`` and sets
 ``slot/<i>`` to its facts as JSON (slots rather than one key per rank, so that two processes given the same
