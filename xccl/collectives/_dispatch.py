@@ -95,9 +95,8 @@ def plan(st: GroupState, op: Collective, dtype: torch.dtype | None, reduce_op: A
 
 def run(st: GroupState, spec: S.Spec, kargs: Sequence[Any], async_op: bool) -> Any:
     """Plan ``spec``'s call with validated kernel arguments, then run it through the group's hooks."""
-    idx, di = spec.reduce_op_index, spec.dtype_index
-    dtype = spec.dtype_of(kargs) if di is None else kargs[di].dtype
-    kernel = plan(st, spec.key_of(kargs), dtype, None if idx is None else kargs[idx])
+    idx = spec.reduce_op_index
+    kernel = plan(st, spec.key_of(kargs), spec.dtype_of(kargs), None if idx is None else kargs[idx])
     return st.issue(spec, kargs, kernel, async_op)
 
 
@@ -119,9 +118,9 @@ def dispatch(spec: S.Spec, group: Any, async_op: bool, *args: Any) -> Any:
     if st is None:
         st = state_of(group)
     kargs = spec.validate(st, invalid, *args)
-    idx, di = spec.reduce_op_index, spec.dtype_index
+    idx = spec.reduce_op_index
     reduce_op = None if idx is None else kargs[idx]
-    dtype = spec.dtype_of(kargs) if di is None else kargs[di].dtype
+    dtype = spec.dtype_of(kargs)
     key = spec.key if spec.variant is None else spec.key_of(kargs)
     kernel = st.plans.get((key, dtype, _PLAIN.get(id(reduce_op)))) or plan(st, key, dtype, reduce_op)
     return st.issue(spec, kargs, kernel, async_op)

@@ -271,14 +271,14 @@ def _with_op(cls: type) -> Callable[[Any, bool], Any]:
 
 
 def _rooted(cls: type, **fixed: Any) -> Callable[[int, bool], Any]:
-    """Options of ``cls`` with ``rootRank`` set, cached per root (and ``asyncOp``)."""
-    caches: tuple[dict[int, Any], dict[int, Any]] = ({}, {})
+    """Options of ``cls`` with ``rootRank`` set, cached per root (both ``asyncOp`` values: :func:`_both`)."""
+    cache: dict[int, tuple[Any, Any]] = {}
 
     def options(root: int, async_op: bool) -> Any:
-        opts = caches[async_op].get(root)
-        if opts is None:
-            opts = caches[async_op][root] = _both(cls, rootRank=root, **fixed)[async_op]
-        return opts
+        both = cache.get(root)
+        if both is None:
+            both = cache[root] = _both(cls, rootRank=root, **fixed)
+        return both[async_op]
 
     return options
 

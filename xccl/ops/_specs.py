@@ -169,7 +169,7 @@ class Spec:
     #: the flight recorder describes such a call by the two alone.
     pair: tuple[int, int] | None = field(default=None, init=False)
     #: Position of the first tensor argument when it is a plain tensor (whose dtype selects the kernel), or None
-    #: (derived from ``args``): :meth:`dtype_of` without the search.
+    #: (derived from ``args``): :meth:`dtype_of` reads it there without the search.
     dtype_index: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -204,6 +204,8 @@ class Spec:
 
     def dtype_of(self, kargs: Sequence[Any]) -> torch.dtype | None:
         """The dtype that selects the kernel: the first tensor argument's (``None`` for barrier)."""
+        if self.dtype_index is not None:
+            return kargs[self.dtype_index].dtype  # type: ignore[no-any-return]
         for arg, value in zip(self.args, kargs, strict=False):
             if arg.kind is Kind.TENSOR:
                 return value.dtype  # type: ignore[no-any-return]
