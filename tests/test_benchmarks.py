@@ -28,7 +28,7 @@ CASES: dict[str, tuple[str, str]] = {
     "cost_model.py": (r"ratio = predicted / measured", "python"),
     "detector.py": (r"size\s+torch\s+xccl", "python"),
     "emulation.py": (r"ratios over 1 run", "python"),
-    "flight_recorder.py": (r"1 element, sync", "python"),
+    "flight_recorder.py": (r"1 element, sync[\s\S]*in a hot loop", "python"),
     "frameworks.py": (r"accelerate\s+\d", "python"),
     "fused.py": (r"mm_reduce_scatter\s+64x32x64", "python"),
     "graph.py": (r"compiled step", "torchrun"),
