@@ -56,10 +56,14 @@ class Lane : public c10d::Backend {
 
   void allow(int dtype, bool on) { allowed_.at(dtype) = on; }
 
+  bool allowed(c10::ScalarType dtype) const {
+    auto i = static_cast<size_t>(dtype);
+    return i < allowed_.size() && allowed_[i];
+  }
+
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
-    if (tensors.size() == 1 && allowed_[static_cast<int>(tensors[0].scalar_type())] &&
-        opts.reduceOp == c10d::ReduceOp::SUM) {
+    if (tensors.size() == 1 && opts.reduceOp == c10d::ReduceOp::SUM && allowed(tensors[0].scalar_type())) {
       if (record) note(tensors[0]);
       return native_->allreduce(tensors, opts);
     }
