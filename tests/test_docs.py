@@ -100,11 +100,6 @@ def _env(block: Block) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.update(block.env)
-    if block.ranks > 1:
-        # Ranks share one pipe. Unbuffered, each print is several writes and two ranks' lines interleave mid-line
-        # ("hh  (16, 16)(16, 16)"); buffered, a rank's small output reaches the pipe in one write of under
-        # PIPE_BUF bytes, which the kernel keeps whole.
-        env.pop("PYTHONUNBUFFERED", None)
     return env
 
 
@@ -120,14 +115,18 @@ def test_doc_block_runs(block: Block, tmp_path: Path) -> None:
         script.write_text(block.code)
         cmd = [sys.executable, str(script)]
         if block.ranks > 1:
+            # Each rank's stdout to a file of its own: torchrun runs its ranks unbuffered (``python -u``), so on one
+            # shared pipe two ranks' prints interleave mid-line ("hh  (16, 16)(16, 16)  yy ...").
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={block.ranks}",
-                   str(script)]
+                   "--log-dir", str(tmp_path / "logs"), "--redirects", "1", str(script)]
     else:
         cmd = ["bash", "-e", "-o", "pipefail", "-c", block.code]
     out = subprocess.run(cmd, cwd=ROOT, env=_env(block), capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, f"{block.id} failed:\n{block.code}\n--- stdout\n{out.stdout}\n--- stderr\n{out.stderr}"
+    # The ranks' own output, rank by rank (``<log dir>/<run>/attempt_0/<local rank>/stdout.log``), after torchrun's.
+    stdout = out.stdout + "".join(f.read_text() for f in sorted((tmp_path / "logs").rglob("stdout.log")))
+    assert out.returncode == 0, f"{block.id} failed:\n{block.code}\n--- stdout\n{stdout}\n--- stderr\n{out.stderr}"
     for text in block.expect:
-        assert text in out.stdout, f"{block.id}: expected {text!r} in output:\n{out.stdout}"
+        assert text in stdout, f"{block.id}: expected {text!r} in output:\n{stdout}"
 
 
 def test_docs_have_code_blocks() -> None:
