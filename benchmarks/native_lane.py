@@ -56,12 +56,19 @@ def _build_dir() -> Path:
     return path
 
 
+def _tools_on_path() -> None:
+    """Put this interpreter's directory first on PATH, once: pip's ninja lies there, and it need not be on PATH."""
+    here = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    if path.split(os.pathsep)[0] != here:
+        os.environ["PATH"] = os.pathsep.join([here, path])
+
+
 def _missing() -> str | None:
     """What this machine lacks to build the prototype, or None."""
     from torch.utils import cpp_extension
 
-    # pip's ninja lies beside this interpreter, which need not be on PATH.
-    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    _tools_on_path()
     if shutil.which(os.environ.get("CXX", "c++")) is None:
         return "no C++ compiler (c++ on PATH, or CXX)"
     if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
@@ -77,7 +84,7 @@ def _load() -> Any:
     """The prototype's module (built on first use: about 30 s on 2 cores)."""
     from torch.utils import cpp_extension
 
-    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    _tools_on_path()  # in a rank too (inherited from the parent already: then nothing to do)
     return cpp_extension.load(name="xccl_native_lane", sources=[str(SOURCE)], extra_cflags=["-O2"],
                               build_directory=str(_build_dir()), verbose=False)
 
