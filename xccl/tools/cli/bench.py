@@ -17,101 +17,50 @@ from typing import Any
 def add_parser(sub: Any, name: str) -> None:
     """Register the subcommand (without importing torch: ``xccl --help`` stays fast)."""
     p = sub.add_parser(
-        name,
-        help="benchmark collectives through xccl (nccl-tests style), optionally against raw torch.distributed",
+        name, help="benchmark collectives through xccl (nccl-tests style), optionally against raw torch.distributed",
         description="Launch N local ranks, sweep message sizes and print size, count, dtype, time, algbw and "
-        "busbw (nccl-tests' bus-bandwidth factors) per collective.",
-    )
-    p.add_argument(
-        "--op",
-        default="all_reduce",
-        help="comma-separated collectives (e.g. all_reduce,all_to_all_v, sendrecv for a send/recv ring), "
-        "or 'all' (default all_reduce)",
-    )
-    p.add_argument(
-        "--plugin",
-        "--vendor",
-        dest="plugin",
-        default="auto",
-        help="xccl plugin (default auto: XCCL_VENDOR, else the accelerator, else cpu)",
-    )
+        "busbw (nccl-tests' bus-bandwidth factors) per collective.")
+    p.add_argument("--op", default="all_reduce", help="comma-separated collectives (e.g. all_reduce,all_to_all_v, "
+                   "sendrecv for a send/recv ring), or 'all' (default all_reduce)")
+    p.add_argument("--plugin", "--vendor", dest="plugin", default="auto",
+                   help="xccl plugin (default auto: XCCL_VENDOR, else the accelerator, else cpu)")
     p.add_argument("--simulate", action="store_true", help="run the plugin's CPU simulation (vendor plugins)")
     p.add_argument("-n", "--nproc", type=int, default=2, help="local ranks to launch (default 2)")
     p.add_argument("-b", "--min-bytes", default="4", help="smallest message (default 4; K/M/G suffixes)")
     p.add_argument("-e", "--max-bytes", default="64M", help="largest message (default 64M)")
     p.add_argument("-f", "--factor", type=float, default=2.0, help="size step factor (default 2)")
     p.add_argument("--dtype", default="float32", help="element type (default float32)")
-    p.add_argument(
-        "--iters",
-        type=int,
-        default=20,
-        help="timed rounds per size, each calling every variant once (default 20; with --time-per-size: the most)",
-    )
+    p.add_argument("--iters", type=int, default=20, help="timed rounds per size, each calling every variant once "
+                   "(default 20; with --time-per-size: the most)")
     p.add_argument("--warmup", type=int, default=5, help="untimed calls per size and variant (default 5)")
-    p.add_argument(
-        "--batch",
-        type=int,
-        default=1,
-        help="calls per timed sample (default 1; raise it on GPUs, where a sync per call costs)",
-    )
-    p.add_argument(
-        "--compare-raw",
-        action="store_true",
-        help="also run plain torch.distributed, interleaved call by call, and add a ratio column",
-    )
-    p.add_argument(
-        "--aa-control",
-        action="store_true",
-        help="with --compare-raw: run the raw call twice per round and report their ratio beside xccl's (an A/A "
-        "control: how far the machine's noise alone moves a ratio), with 95%% confidence intervals",
-    )
-    p.add_argument(
-        "--xccl-on-world",
-        action="store_true",
-        help="with --compare-raw: run xccl's calls on its world instead of on the raw calls' group (two "
-        "communicators, whose difference on a loaded machine then enters the ratio)",
-    )
-    p.add_argument(
-        "--passes",
-        type=int,
-        default=1,
-        help="sweep the sizes this many times, each pass running its share of the rounds, so that a burst of load "
-        "from elsewhere is spread over the sizes (default 1)",
-    )
-    p.add_argument(
-        "--time-per-size",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="run as many rounds per size as fit in SECONDS (at least --min-iters, at most --iters): many for "
-        "small, fast calls, few for large ones (default 0: exactly --iters)",
-    )
-    p.add_argument(
-        "--min-iters",
-        type=int,
-        default=30,
-        help="with --time-per-size: the fewest rounds per size, however long its calls (default 30)",
-    )
-    p.add_argument(
-        "--gap-us",
-        type=float,
-        default=0.0,
-        help="time each call as a training step issues it: after a barrier and this many microseconds of idle "
-        "(default 0: back to back, which fits a lower latency than a step pays)",
-    )
-    p.add_argument(
-        "--gap-busy",
-        action="store_true",
-        help="with --gap-us: compute during the gap (a busy loop, as a step's forward pass) instead of sleeping",
-    )
+    p.add_argument("--batch", type=int, default=1,
+                   help="calls per timed sample (default 1; raise it on GPUs, where a sync per call costs)")
+    p.add_argument("--compare-raw", action="store_true",
+                   help="also run plain torch.distributed, interleaved call by call, and add a ratio column")
+    p.add_argument("--aa-control", action="store_true",
+                   help="with --compare-raw: run the raw call twice per round and report their ratio beside xccl's "
+                   "(an A/A control: how far the machine's noise alone moves a ratio), with 95%% confidence intervals")
+    p.add_argument("--xccl-on-world", action="store_true",
+                   help="with --compare-raw: run xccl's calls on its world instead of on the raw calls' group (two "
+                   "communicators, whose difference on a loaded machine then enters the ratio)")
+    p.add_argument("--passes", type=int, default=1,
+                   help="sweep the sizes this many times, each pass running its share of the rounds, so that a burst "
+                   "of load from elsewhere is spread over the sizes (default 1)")
+    p.add_argument("--time-per-size", type=float, default=0.0, metavar="SECONDS",
+                   help="run as many rounds per size as fit in SECONDS (at least --min-iters, at most --iters): many "
+                   "for small, fast calls, few for large ones (default 0: exactly --iters)")
+    p.add_argument("--min-iters", type=int, default=30,
+                   help="with --time-per-size: the fewest rounds per size, however long its calls (default 30)")
+    p.add_argument("--gap-us", type=float, default=0.0,
+                   help="time each call as a training step issues it: after a barrier and this many microseconds of "
+                   "idle (default 0: back to back, which fits a lower latency than a step pays)")
+    p.add_argument("--gap-busy", action="store_true",
+                   help="with --gap-us: compute during the gap (a busy loop, as a step's forward pass) instead of "
+                   "sleeping")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="plot bus bandwidth against size (needs matplotlib)")
-    p.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="one-line progress counter on stderr (default: when stderr is a terminal)",
-    )
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="one-line progress counter on stderr (default: when stderr is a terminal)")
     p.add_argument("--timeout", type=float, default=120.0, help="collective timeout in seconds (default 120)")
     p.set_defaults(func=run)
 
