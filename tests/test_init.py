@@ -39,6 +39,31 @@ def test_world_of_one_without_any_environment():
     assert lines[1] == "True"
 
 
+def test_shutdown_frees_a_world_that_torch_pinned_after_init():
+    # torch.distributed.nn.functional takes group=group.WORLD as a default, evaluated at import; torch._dynamo imports
+    # it (the first optimizer made after init does). The world it pins must still go at shutdown: its gloo threads
+    # end (alive at interpreter exit, tearing them down can abort the process), and after a new init those
+    # functions run on the new world, not the destroyed one.
+    out = _run("""
+        import os, warnings, torch, xccl
+        warnings.simplefilter("ignore", FutureWarning)  # torch.distributed.nn.functional is deprecated
+        def gloo_threads():
+            return sum(open(f"/proc/self/task/{t}/comm").read().strip() == "pt_gloo_runloop"
+                       for t in os.listdir("/proc/self/task"))
+        before = gloo_threads()
+        xccl.init()
+        import torch.distributed.nn.functional as F
+        during = gloo_threads()
+        xccl.shutdown()
+        print(during > before, gloo_threads() - before)
+        xccl.init()
+        print(F.all_reduce(torch.ones(2)).tolist())
+        xccl.shutdown()
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["True 0", "[1.0, 1.0]"], out.stdout
+
+
 def test_second_init_with_different_arguments_is_an_error():
     out = _run("""
         import xccl

@@ -7,7 +7,11 @@ made with its hooks installed (``_hooks``), under the world's policies unless gi
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any
+
+import torch.distributed as dist
 
 from ..errors import InitError, InvalidArgument
 from ..ops._validate import group_problem
@@ -74,6 +78,24 @@ def close_all() -> None:
             st.close()
     GROUPS.groups.clear()
     GROUPS.default = None
+    _unpin(dist.GroupMember.WORLD)
+
+
+def _unpin(world: Any) -> None:
+    # torch.distributed.nn.functional (torch 2.13, line 32 on) takes ``group=group.WORLD`` as a default, evaluated at
+    # import: imported after init (torch._dynamo imports it, so the first optimizer made does) it pins the world, and
+    # destroy_process_group cannot free it. Its gloo threads then live on to interpreter finalization, where their
+    # teardown can abort the process ("terminate called without an active exception", `xccl demo` in CI), and after
+    # a new init those functions would call the dead group. None means the same thing while the world lives: it.
+    # Type checks by ``type()``, not isinstance: torch.distributed.reduce_op warns on any attribute read.
+    for name, module in list(sys.modules.items()) if world is not None else ():
+        for obj in list(vars(module).values()) if name.startswith("torch.distributed") else ():
+            kind = type(obj)
+            for fn in [obj] if kind is types.FunctionType else [*vars(obj).values()] if issubclass(kind, type) else []:
+                fn = fn.__func__ if type(fn) in (staticmethod, classmethod) else fn
+                defaults = fn.__defaults__ or () if type(fn) is types.FunctionType else ()
+                if any(v is world for v in defaults):
+                    fn.__defaults__ = tuple(None if v is world else v for v in defaults)
 
 
 def _adopt(group: Any) -> GroupState:
