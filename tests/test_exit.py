@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,15 +26,17 @@ from xccl.testing import free_port
 
 SCRIPT = textwrap.dedent("""
     import atexit, json, os, sys
-    out, case = sys.argv[1], sys.argv[2]
+    out, case, vendor = sys.argv[1], sys.argv[2], sys.argv[3]
     rank = int(os.environ["RANK"])
+    after_shutdown = None
 
     def after_xccl():  # registered before xccl's handler: runs after it
         import torch.distributed as dist
         tasks = os.listdir("/proc/self/task")  # gloo's worker threads: a group's, alive until it is freed
         gloo = sum(open(f"/proc/self/task/{t}/comm").read().strip() == "pt_gloo_runloop" for t in tasks)
         with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-            json.dump({"initialized_at_exit": dist.is_initialized(), "gloo_threads": gloo}, f)
+            json.dump({"initialized_at_exit": dist.is_initialized(), "gloo_threads": gloo,
+                       "after_shutdown": after_shutdown}, f)
 
     atexit.register(after_xccl)
 
@@ -47,7 +50,7 @@ SCRIPT = textwrap.dedent("""
         dist.init_process_group(xccl.process_group_backend("sophgo", simulate=True))
         xccl.init(fallback="emulate")
     elif case in ("init", "shutdown"):
-        xccl.init("sophgo", simulate=True)
+        xccl.init(vendor, simulate=vendor != "cpu" or None)
     elif case == "gloo_adopted":  # the user's own gloo world: left to its creator
         dist.init_process_group("gloo")
         xccl.init()
@@ -57,16 +60,21 @@ SCRIPT = textwrap.dedent("""
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
     model(torch.ones(2, 4)).sum().backward()
     dist.all_reduce(torch.ones(3))
+    dist.barrier()  # a simulated barrier's work completes at once, gloo's a little later
     work = dist.all_reduce(torch.ones(1 << 12), async_op=True)  # issued last, never waited on
     if case == "shutdown":  # the job's objects gone, as when a training function returns: the world goes at shutdown
         work.wait()
         del model, work
         xccl.shutdown()
+        import threading  # what is left running: threads of torch's (pt_*), gloo's (gloo_*) or xccl's (Python)
+        tasks = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+        after_shutdown = sorted([t for t in tasks if t.startswith(("pt_", "gloo_"))] +
+                                [t.name for t in threading.enumerate() if t is not threading.main_thread()])
     print(f"rank {rank} done", flush=True)
 """)
 
 
-def _run(case: str, tmp_path: Path, n: int = 2) -> list[dict[str, bool]]:
+def _run(case: str, tmp_path: Path, n: int = 2, vendor: str = "sophgo") -> list[dict[str, Any]]:
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
     port = free_port()
@@ -75,7 +83,7 @@ def _run(case: str, tmp_path: Path, n: int = 2) -> list[dict[str, bool]]:
     for rank in range(n):
         env = {**base, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
                "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(n), "OMP_NUM_THREADS": "1"}
-        procs.append(subprocess.Popen([sys.executable, str(script), str(tmp_path), case], env=env,
+        procs.append(subprocess.Popen([sys.executable, str(script), str(tmp_path), case, vendor], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outs = []
     try:
@@ -92,13 +100,19 @@ def _run(case: str, tmp_path: Path, n: int = 2) -> list[dict[str, bool]]:
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(n)]
 
 
-@pytest.mark.parametrize("case", ["framework", "framework_then_init", "init", "shutdown"])
+@pytest.mark.parametrize("case", ["framework", "framework_then_init", "init"])
 def test_a_world_on_xccls_backend_is_destroyed_before_the_interpreter_finalizes(case: str, tmp_path: Path) -> None:
     for got in _run(case, tmp_path):
         assert not got["initialized_at_exit"], f"{case}: the world outlived xccl's exit handler"
-        # Freed, not only destroyed, where nothing of the job's holds it (the DDP model in the script's globals does
-        # until the interpreter clears them).
-        assert case != "shutdown" or got["gloo_threads"] == 0, f"the world outlived xccl.shutdown(): {got}"
+
+
+@pytest.mark.parametrize("vendor", ["cpu", "sophgo", "ascend"])
+def test_shutdown_leaves_nothing_running(vendor: str, tmp_path: Path) -> None:
+    # Freed, not only destroyed, once nothing of the job's holds the world (here the script dropped its DDP model):
+    # no thread of its groups, its store or xccl's own (a simulated vendor's watchdog) outlives xccl.shutdown().
+    for got in _run("shutdown", tmp_path, vendor=vendor):
+        assert got["after_shutdown"] == [], f"{vendor}: still running after xccl.shutdown(): {got}"
+        assert got["gloo_threads"] == 0 and not got["initialized_at_exit"], got
 
 
 def test_a_gloo_world_xccl_adopted_is_left_to_its_creator_at_exit(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from typing import Any, Final, final
 
 from torch._C._distributed_c10d import PrefixStore
 
+from ..ops._parts import Part
 from ._fake_world import transport
 from ._vendor_runtime import CommMemory, ErrorHandling, LazyConnect, TorchPatch, VendorRuntime, Watchdog
 from ._work import ForwardingWork, Work
@@ -125,8 +126,12 @@ class _Watched:
     fired: bool = False
 
 
-class _WatchdogThread:
-    """One thread per process watching every simulated collective in flight, as torch_npu's watchdog does."""
+class _WatchdogThread(Part):
+    """One thread per process watching every simulated collective in flight, as torch_npu's watchdog does.
+
+    A part of the process's state: ``xccl.shutdown`` stops it (the works it watches hold their groups' connections
+    and store); a new world's first collective starts it again.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -150,13 +155,15 @@ class _WatchdogThread:
                 self._thread.start()
 
     def stop(self) -> None:
-        """End the thread and drop the works it watched (at interpreter exit)."""
+        """End the thread and drop the works it watched (``xccl.shutdown``, interpreter exit)."""
         self._stopping.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2 * _POLL + 1.0)
         with self._lock:
             self._inflight.clear()
+
+    reset = stop
 
     def _loop(self) -> None:
         while not self._stopping.wait(_POLL):
@@ -179,7 +186,7 @@ class _WatchdogThread:
                     self._inflight = [e for e in self._inflight if e not in done]
 
 
-_WATCHDOG: Final = _WatchdogThread()
+_WATCHDOG: Final = Part.register(_WatchdogThread())
 
 
 def _fire(entry: _Watched, now: float) -> None:
