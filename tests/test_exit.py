@@ -49,6 +49,8 @@ SCRIPT = textwrap.dedent("""
     elif case == "framework_then_init":  # the same world, adopted by xccl.init afterwards
         dist.init_process_group(xccl.process_group_backend("sophgo", simulate=True))
         xccl.init(fallback="emulate")
+    elif case in ("init", "shutdown") and vendor == "mixed":  # 2 simulated Ascend + 2 simulated Sophgo ranks
+        xccl.init("ascend" if rank < 2 else "sophgo", simulate=True, heterogeneous=True)
     elif case in ("init", "shutdown"):
         xccl.init(vendor, simulate=vendor != "cpu" or None)
     elif case == "gloo_adopted":  # the user's own gloo world: left to its creator
@@ -106,11 +108,12 @@ def test_a_world_on_xccls_backend_is_destroyed_before_the_interpreter_finalizes(
         assert not got["initialized_at_exit"], f"{case}: the world outlived xccl's exit handler"
 
 
-@pytest.mark.parametrize("vendor", ["cpu", "sophgo", "ascend"])
+@pytest.mark.parametrize("vendor", ["cpu", "sophgo", "ascend", "mixed"])
 def test_shutdown_leaves_nothing_running(vendor: str, tmp_path: Path) -> None:
     # Freed, not only destroyed, once nothing of the job's holds the world (here the script dropped its DDP model):
-    # no thread of its groups, its store or xccl's own (a simulated vendor's watchdog) outlives xccl.shutdown().
-    for got in _run("shutdown", tmp_path, vendor=vendor):
+    # no thread of its groups (a mixed world's islands and host group too), its store or xccl's own (a simulated
+    # vendor's watchdog, a mixed group's worker) outlives xccl.shutdown().
+    for got in _run("shutdown", tmp_path, n=4 if vendor == "mixed" else 2, vendor=vendor):
         assert got["after_shutdown"] == [], f"{vendor}: still running after xccl.shutdown(): {got}"
         assert got["gloo_threads"] == 0 and not got["initialized_at_exit"], got
 
