@@ -39,6 +39,7 @@ from ..ops._c10d import Method, d_allreduce, op_of
 from ..ops._specs import SPECS, Access, Spec
 from ..plugin._capabilities import Collective
 from ..plugin._contract import Runtime
+from ..plugin._python_group import PythonProcessGroup
 from ..plugin._work import Work
 from . import _observe
 from ._dispatch import all_reduce, dispatch
@@ -91,7 +92,7 @@ class BackendName(str):
         return (BackendName, (str(self), self.vendor))
 
 
-class XcclProcessGroup(dist.ProcessGroup):
+class XcclProcessGroup(PythonProcessGroup):
     """A ``torch.distributed.ProcessGroup`` whose collectives run through xccl's dispatch.
 
     Args:
@@ -104,7 +105,7 @@ class XcclProcessGroup(dist.ProcessGroup):
     """
 
     def __init__(self, options: Any, native: Any, side: Any, name: str, device_type: str, pg_options: Any = None) -> None:
-        super().__init__(options.group_rank, options.group_size)  # type: ignore[call-arg]
+        super().__init__(options.group_rank, options.group_size)
         #: The vendor's own process group or backend.
         self.native: Final = native
         #: The host-side gloo group over the same ranks, or None.

@@ -52,6 +52,7 @@ from torch._C._distributed_c10d import PrefixStore
 from ..ops._specs import SPECS
 from ..ops._vocab import ALL_REDUCE_OPS
 from ._fake_world import transport
+from ._python_group import PythonProcessGroup
 from ._sim_dtypes import carried, mapped, widened
 from ._sim_runtime import GroupRuntime
 from ._vendor_runtime import PLAIN, VendorRuntime
@@ -257,7 +258,7 @@ class _Creator:
         return SimulatedProcessGroup(profile, opts, pg_options, _RUNTIMES.get(self.backend, PLAIN))
 
 
-class SimulatedProcessGroup(dist.ProcessGroup):
+class SimulatedProcessGroup(PythonProcessGroup):
     """A process group that acts as ``profile``'s vendor backend and computes with gloo.
 
     Every collective method checks, in the vendor's order, that the op exists, that every tensor's dtype is
@@ -275,7 +276,7 @@ class SimulatedProcessGroup(dist.ProcessGroup):
                  runtime: VendorRuntime = PLAIN) -> None:
         # The (store, rank, size) constructor is a pybind factory that cannot build a Python subclass
         # ("returned holder-wrapped instance is not an alias instance"), so the wrapper has no store of its own.
-        super().__init__(opts.group_rank, opts.group_size)  # type: ignore[call-arg]  # the .pyi lists one overload
+        super().__init__(opts.group_rank, opts.group_size)
         #: The rules this group enforces.
         self.profile: Final = profile
         #: The ``pg_options`` the group was created with (the plugin's simulated options object).
