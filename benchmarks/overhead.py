@@ -18,9 +18,10 @@ all of them alike:
   of percent from one process to the next on a 2-core VM, which would be measured as xccl's cost if the reference
   were another backend.
 
-Reported: each variant's median per-call time and its median ratio to ``vendor`` over rounds, and xccl's dispatch
+Reported: each variant's median per-call time and its median ratio to ``vendor`` over rounds, xccl's dispatch
 alone (the same ``xccl.*`` call with its planned kernel replaced by a no-op: group lookup, validation, plan cache, the
-group's hooks). Each tree runs in its default configuration (the flight recorder is on by default since the call
+group's hooks), and what ``group.rank()`` and ``group.size()`` together cost on xccl's world and on the vendor's
+group (torch's Python asks for them often: ``dist.get_rank()``, FSDP2). Each tree runs in its default configuration (the flight recorder is on by default since the call
 pipeline; before it, off).
 
 ``--baseline REV`` runs the same measurement on another commit side by side: it checks ``REV`` out into a temporary
@@ -146,10 +147,21 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
             pass
         dispatch -= (time.perf_counter() - t0) / n
         st.plans[key] = real
+    # A group's rank() and size(), which torch's Python asks for often (dist.get_rank, FSDP2), on xccl's world and
+    # on the vendor's group, alternating.
+    world_pg = dist.group.WORLD
+    ask = {"xccl": lambda: (world_pg.rank(), world_pg.size()), "vendor": lambda: (vendor.rank(), vendor.size())}
+    asked: dict[str, list[float]] = {k: [] for k in ask}
+    for _ in range(5):
+        for k, fn in ask.items():
+            t0 = time.perf_counter()
+            for _ in range(args.calls * 20):
+                fn()
+            asked[k].append((time.perf_counter() - t0) / (args.calls * 20))
     if world > 1:
         dist.barrier(group=other)
     if rank == 0:
-        queue.put({"times": times, "dispatch_s": dispatch})
+        queue.put({"times": times, "dispatch_s": dispatch, "rank_size_s": {k: min(v) for k, v in asked.items()}})
     xccl.shutdown()
 
 
@@ -178,6 +190,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "median_us": {v: statistics.median(times[v]) * 1e6 for v in VARIANTS},
         "ratio_to_vendor": {v: statistics.median(x / b for x, b in zip(times[v], base, strict=True)) for v in VARIANTS},
         "dispatch_us": res["dispatch_s"] * 1e6,
+        "rank_size_us": {k: v * 1e6 for k, v in res["rank_size_s"].items()},
         "torch": torch.__version__,
     }
 
@@ -189,6 +202,8 @@ def _print(out: dict[str, Any]) -> None:
     for v in VARIANTS:
         print(f"{v:<16}{out['median_us'][v]:>15.2f} us{out['ratio_to_vendor'][v]:>16.3f}")
     print(f"xccl's dispatch alone (no-op kernel): {out['dispatch_us']:.2f} us per call")
+    rs = out["rank_size_us"]
+    print(f"group.rank() + group.size(): xccl's group {rs['xccl']:.3f} us, the vendor's {rs['vendor']:.3f} us")
 
 
 def compare(args: argparse.Namespace) -> dict[str, Any]:
@@ -217,7 +232,8 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
     def med(rs: list[dict[str, Any]]) -> dict[str, Any]:
         return {"median_us": {v: statistics.median(r["median_us"][v] for r in rs) for v in VARIANTS},
                 "ratio_to_vendor": {v: statistics.median(r["ratio_to_vendor"][v] for r in rs) for v in VARIANTS},
-                "dispatch_us": statistics.median(r["dispatch_us"] for r in rs)}
+                "dispatch_us": statistics.median(r["dispatch_us"] for r in rs),
+                "rank_size_us": {k: statistics.median(r["rank_size_us"][k] for r in rs) for k in ("xccl", "vendor")}}
 
     return {"baseline": args.baseline, "world_size": args.world, "repeats": args.repeats,
             "median": {name: med(rs) for name, rs in runs.items()}, "runs": runs}
@@ -248,6 +264,8 @@ def main() -> int:
             print(f"{v:<16}{b['median_us'][v]:>13.2f}{b['ratio_to_vendor'][v]:>8.3f}{c['median_us'][v]:>13.2f}"
                   f"{c['ratio_to_vendor'][v]:>8.3f}")
         print(f"{'dispatch alone':<16}{b['dispatch_us']:>13.2f}{'':>8}{c['dispatch_us']:>13.2f}")
+        for k in ("xccl", "vendor"):
+            print(f"{'rank+size ' + k:<16}{b['rank_size_us'][k]:>13.3f}{'':>8}{c['rank_size_us'][k]:>13.3f}")
     else:
         out = measure(args)
         if not args.quiet:
