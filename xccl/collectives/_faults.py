@@ -62,16 +62,8 @@ LISTENERS: list[Callable[[str, int, str, str], None]] = []
 #: Lower-case fragments of a backend message that mean a peer's process or connection is gone.
 #: gloo: "Connection reset by peer", "Connection closed by peer", "Broken pipe"; NCCL: "remote process exited",
 #: ncclRemoteError; TCPStore: "Connection reset", "Socket Timeout" is *not* here (that is a timeout).
-_PEER_GONE: Final = (
-    "connection reset by peer",
-    "connection closed by peer",
-    "broken pipe",
-    "connection refused",
-    "remote process exited",
-    "ncclremoteerror",
-    "socket closed",
-    "end of file",
-)
+_PEER_GONE: Final = ("connection reset by peer", "connection closed by peer", "broken pipe", "connection refused",
+                     "remote process exited", "ncclremoteerror", "socket closed", "end of file")
 #: Fragments that mean the backend gave up waiting. gloo: "Timed out waiting 5000ms for recv operation";
 #: NCCL watchdog: "Watchdog caught collective operation timeout"; TCPStore: "wait timeout after 5000ms".
 _TIMEOUT: Final = ("timed out", "timeout")

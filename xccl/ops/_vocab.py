@@ -120,17 +120,8 @@ class Level(str, enum.Enum):
 
 ALL_REDUCE_OPS: Final = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor", "premul_sum")
 #: The real dtypes every built-in table and the tests reason about.
-REAL_DTYPES: Final = (
-    torch.float32,
-    torch.float64,
-    torch.float16,
-    torch.bfloat16,
-    torch.int8,
-    torch.uint8,
-    torch.int32,
-    torch.int64,
-    torch.bool,
-)
+REAL_DTYPES: Final = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int32,
+                      torch.int64, torch.bool)
 #: Complex dtypes: carried as a view of their real parts (``torch.view_as_real``), as torch.distributed does.
 COMPLEX_DTYPES: Final = (torch.complex64, torch.complex128)
 #: Every dtype a table may claim: also those a vendor moves but gloo does not (HCCL's int16, uints and float8).
