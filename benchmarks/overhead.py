@@ -21,8 +21,9 @@ all of them alike:
 Reported: each variant's median per-call time and its median ratio to ``vendor`` over rounds, xccl's dispatch
 alone (the same ``xccl.*`` call with its planned kernel replaced by a no-op: group lookup, validation, plan cache, the
 group's hooks), and what ``group.rank()`` and ``group.size()`` together cost on xccl's world and on the vendor's
-group (torch's Python asks for them often: ``dist.get_rank()``, FSDP2). Each tree runs in its default configuration (the flight recorder is on by default since the call
-pipeline; before it, off).
+group, the fastest of five alternating blocks (torch's Python asks for them often: ``dist.get_rank()``, FSDP2). Each
+tree runs in its default configuration (the flight recorder is on by default since the call pipeline; before it,
+off).
 
 ``--baseline REV`` runs the same measurement on another commit side by side: it checks ``REV`` out into a temporary
 git worktree and alternates fresh interpreters of each tree (``--repeats`` each, which goes first alternating),
