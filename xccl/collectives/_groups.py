@@ -88,14 +88,16 @@ def _unpin(world: Any) -> None:
     # teardown can abort the process ("terminate called without an active exception", `xccl demo` in CI), and after
     # a new init those functions would call the dead group. None means the same thing while the world lives: it.
     # Type checks by ``type()``, not isinstance: torch.distributed.reduce_op warns on any attribute read.
-    for name, module in list(sys.modules.items()) if world is not None else ():
-        for obj in list(vars(module).values()) if name.startswith("torch.distributed") else ():
-            kind = type(obj)
-            for fn in [obj] if kind is types.FunctionType else [*vars(obj).values()] if issubclass(kind, type) else []:
-                fn = fn.__func__ if type(fn) in (staticmethod, classmethod) else fn
-                defaults = fn.__defaults__ or () if type(fn) is types.FunctionType else ()
-                if any(v is world for v in defaults):
-                    fn.__defaults__ = tuple(None if v is world else v for v in defaults)
+    if world is None:
+        return
+    modules = [m for name, m in list(sys.modules.items()) if name.startswith("torch.distributed")]
+    for obj in (obj for m in modules for obj in list(vars(m).values())):
+        kind = type(obj)
+        for fn in [obj] if kind is types.FunctionType else [*vars(obj).values()] if issubclass(kind, type) else []:
+            fn = fn.__func__ if type(fn) in (staticmethod, classmethod) else fn
+            defaults = fn.__defaults__ or () if type(fn) is types.FunctionType else ()
+            if any(v is world for v in defaults):
+                fn.__defaults__ = tuple(None if v is world else v for v in defaults)
 
 
 def _adopt(group: Any) -> GroupState:
