@@ -30,10 +30,12 @@ SCRIPT = textwrap.dedent("""
     rank = int(os.environ["RANK"])
     after_shutdown = None
 
+    def threads():  # the names of this process's threads (torch's pt_*, gloo's gloo_*, Python's as "python")
+        return [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+
     def after_xccl():  # registered before xccl's handler: runs after it
         import torch.distributed as dist
-        tasks = os.listdir("/proc/self/task")  # gloo's worker threads: a group's, alive until it is freed
-        gloo = sum(open(f"/proc/self/task/{t}/comm").read().strip() == "pt_gloo_runloop" for t in tasks)
+        gloo = threads().count("pt_gloo_runloop")  # gloo's worker threads: a group's, alive until it is freed
         with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
             json.dump({"initialized_at_exit": dist.is_initialized(), "gloo_threads": gloo,
                        "after_shutdown": after_shutdown}, f)
@@ -69,8 +71,7 @@ SCRIPT = textwrap.dedent("""
         del model, work
         xccl.shutdown()
         import threading  # what is left running: threads of torch's (pt_*), gloo's (gloo_*) or xccl's (Python)
-        tasks = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
-        after_shutdown = sorted([t for t in tasks if t.startswith(("pt_", "gloo_"))] +
+        after_shutdown = sorted([t for t in threads() if t.startswith(("pt_", "gloo_"))] +
                                 [t.name for t in threading.enumerate() if t is not threading.main_thread()])
     print(f"rank {rank} done", flush=True)
 """)
