@@ -33,9 +33,14 @@ from .errors import (
     PluginContractError,
     RankTableError,
     RendezvousTimeout,
+    TorchVersionError,
     UnsupportedCollective,
     XcclError,
 )
+from .ops._torch import require_floor
+
+# Before any layer imports torch: below the floor, the first would fail at torch.uint16 with no word of why.
+require_floor()
 
 __version__ = "0.1.0"
 
@@ -118,6 +123,7 @@ __all__ = [
     "Status",
     "Support",
     "TimeoutWarning",
+    "TorchVersionError",
     "UnsupportedCollective",
     "World",
     "WorldMap",

@@ -31,6 +31,7 @@ __all__ = [
     "PluginContractError",
     "RankTableError",
     "RendezvousTimeout",
+    "TorchVersionError",
     "UnsupportedCollective",
     "XcclError",
 ]
@@ -117,6 +118,20 @@ class UnsupportedCollective(XcclError, RuntimeError):
         self.backend: Final = backend
         self.detail: Final = detail
         super().__init__(f"{op} is not supported on {backend}: {detail}")
+
+
+class TorchVersionError(XcclError, RuntimeError):
+    """The installed torch is too old for xccl (``feature`` is ``"xccl"``) or for one of its features (``feature``
+    names it): ``needs`` is the first torch release that has what it stands on, ``installed`` the torch found, and
+    ``why`` what that release has."""
+
+    def __init__(self, feature: str, needs: str, installed: str, why: str) -> None:
+        self.feature: Final = feature
+        self.needs: Final = needs
+        self.installed: Final = installed
+        self.why: Final = why
+        super().__init__(f"{feature} needs torch >= {needs}, and torch {installed} is installed: {why}. Install "
+                         f"torch {needs} or newer (xccl supports 2.7 to 2.14; docs/quickstart.md)")
 
 
 class ConstraintViolation(XcclError, ValueError):
