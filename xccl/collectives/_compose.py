@@ -20,6 +20,7 @@ import torch
 
 from ..errors import UnsupportedCollective
 from ..ops import _specs as S
+from ..ops._vocab import premul_factor
 from ..plugin._capabilities import reduce_op_name
 from ..plugin._work import finish
 from ._scratch import Lease
@@ -66,7 +67,7 @@ def local_reduce(stack: torch.Tensor, op: Any, out: torch.Tensor) -> None:
         else:
             torch.div(acc, n, rounding_mode="trunc", out=acc)
     elif name == "premul_sum":
-        acc.mul_(op.factor)
+        acc.mul_(premul_factor(op))
 
 
 def take(st: Any, numel: int, like: torch.Tensor) -> Lease:

@@ -34,6 +34,7 @@ from ..errors import EmulationWarning, InvalidArgument, InvalidArgumentType
 from ..ops import _specs as S
 from ..ops._c10d import PLAIN_OP_KEY
 from ..ops._validate import BARE_PREMUL, complex_refusal
+from ..ops._vocab import premul_factor
 from ..plugin._capabilities import COMPLEX_REDUCE_OPS, Collective, reduce_op_name
 from ._groups import state_of
 from ._plan import warn_once
@@ -82,7 +83,7 @@ def plan(st: GroupState, op: Collective, dtype: torch.dtype | None, reduce_op: A
     redop = None if reduce_op is None else reduce_op_name(reduce_op)
     # What torch refuses itself (a ValueError, its message), checked here rather than in validation: every call
     # shape comes here first (these are never cached), all_reduce's inline path included, which skips validation.
-    if redop == "premul_sum" and not hasattr(reduce_op, "factor"):
+    if redop == "premul_sum" and premul_factor(reduce_op) is None:
         raise InvalidArgument(op.value, BARE_PREMUL)
     if dtype is not None and dtype.is_complex and redop is not None and redop not in COMPLEX_REDUCE_OPS:
         raise InvalidArgument(op.value, complex_refusal(op.value, reduce_op))

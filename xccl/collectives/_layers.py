@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 from ..errors import UnsupportedCollective
 from ..ops import _specs as S
+from ..ops._vocab import premul_factor
 from ..plugin._capabilities import BOOL_REDUCE_AS, Resolution, reduce_op_name, reduce_op_of
 from ..plugin._work import finish
 
@@ -84,7 +85,7 @@ def _avg(spec: S.Spec, st: Any, base: Kernel, *kargs: Any) -> Any:
 def _premul(spec: S.Spec, st: Any, base: Kernel, *kargs: Any) -> Any:
     args, a = list(kargs[:-1]), kargs[-1]
     at = spec.reduce_op_index
-    factor = args[at].factor  # type: ignore[index]  # a float or a 1-element tensor (torch's _make_nccl_premul_sum)
+    factor = premul_factor(args[at])  # type: ignore[index]
     args[at] = R.SUM  # type: ignore[index]
     leases: list[Any] = []
 

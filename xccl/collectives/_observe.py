@@ -30,12 +30,13 @@ import torch
 import torch.autograd.profiler as _profiler
 import torch.distributed as dist
 import torch.utils._python_dispatch as _python_dispatch
-from torch._C._distributed_c10d import FakeProcessGroup, HashStore
+from torch._C._distributed_c10d import HashStore
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..ops._c10d import Tool
 from ..ops._specs import SPECS
 from ..ops._vocab import Collective
+from ..plugin._fake_world import fake_backend
 
 __all__ = ["hook", "visible", "watched"]
 
@@ -61,7 +62,7 @@ def _carrier(st: Any) -> Any:
     if carrier is None:
         pg = dist.ProcessGroup(HashStore(), st.rank, st.size)
         pg._register_backend(torch.device(st.device_type), dist.ProcessGroup.BackendType.CUSTOM,
-                             FakeProcessGroup._create_internal(st.rank, st.size))
+                             fake_backend(st.rank, st.size))
         pg._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
         carrier = _CARRIERS[key] = pg.boxed()
     return carrier

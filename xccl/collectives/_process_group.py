@@ -37,6 +37,7 @@ from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_co
 from ..errors import InvalidArgument
 from ..ops._c10d import Method, d_allreduce, op_of
 from ..ops._specs import SPECS, Access, Spec
+from ..ops._torch import ASYNC_OP, TORCH
 from ..plugin._capabilities import Collective
 from ..plugin._contract import Runtime
 from ..plugin._python_group import PythonProcessGroup
@@ -53,6 +54,8 @@ __all__ = ["PREFIX", "BackendName", "XcclProcessGroup", "backend_name"]
 #: The prefix of xccl's torch.distributed backend names.
 PREFIX: Final = "xccl_"
 _ALLREDUCE_OPTIONS: Final = dist.AllreduceOptions
+#: Whether torch's wrappers take None from a blocking call (2.8 on); 2.7's call ``work.wait()`` on what they get.
+_BLOCKING_NONE: Final = TORCH.has(ASYNC_OP)
 
 
 def backend_name(runtime: Runtime) -> str:
@@ -151,16 +154,17 @@ class XcclProcessGroup(PythonProcessGroup):
     # async_op``) and accept None from it ("the backend has sync'ed", ``distributed_c10d.py``: ``elif work is not
     # None: work.wait()``). A caller that will wait at once gets the call run synchronously and None, so it gains no
     # handle and no Python wait; every other caller (C++'s options default to asyncOp=True: DDP's reducer, the
-    # functional collectives) gets xccl's typed handle.
+    # functional collectives) gets xccl's typed handle. torch 2.7's options have no asyncOp (every call is async to
+    # the group) and its wrappers wait on whatever they get: a blocking call there gets a completed handle.
 
     def allreduce(self, tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
         """``ProcessGroup.allreduce`` (one tensor; several are an all_reduce_coalesced)."""
         if type(opts) is _ALLREDUCE_OPTIONS and type(tensors) is list and len(tensors) == 1:  # every bucket
-            if opts.asyncOp:
-                work = all_reduce(tensors[0], op_of(opts), self, True)
-                return work if work is not None else Work()
-            all_reduce(tensors[0], op_of(opts), self, False)
-            return None
+            if _BLOCKING_NONE and not opts.asyncOp:
+                all_reduce(tensors[0], op_of(opts), self, False)
+                return None
+            work = all_reduce(tensors[0], op_of(opts), self, True)
+            return work if work is not None else Work()
         async_op = opts is None or getattr(opts, "asyncOp", True)
         key, public = d_allreduce(tensors, opts)
         return _returned(dispatch(SPECS[key], self, async_op, *public), async_op)
@@ -258,8 +262,9 @@ def _coalesced(group: XcclProcessGroup, method: Method, key: Collective, args: t
 
 def _returned(work: Any, async_op: bool = True) -> Any:
     """What a c10d method returns: a ``torch.distributed.Work`` for an asynchronous caller (a completed one when the
-    kernel finished synchronously), None for a caller that asked for a synchronous call (it already ran)."""
-    if not async_op:
+    kernel finished synchronously), None for a caller that asked for a synchronous call (it already ran) where torch
+    takes None (:data:`_BLOCKING_NONE`)."""
+    if not async_op and _BLOCKING_NONE:
         return None
     return work if work is not None else Work()
 

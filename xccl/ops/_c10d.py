@@ -15,7 +15,8 @@ Three facts per op, attached to its :class:`~xccl.ops._specs.Spec` (``Spec.c10d`
   microsecond, as much as the rest of dispatch, and backends copy what they need when the work is enqueued. Each
   tells the backend whether the caller blocks (``asyncOp``), as torch's wrappers do: NCCL launches a blocking
   call on the current stream, without the two event syncs and the tensor stashing of an asynchronous one
-  (pytorch/pytorch#150398, torch 2.8);
+  (pytorch/pytorch#150398, torch 2.8; on 2.7 the options have no such field, and every call is asynchronous to the
+  backend: ``_torch.ASYNC_OP``);
 * **what tools see** (``Spec.tool``): the dispatcher op torch's own path would run (``torch.ops.c10d.<op>``) with
   its arguments, for CommDebugMode and the profiler (``xccl.collectives._observe``).
 
@@ -43,6 +44,7 @@ from torch._C._distributed_c10d import (
     ScatterOptions,
 )
 
+from ._torch import ASYNC_OP, TORCH
 from ._vocab import Collective
 
 __all__ = ["Method", "Tool", "done", "op_of", "root_of", "sum_op", "tensors_of"]
@@ -240,16 +242,23 @@ def done(work: Any, async_op: bool) -> Any:
     return None
 
 
+#: Whether the options structs say if the caller blocks (``asyncOp``, torch 2.8 on).
+_TELLS_ASYNC: Final = TORCH.has(ASYNC_OP)
+
+
+def _options(cls: type, async_op: bool, **fields: Any) -> Any:
+    """An options struct of ``cls`` with ``fields`` set, and ``asyncOp`` where this torch has it."""
+    opts = cls()
+    if _TELLS_ASYNC:
+        opts.asyncOp = async_op
+    for k, v in fields.items():
+        setattr(opts, k, v)
+    return opts
+
+
 def _both(cls: type, **fixed: Any) -> tuple[Any, Any]:
     """Options of ``cls`` for a blocking call and for an asynchronous one: ``_both(cls)[async_op]``."""
-    out = []
-    for async_op in (False, True):
-        opts = cls()
-        opts.asyncOp = async_op
-        for k, v in fixed.items():
-            setattr(opts, k, v)
-        out.append(opts)
-    return out[0], out[1]
+    return _options(cls, False, **fixed), _options(cls, True, **fixed)
 
 
 def _with_op(cls: type) -> Callable[[Any, bool], Any]:
@@ -261,8 +270,7 @@ def _with_op(cls: type) -> Callable[[Any, bool], Any]:
         cache = caches[async_op]
         opts = cache.get(id(op))  # only the plain ops' own objects are cached (PLAIN_OP_KEY)
         if opts is None:
-            opts = cls()
-            opts.reduceOp, opts.asyncOp = op, async_op
+            opts = _options(cls, async_op, reduceOp=op)
             if id(op) in PLAIN_OP_KEY:
                 cache[id(op)] = opts
         return opts
@@ -369,9 +377,7 @@ def k_reduce(native: Any) -> Kernel:
     call = native.reduce
 
     def reduce(t: torch.Tensor, root: int, op: Any, a: bool) -> Any:
-        opts = ReduceOptions()
-        opts.rootRank, opts.rootTensor, opts.reduceOp, opts.asyncOp = root, 0, op, a
-        return done(call([t], opts), a)
+        return done(call([t], _options(ReduceOptions, a, rootRank=root, rootTensor=0, reduceOp=op)), a)
 
     return reduce
 

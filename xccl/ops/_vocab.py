@@ -7,7 +7,7 @@ and from :mod:`xccl.plugin`.
 from __future__ import annotations
 
 import enum
-from typing import Final
+from typing import Any, Final
 
 import torch
 
@@ -20,6 +20,7 @@ __all__ = [
     "Collective",
     "Level",
     "Mode",
+    "premul_factor",
     "reduce_op_name",
     "reduce_op_of",
 ]
@@ -143,11 +144,11 @@ def reduce_op_name(op: object) -> str:
     a name (``"sum"``), DeepSpeed's ``ReduceOp`` enum (its member names are torch's), or a c10d options struct
     carrying one (``AllreduceOptions``: its ``reduceOp``).
     """
+    if isinstance(op, str):  # first: traced by Dynamo, a dict keyed by pybind enums fails before torch 2.13
+        return op.lower()
     name = _REDOP_NAMES.get(op)
     if name is not None:
         return name
-    if isinstance(op, str):
-        return op.lower()
     inner = getattr(op, "reduceOp", None)  # a c10d options struct
     if inner is not None:
         return reduce_op_name(inner)
@@ -173,3 +174,10 @@ def reduce_op_of(op: object) -> object:
         raise ValueError(f"op={op!r} is not a reduce op; use torch.distributed.ReduceOp "
                          f"({', '.join(n.upper() for n in ALL_REDUCE_OPS)})")
     return value
+
+
+def premul_factor(op: object) -> Any:
+    """The factor a ``PREMUL_SUM`` carries (a float or a 1-element tensor), or None: a bare ``ReduceOp.PREMUL_SUM``
+    or another op. Read from ``ReduceOp.__getstate__()``, which is ``(op, factor)`` on every torch xccl supports;
+    ``ReduceOp.factor`` exists only from torch 2.10, and raises for ops without one."""
+    return op.__getstate__()[1] if isinstance(op, _R) else None  # type: ignore[index]

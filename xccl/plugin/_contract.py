@@ -291,11 +291,7 @@ def _create_native_group(backend: str, options: Any, pg_options: Any) -> Any:
     store, rank, size, timeout = options.store, options.group_rank, options.group_size, options.timeout
     net = transport()
     if backend == "gloo" or (backend == "nccl" and not net.waits):
-        gloo = net.gloo(store, rank, size, timeout)
-        if net.waits:  # else a fake world's (preflight): no communication, no options
-            gloo.options.global_ranks_in_group = list(options.global_ranks_in_group)
-            gloo.options.group_name = options.group_id
-        return gloo
+        return net.gloo(store, rank, size, timeout, list(options.global_ranks_in_group), options.group_id)
     if backend == "nccl":
         opts = pg_options if pg_options is not None else c10d.ProcessGroupNCCL.Options()
         if pg_options is None:

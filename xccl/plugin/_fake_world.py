@@ -17,8 +17,9 @@ from typing import Any, Final, final
 
 from ..errors import InvalidArgument
 from ..ops._parts import Part
+from ..ops._torch import FAKE_PG_INTERNAL, GLOO_GROUP_OPTIONS, TORCH
 
-__all__ = ["ENV", "FakeWorld", "Transport", "choose", "transport"]
+__all__ = ["ENV", "FakeWorld", "Transport", "choose", "fake_backend", "transport"]
 
 #: The variable that makes this process a rank of a fake world: ``RANK/N``.
 ENV: Final = "XCCL_FAKE_WORLD"
@@ -49,15 +50,28 @@ class Transport:
         """Whether waiting for the other ranks makes sense (not in a fake world: they never arrive)."""
         return self.fake is None
 
-    def gloo(self, store: Any, rank: int, size: int, timeout: _dt.timedelta) -> Any:
-        """A gloo backend over ``store`` for one group (a fake world's: torch's fake backend, no communication)."""
+    def gloo(self, store: Any, rank: int, size: int, timeout: _dt.timedelta, ranks: list[int] | None = None,
+             name: str = "") -> Any:
+        """A gloo backend over ``store`` for one group (a fake world's: torch's fake backend, no communication),
+        told the group's global ``ranks`` and ``name`` where given (torch's own groups are; its logs name them)."""
         if self.fake is not None:
-            from torch._C._distributed_c10d import FakeProcessGroup
-
-            return FakeProcessGroup._create_internal(rank, size)
+            return fake_backend(rank, size)
         from torch._C._distributed_c10d import ProcessGroupGloo
 
-        return ProcessGroupGloo(store, rank, size, timeout)
+        gloo: Any = ProcessGroupGloo(store, rank, size, timeout)
+        if ranks is not None and TORCH.has(GLOO_GROUP_OPTIONS):
+            gloo.options.global_ranks_in_group = ranks
+            gloo.options.group_name = name
+        return gloo
+
+
+def fake_backend(rank: int, size: int) -> Any:
+    """torch's ``FakeProcessGroup`` backend (no communication) as rank ``rank`` of ``size``."""
+    from torch._C._distributed_c10d import FakeProcessGroup
+
+    if TORCH.has(FAKE_PG_INTERNAL):
+        return FakeProcessGroup._create_internal(rank, size)
+    return FakeProcessGroup(rank, size)
 
 
 _REAL: Final = Transport()

@@ -31,8 +31,9 @@ from ..collectives._mixed import MixedProcessGroup
 from ..collectives._process_group import XcclProcessGroup
 from ..collectives._state import GROUPS, PROCESS
 from ..errors import InitError, RendezvousTimeout, XcclError
+from ..ops._torch import SHRINK_GROUP, TORCH
 from ._env import rendezvous_error, setup_timeout_of
-from ._torch_own import TORCH
+from ._torch_own import OWN
 from ._vendor import connect_world, group_options
 
 __all__ = ["shrink_group"]
@@ -59,6 +60,7 @@ def shrink_group(ranks_to_exclude: list[int], group: Any = None, shrink_flags: i
         ``xccl.get_world()`` describe it, and every other group is gone.
 
     Raises:
+        TorchVersionError: torch is older than 2.10, which has no shrink_group and none of the checks it runs.
         TypeError, ValueError, RuntimeError: torch's own, for bad arguments (an empty list, a rank out of range or
             twice, excluding this rank or every rank).
         InitError: a mixed-vendor group (not supported), or xccl's state is gone (after ``xccl.shutdown``).
@@ -74,9 +76,10 @@ def shrink_group(ranks_to_exclude: list[int], group: Any = None, shrink_flags: i
             dist.shrink_group(list(err.ranks))      # every survivor, with the same ranks
             model = DDP(module)                     # on the new world
     """
+    TORCH.require(SHRINK_GROUP)
     target = group if group is not None else c10d._get_default_group()
     if not isinstance(target, XcclProcessGroup):
-        return TORCH["shrink_group"](ranks_to_exclude, group, shrink_flags, pg_options)
+        return OWN["shrink_group"](ranks_to_exclude, group, shrink_flags, pg_options)
     c10d._validate_shrink_inputs(ranks_to_exclude, shrink_flags)
     info = c10d._prepare_shrink_target_group(group)
     excluded = sorted(c10d._validate_and_process_excluded_ranks(ranks_to_exclude, info))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-__all__ = ["TORCH"]
+__all__ = ["OWN"]
 
 #: Name -> torch's own function, as found when xccl put its own in its place (``_torch_api.install``).
-TORCH: Final[dict[str, Callable[..., Any]]] = {}
+OWN: Final[dict[str, Callable[..., Any]]] = {}
