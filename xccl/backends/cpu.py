@@ -2,7 +2,9 @@
 
 Every entry of the table was established by running it (``scripts/probe_backend.py --backend gloo``, torch 2.13,
 2 ranks, results checked against a local reference), and ``tests/test_capabilities_truth.py`` re-checks each
-claim on every CI run.
+claim on every CI run, on every torch leg: the table is the installed torch's, since gloo differs between releases
+(``xccl.ops._torch``: torch 2.7 and 2.8's gloo sums whatever reduce op a reduce_scatter is given, and lacks the list
+all_to_all; 2.7's lacks AVG and the list reduce_scatter). Where it lacks or miscomputes an op, the entry composes it.
 
 Where a composition of gloo's own ops measured faster than its native op, the entry prefers it (``Prefer``), with
 the figure from ``benchmarks/emulation.py`` (variants interleaved in one run, 2 and 4 ranks) that shows it.
@@ -15,6 +17,7 @@ from typing import Final
 
 import torch
 
+from ..ops._torch import GLOO_ALL_TO_ALL, GLOO_AVG, GLOO_REDUCE_SCATTER, GLOO_REDUCE_SCATTER_OPS, TORCH, Change
 from ..plugin import (
     PORTABLE,
     CapabilityTable,
@@ -32,7 +35,7 @@ from ..plugin._capabilities import REAL_DTYPES
 __all__ = ["CpuPlugin", "plugin"]
 
 C = Collective
-_FLOAT_OPS: Final = frozenset({"sum", "product", "min", "max", "avg"})
+_FLOAT_OPS: Final = frozenset({"sum", "product", "min", "max"} | ({"avg"} if TORCH.has(GLOO_AVG) else set()))
 _INT_OPS: Final = frozenset({"sum", "product", "min", "max", "band", "bor", "bxor"})
 _FLOAT_DTYPES: Final = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
@@ -58,8 +61,23 @@ A2A_VIA_SINGLE: Final = Prefer(
 )
 
 
-def gloo_reducing(*prefer: Prefer) -> Support:
-    """gloo's reductions: AVG only for floats, bitwise ops only for integers and bool, never PREMUL_SUM."""
+def composed_before(change: Change, via: str, entry: Support) -> Support:
+    """``entry`` on a torch whose gloo has ``change``; on an older one, the composition ``via``, saying why."""
+    if TORCH.has(change):
+        return entry
+    return Support(Level.EMULATED, via=via, dtypes=frozenset(REAL_DTYPES),
+                   note=f"torch {TORCH.version}'s gloo lacks what torch {change.needs} has ({change.what}): {via}")
+
+
+def gloo_reducing(*prefer: Prefer, via: str = "") -> Support:
+    """gloo's reductions: AVG only for floats, bitwise ops only for integers and bool, never PREMUL_SUM. ``via``: a
+    reduce-scatter's composition for every op but SUM, on a torch whose gloo sums whatever op it is given."""
+    if via and not TORCH.has(GLOO_REDUCE_SCATTER_OPS):
+        change = GLOO_REDUCE_SCATTER_OPS
+        return Support(Level.NATIVE, dtypes=frozenset(REAL_DTYPES), reduce_ops=frozenset({"sum"}), prefer=prefer,
+                       reduce_op_via=dict.fromkeys(sorted(_INT_OPS | _FLOAT_OPS - {"sum", "avg"}), via),
+                       note=f"torch {TORCH.version}'s gloo lacks what torch {change.needs} has ({change.what}): "
+                       "sum natively, avg as sum then a divide, the other ops composed")
     return Support(
         Level.NATIVE,
         dtypes=frozenset(REAL_DTYPES),
@@ -98,14 +116,16 @@ class CpuPlugin(Plugin):
             C.ALL_REDUCE: gloo_reducing(),
             C.ALL_REDUCE_COALESCED: gloo_reducing(),
             C.REDUCE: gloo_reducing(),
-            C.REDUCE_SCATTER: gloo_reducing(),
-            C.REDUCE_SCATTER_TENSOR: gloo_reducing(RS_VIA_ALL_TO_ALL, RS_VIA_ALL_TO_ALL_SMALL),
+            C.REDUCE_SCATTER: composed_before(GLOO_REDUCE_SCATTER, "reduce_scatter_tensor",
+                                              gloo_reducing(via="reduce_scatter_tensor")),
+            C.REDUCE_SCATTER_TENSOR: gloo_reducing(RS_VIA_ALL_TO_ALL, RS_VIA_ALL_TO_ALL_SMALL, via="all_to_all"),
             C.BARRIER: Support(Level.NATIVE),
             C.ALL_TO_ALL_SINGLE_UNEVEN: Support(Level.NATIVE, dtypes=frozenset(REAL_DTYPES), note="split sizes honoured"),
             # gloo's list all_to_all needs every tensor of a call to have one size, and a rank that violates it
             # raises alone while its peers wait for the timeout; no rank can see its peers' sizes, so the
             # composition is preferred at every size (it is faster too), never only above some size.
-            C.ALL_TO_ALL: Support(Level.NATIVE, dtypes=frozenset(REAL_DTYPES), prefer=(A2A_VIA_SINGLE,)),
+            C.ALL_TO_ALL: composed_before(GLOO_ALL_TO_ALL, "all_to_all_single", Support(
+                Level.NATIVE, dtypes=frozenset(REAL_DTYPES), prefer=(A2A_VIA_SINGLE,))),
             **PORTABLE,
             # gloo's all_to_all_single honours split sizes: the uneven collectives move their splits, unpadded.
             C.ALL_GATHER_INTO_TENSOR_UNEVEN: Support(

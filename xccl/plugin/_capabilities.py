@@ -90,6 +90,9 @@ class Support:
     #: Dtypes outside ``dtypes`` that run as a composition of ``EMULATIONS`` instead (dtype -> its ``via``): a
     #: reduction over a dtype the backend moves but cannot reduce, e.g. ``{torch.float64: "all_gather"}``.
     dtype_via: Mapping[torch.dtype, str] = field(default_factory=dict)
+    #: Reduce ops outside ``reduce_ops`` that run as a composition instead (reduce op -> its ``via``): what the
+    #: kernel gets wrong, e.g. torch 2.8's gloo reduce-scatter, which sums whatever op it is given.
+    reduce_op_via: Mapping[str, str] = field(default_factory=dict)
 
     def reduce_ops_for(self, dtype: torch.dtype | None) -> frozenset[str] | None:
         """The reduce ops the native kernel accepts for ``dtype``."""
@@ -180,8 +183,10 @@ class CapabilityTable:
             raise ValueError(f"capability table of {backend!r} lacks entries for {missing}")
         wrong = [p for (op, _), sup in entries.items() if sup.prefer
                  for p in problems(op, sup.level.value, sup.prefer, (v for o, v in EMULATION_BLOCKS if o is op))]
-        wrong += [f"{op.value}: dtype_via {_dtype_name(d)} -> {via!r} names no emulation of {op.value}"
-                  for (op, _), sup in entries.items() for d, via in sup.dtype_via.items()
+        wrong += [f"{op.value}: {what} -> {via!r} names no emulation of {op.value}"
+                  for (op, _), sup in entries.items()
+                  for what, via in [*((f"dtype_via {_dtype_name(d)}", v) for d, v in sup.dtype_via.items()),
+                                    *((f"reduce_op_via {r}", v) for r, v in sup.reduce_op_via.items())]
                   if (op, via) not in EMULATION_BLOCKS]
         if wrong:
             raise ValueError(f"capability table of {backend!r}: {'; '.join(wrong)}")
@@ -244,6 +249,13 @@ class CapabilityTable:
             return Resolution(Level.UNSUPPORTED, reason=f"reduce op {reduce_op!r} is meaningless over bool")
         allowed = sup.reduce_ops_for(dtype if cast is None else cast)
         if reduce_op is not None and op.reduces and allowed is not None and reduce_op not in allowed:
+            if reduce_op in sup.reduce_op_via:
+                via = sup.reduce_op_via[reduce_op]
+                blocked = self._blocked(op, via, cast or dtype, reduce_op, world_size, sdk_versions)
+                if blocked is not None:
+                    return _refused(sup, blocked)
+                return Resolution(Level.EMULATED, via=via, cast=cast, reason="; ".join(
+                    [*reasons, f"reduce op {reduce_op!r} via {via}: the kernel does not reduce with it ({sup.note})"]))
             if reduce_op == "avg" and "sum" in allowed:
                 level, avg = Level.EMULATED, True
                 reasons.append("avg as sum then divide")
@@ -399,6 +411,7 @@ class CapabilityTable:
                 "cast_to": {_dtype_name(k): _dtype_name(v) for k, v in sup.cast_to.items()},
                 "dtype_reduce_ops": {_dtype_name(k): sorted(v) for k, v in sup.dtype_reduce_ops.items()},
                 "dtype_via": {_dtype_name(k): v for k, v in sup.dtype_via.items()},
+                "reduce_op_via": dict(sup.reduce_op_via),
                 "note": sup.note,
                 "prefer": [p.to_dict() for p in sup.prefer],
             }

@@ -50,10 +50,12 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore
 
 from ..ops._specs import SPECS
-from ..ops._vocab import ALL_REDUCE_OPS
+from ..ops._torch import GLOO_ALL_TO_ALL, TORCH
+from ..ops._vocab import ALL_REDUCE_OPS, premul_factor
 from ._fake_world import transport
 from ._python_group import PythonProcessGroup
 from ._sim_dtypes import carried, mapped, widened
+from ._sim_gloo import call as gloo_call
 from ._sim_runtime import GroupRuntime
 from ._vendor_runtime import PLAIN, VendorRuntime
 from ._work import Work, complete
@@ -290,10 +292,8 @@ class SimulatedProcessGroup(PythonProcessGroup):
         # In a fake world: the same checks, no communication.
         net = transport()
         gloo = net.gloo(PrefixStore("xccl.sim.gloo", opts.store), opts.group_rank, opts.group_size,
-                        self.simulated_runtime.gloo_timeout(opts.timeout))
-        if net.waits:
-            gloo.options.global_ranks_in_group = list(opts.global_ranks_in_group)
-            gloo.options.group_name = opts.group_id
+                        self.simulated_runtime.gloo_timeout(opts.timeout), list(opts.global_ranks_in_group),
+                        opts.group_id)
         cpu, custom = torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM
         # The inner group translates every ProcessGroup method to the gloo backend in C++.
         self._inner: Final = dist.ProcessGroup(opts.store, opts.group_rank, opts.group_size)
@@ -357,7 +357,7 @@ def _gated(method: str, key: str) -> Callable[..., Any]:
                 args = _premul_as_sum(key, args)
         vendor = self.simulated_runtime
         vendor.before(key)
-        work = vendor.after(key, getattr(self._inner, method)(*args, **kwargs))
+        work = vendor.after(key, gloo_call(self._inner, key, method, args, kwargs))
         if back:
             # The vendor reduced in the narrow dtype; gloo reduced a wide copy: the result goes back once it is
             # there.
@@ -384,8 +384,9 @@ def _alltoall(self: SimulatedProcessGroup, outputs: list[torch.Tensor], inputs: 
     """``ProcessGroup.alltoall`` (the list form), gated like every method. A vendor that takes uneven tensors there
     (HCCL runs the list as AlltoAllV) is computed by gloo's ``alltoall_base`` with split sizes over one flat buffer
     each way: gloo's own list form refuses tensors of different sizes ("ProcessGroupGloo::alltoall: invalid tensor
-    size"), which the vendor's user never sees."""
-    if not self.profile.uneven_all_to_all or len({t.numel() for t in (*outputs, *inputs)}) <= 1:
+    size"), which the vendor's user never sees, and torch's gloo has no list form before 2.9."""
+    even = not self.profile.uneven_all_to_all or len({t.numel() for t in (*outputs, *inputs)}) <= 1
+    if even and TORCH.has(GLOO_ALL_TO_ALL):
         return _EVEN_ALLTOALL(self, outputs, inputs, *(() if opts is None else (opts,)))
     self._admit("alltoall", (outputs, inputs), {})
     send = carried(torch.cat([t.reshape(-1) for t in inputs]))
@@ -442,7 +443,7 @@ def _premul_as_sum(key: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
     opts = next((a for a in args if hasattr(a, "reduceOp")), None)
     if opts is None or not all(t.is_floating_point() for t in _tensors(args)):
         return args
-    factor = opts.reduceOp.factor
+    factor = premul_factor(opts.reduceOp)
     opts.reduceOp = dist.ReduceOp.SUM  # torch builds a fresh options object per call, so this is ours
     if key in _IN_PLACE:
         # The result overwrites these tensors anyway; scaling them first is what the vendor does on device.

@@ -106,6 +106,7 @@ def emulated_reductions(op: Collective, sup: Support, mode: Mode = Mode.EAGER) -
     if mode is Mode.EAGER and any("premul_sum" not in ops and "sum" in ops for ops in sets):
         parts.append("premul_sum over floats (local scale + sum)")
     parts += [f"{_dtype_name(d)} (via {via} + local reduction in rank order, exact)" for d, via in sup.dtype_via.items()]
+    parts += [f"{r} (via {via})" for r, via in sup.reduce_op_via.items()]
     return f"emulated reductions: {', '.join(parts)}" if parts else ""
 
 

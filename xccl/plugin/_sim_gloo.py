@@ -1,0 +1,100 @@
+"""What the installed torch's gloo lacks or gets wrong, in a simulated vendor group: composed from what it has.
+
+A simulated vendor computes with gloo and must compute what the vendor does. HCCL's reduce-scatter applies its
+reduce op on every torch, while gloo's sums whatever op it is given on torch 2.7 and 2.8, and 2.7's has neither AVG
+nor the list reduce_scatter (``xccl.ops._torch``). On such a torch :func:`call` runs those calls as compositions of
+what that gloo has: a reduce-scatter as an all_reduce of a copy and a slice (a simulation's bytes do not matter, its
+results do), AVG as SUM then a divide. The list all_to_all gloo lacks before 2.9 takes the simulated group's own
+flat path (``_sim._alltoall``). On a torch whose gloo has it all, :func:`call` is the plain gloo call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+import torch
+import torch.distributed as dist
+
+from ..ops._torch import GLOO_AVG, GLOO_REDUCE_SCATTER, GLOO_REDUCE_SCATTER_OPS, TORCH
+from ..ops._vocab import reduce_op_name
+from ._work import Work
+
+__all__ = ["call"]
+
+_SUM: Final = dist.ReduceOp.SUM
+
+
+def _sum_for_avg(opts: Any) -> bool:
+    """Whether ``opts`` asks for AVG, which this gloo lacks: ``opts`` then says SUM (torch builds a fresh struct per
+    call) and the caller divides."""
+    if TORCH.has(GLOO_AVG) or reduce_op_name(opts.reduceOp) != "avg":
+        return False
+    opts.reduceOp = _SUM
+    return True
+
+
+def _divide(tensors: list[torch.Tensor], n: int) -> None:
+    for t in tensors:
+        if t.is_floating_point():
+            t.div_(n)
+        else:
+            t.copy_(torch.div(t, n, rounding_mode="trunc"))
+
+
+def _reducing(inner: Any, method: str, tensors: list[torch.Tensor], opts: Any) -> Any:
+    """``allreduce``/``reduce``/``allreduce_coalesced``: AVG as SUM then a divide where gloo has no AVG."""
+    avg = _sum_for_avg(opts)
+    work = getattr(inner, method)(tensors, opts)
+    return Work([work], then=lambda: _divide(tensors, inner.size())) if avg else work
+
+
+def _scattered(inner: Any, pairs: list[tuple[torch.Tensor, torch.Tensor]], opts: Any) -> Any:
+    """A reduce-scatter of each (output, stacked input) pair: an all_reduce of a copy of the input with ``opts``'s
+    op, then this rank's slice."""
+    avg = _sum_for_avg(opts)
+    whole = [inp.detach().clone().reshape(inner.size(), -1) for _, inp in pairs]
+    ar = dist.AllreduceOptions()
+    ar.reduceOp = opts.reduceOp
+    works = [inner.allreduce([w], ar) for w in whole]
+
+    def slice_out() -> None:
+        if avg:
+            _divide(whole, inner.size())
+        for (out, _), w in zip(pairs, whole, strict=True):
+            out.copy_(w[inner.rank()].view(out.shape))
+
+    return Work(works, then=slice_out)
+
+
+def _reduce_scatter_base(inner: Any, method: str, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> Any:
+    return _scattered(inner, [(out, inp)], opts)
+
+
+def _reduce_scatter(inner: Any, method: str, outs: list[torch.Tensor], ins: list[list[torch.Tensor]],
+                    opts: Any) -> Any:
+    return _scattered(inner, [(o, torch.stack(i)) for o, i in zip(outs, ins, strict=True)], opts)
+
+
+def _reduce_scatter_coalesced(inner: Any, method: str, outs: list[torch.Tensor], ins: list[torch.Tensor],
+                              opts: Any) -> Any:
+    return _scattered(inner, list(zip(outs, ins, strict=True)), opts)
+
+
+_Fix = Callable[..., Any]
+#: ``Backend`` method -> its composition on this torch's gloo; methods gloo runs right are left out.
+_FIXES: Final[dict[str, _Fix]] = {
+    **({} if TORCH.has(GLOO_AVG) else dict.fromkeys(("allreduce", "reduce", "allreduce_coalesced"), _reducing)),
+    **({} if TORCH.has(GLOO_REDUCE_SCATTER_OPS) and TORCH.has(GLOO_REDUCE_SCATTER) else {
+        "_reduce_scatter_base": _reduce_scatter_base, "reduce_scatter": _reduce_scatter,
+        "reduce_scatter_tensor_coalesced": _reduce_scatter_coalesced}),
+}
+
+
+def call(inner: Any, key: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``inner.<method>(*args, **kwargs)`` (``key``: the ``Backend`` method it reaches), composed where this
+    torch's gloo lacks it or gets it wrong."""
+    fix = _FIXES.get(key)
+    if fix is None:
+        return getattr(inner, method)(*args, **kwargs)
+    return fix(inner, method, *args, **kwargs)
