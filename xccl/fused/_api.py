@@ -34,6 +34,7 @@ _X: Final[Any] = torch.ops.xccl
 
 
 _compiling: Final = torch.compiler.is_compiling
+_RED_OP_TYPE: Final = dist.ReduceOp.RedOpType
 
 
 def _traced(group: Any) -> tuple[str, int]:
@@ -76,7 +77,9 @@ def mm_reduce_scatter(
     """
     n_chunks = check_chunks("mm_reduce_scatter", chunks)
     if _compiling():
-        return _X.mm_reduce_scatter(a, b, *_traced(group), reduce_op_name(reduce_op), bias, n_chunks)  # type: ignore[no-any-return]
+        # A ReduceOp member enters as its name: Dynamo folds the member itself only from torch 2.13.
+        name = reduce_op_name(reduce_op.name if isinstance(reduce_op, _RED_OP_TYPE) else reduce_op)
+        return _X.mm_reduce_scatter(a, b, *_traced(group), name, bias, n_chunks)  # type: ignore[no-any-return]
     st = state_of(group)
     name = check_mm_reduce_scatter(a, b, st.size, reduce_op, bias, st.device_type)
     if name not in DIFFERENTIABLE_OPS and torch.is_grad_enabled() and (

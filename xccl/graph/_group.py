@@ -13,7 +13,7 @@ Dynamo re-raises its own ``UserError`` as is but rewraps any other exception as 
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -23,7 +23,9 @@ from ..collectives._groups import state_of
 from ..collectives._plan import plan_call
 from ..collectives._state import PROCESS
 from ..errors import InvalidArgument, InvalidArgumentType, UnsupportedCollective, XcclError
+from ..ops._torch import DYNAMO_PYBIND, TORCH
 from ..ops._validate import BARE_PREMUL, complex_refusal, group_problem
+from ..ops._vocab import premul_factor
 from ..plugin._capabilities import (
     COMPLEX_REDUCE_OPS,
     CapabilityTable,
@@ -38,6 +40,7 @@ F = TypeVar("F")
 
 __all__ = [
     "GraphPlan",
+    "assume_constant",
     "GroupInfo",
     "default_info",
     "emittable",
@@ -52,7 +55,7 @@ __all__ = [
 ]
 
 
-def _assume_constant(fn: F) -> F:
+def assume_constant(fn: F) -> F:
     """``torch.compiler.assume_constant_result`` without its import of ``torch._dynamo`` (seconds at import).
 
     This is the whole of what that decorator does in torch 2.1 to 2.13 (``torch/_dynamo/decorators.py``);
@@ -164,13 +167,13 @@ def _info(pg: Any) -> GroupInfo:
                      device.type, hasattr(pg, "native"))
 
 
-@_assume_constant
+@assume_constant
 def default_info() -> GroupInfo:
     """The world group's :class:`GroupInfo`."""
     return _info(c10d._get_default_group())
 
 
-@_assume_constant
+@assume_constant
 def info_by_name(name: str) -> GroupInfo:
     """The :class:`GroupInfo` of the process group called ``name``."""
     return _info(c10d._resolve_process_group(name))  # type: ignore[arg-type]
@@ -189,20 +192,40 @@ def group_info(group: Any) -> GroupInfo:
     return info_by_name(group.group_name)
 
 
-@_assume_constant
+_RED_OP_TYPE: Final = dist.ReduceOp.RedOpType
+_REDUCE_OP: Final = dist.ReduceOp
+#: Whether Dynamo folds a ``ReduceOp`` object into a constant (``_torch.DYNAMO_PYBIND``).
+_FOLDS: Final = TORCH.has(DYNAMO_PYBIND)
+
+
 def redop(op: Any) -> str:
     """``op`` (a ``ReduceOp``, DeepSpeed's ``ReduceOp`` or a string) as the lower-case name graph ops take.
+
+    Traced: Dynamo folds a pybind enum member (``ReduceOp.SUM``) or a ``ReduceOp`` object into a constant only from
+    torch 2.13 ("RedOpType is not a constant" before), so the constant function below gets what Dynamo reads of them
+    on every torch: the member's ``.name``; an object's ``.op.name`` before 2.13, the object itself from 2.13 (where
+    reading ``.op`` trips a guard: pybind hands out a new object per read). An object always carries PREMUL_SUM's
+    factor (torch refuses to build one without it); a bare ``ReduceOp.PREMUL_SUM`` is a member.
 
     Raises:
         InvalidArgument: a ``PREMUL_SUM`` without its factor, as eager dispatch refuses it.
     """
+    if isinstance(op, _RED_OP_TYPE):
+        return _redop(op.name, False)
+    if type(op) is _REDUCE_OP and not _FOLDS:  # Dynamo's isinstance says False for these
+        return _redop(op.op.name, True)  # type: ignore[attr-defined]  # bound in C++, not in the .pyi
+    return _redop(op, False)
+
+
+@assume_constant
+def _redop(op: Any, factored: bool) -> str:
     name = reduce_op_name(op)
-    if name == "premul_sum" and not hasattr(op, "factor"):
+    if name == "premul_sum" and not factored and premul_factor(op) is None:
         raise trace_error(InvalidArgument, "reduce op", BARE_PREMUL)
     return name
 
 
-@_assume_constant
+@assume_constant
 def resolve(name: str, op: Collective, dtype: torch.dtype | None, reduce_op: str | None) -> GraphPlan:
     """Consult the group's capability table in graph mode; raise at trace time when the op cannot run.
 
@@ -242,7 +265,7 @@ def _graph_ops() -> frozenset[str] | None:
     return runtime.graph_ops() if runtime is not None else None
 
 
-@_assume_constant
+@assume_constant
 def order_joins() -> bool:
     """Whether standard collectives join the order token chain: unless the plugin's graph compiler takes no
     ``xccl.order`` (it keeps program order itself, ``Runtime.graph_ops``)."""
@@ -250,7 +273,7 @@ def order_joins() -> bool:
     return ops is None or "order" in ops
 
 
-@_assume_constant
+@assume_constant
 def emittable(name: str, op: str) -> bool:
     """Return True when the graph compiler of group ``name``'s plugin takes xccl's graph op ``op``.
 
@@ -270,13 +293,13 @@ def emittable(name: str, op: str) -> bool:
     )
 
 
-@_assume_constant
+@assume_constant
 def refuse(op: str, backend: str, detail: str) -> None:
     """Raise ``UnsupportedCollective(op, backend, detail)`` from traced code."""
     raise trace_error(UnsupportedCollective, op, backend, detail)
 
 
-@_assume_constant
+@assume_constant
 def fail(op: str, detail: str, wrong_type: bool = False) -> None:
     """Raise ``InvalidArgument(op, detail)`` (``InvalidArgumentType`` for a wrong type) from traced code (Dynamo
     cannot trace xccl's error constructors)."""

@@ -23,7 +23,7 @@ import torch
 
 from ..ops import _specs as S
 from ..plugin._capabilities import BOOL_REDUCE_AS
-from ._group import GraphPlan, GroupInfo, refuse
+from ._group import GraphPlan, GroupInfo, assume_constant, refuse
 
 __all__ = ["carry", "exact_conversion"]
 
@@ -59,8 +59,8 @@ def _cast(spec: S.Spec, g: GroupInfo, dst: torch.dtype, red: str | None, args: l
     src = spec.dtype_of(args)
     base = src.to_real() if src is not None and src.is_complex else src
     moves = spec.reduce_op_index is None
-    exact = base is not None and exact_conversion(base, dst)
-    by_view = moves and not exact and base is not None and base.itemsize == dst.itemsize
+    exact, same_size = _conversion(base, dst)
+    by_view = moves and not exact and same_size
     if moves and not exact and not by_view:
         refuse(spec.name, g.backend, f"graph mode moves {src} as {dst}, which is neither an exact conversion nor a "
                "bit-for-bit view (a table entry that asks for it is wrong)")
@@ -77,6 +77,13 @@ def _cast(spec: S.Spec, g: GroupInfo, dst: torch.dtype, red: str | None, args: l
     if red is not None and src == torch.bool:
         return BOOL_REDUCE_AS.get(red, red)
     return red
+
+
+@assume_constant
+def _conversion(src: torch.dtype | None, dst: torch.dtype) -> tuple[bool, bool]:
+    """Whether converting ``src`` to ``dst`` is exact (:func:`exact_conversion`), and whether both have one size:
+    a constant function: torch 2.8's Dynamo cannot read ``dtype.itemsize``."""
+    return src is not None and exact_conversion(src, dst), src is not None and src.itemsize == dst.itemsize
 
 
 def exact_conversion(src: torch.dtype, dst: torch.dtype) -> bool:

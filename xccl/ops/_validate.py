@@ -178,10 +178,9 @@ def counts(fail: Fail, op: str, what: str, values: Any) -> list[int]:
         if isinstance(s, (int, torch.SymInt)):
             out.append(s)
             continue
-        try:
-            out.append(operator.index(s))
-        except TypeError:
+        if not hasattr(s, "__index__"):  # not try/except: torch 2.8's Dynamo cannot trace catching the TypeError
             fail(op, f"{what}={items!r} must hold integers, but has {s!r} ({type(s).__name__})")
+        out.append(operator.index(s))
     if any(not isinstance(c, torch.SymInt) and c < 0 for c in out):
         fail(op, f"{what}={out} must be non-negative integers")
     return out
