@@ -49,6 +49,7 @@ def add_parser(sub: Any, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the tables in the requested format."""
     from xccl.errors import BackendNotFound, BackendUnavailable
+    from xccl.ops._torch import TORCH
     from xccl.plugin._registry import Status, plugins
     from xccl.tools import _render
 
@@ -98,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         )
         if hidden:
             text += f"Not shown: {', '.join(hidden)} (xccl caps --all, or xccl caps NAME).\n"
+        text += "".join(f"torch {TORCH.version}: {c.said()}\n" for c in TORCH.missing())
         if width is not None:
             text = _fit(text, width)
     try:

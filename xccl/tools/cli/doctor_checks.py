@@ -75,6 +75,19 @@ def _python() -> Finding:
     )
 
 
+def _release() -> list[Finding]:
+    """Where the installed torch stands in xccl's supported range, and what xccl does otherwise on it."""
+    from xccl.ops._torch import FLOOR, NEWEST, TORCH
+
+    tested = f"xccl supports torch {FLOOR[0]}.{FLOOR[1]} to {NEWEST[0]}.{NEWEST[1]}"
+    newer = TORCH.release > NEWEST
+    out = [Finding("torch", "supported range", "warn" if newer else "ok",
+                   f"{tested}; {TORCH.version} is newer than any it was tested on" if newer else tested,
+                   "report what fails at the project's issue tracker" if newer else "")]
+    return out + [Finding("torch", f"before torch {c.needs}", "warn" if c.feature else "info", c.said())
+                  for c in TORCH.missing()]
+
+
 def _torch() -> list[Finding]:
     import torch
     import torch.distributed as dist
@@ -89,7 +102,7 @@ def _torch() -> list[Finding]:
         "cxx11_abi": str(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", "?")),
         "path": os.path.dirname(torch.__file__),
     }
-    out = [Finding("torch", "torch", "ok", f"{torch.__version__} ({build} build)", facts=facts)]
+    out = [Finding("torch", "torch", "ok", f"{torch.__version__} ({build} build)", facts=facts), *_release()]
     if not dist.is_available():
         out.append(Finding(
             "torch", "torch.distributed", "fail", "this torch build has no torch.distributed",
