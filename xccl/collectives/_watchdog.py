@@ -103,6 +103,8 @@ def choose_mode(watchdog: Watchdog, env: MutableMapping[str, str]) -> str:
     if name is not None:
         watchdog.mode(env)  # a bad value is refused now, with the variable named, rather than by the vendor
         return f"{name}={env[name].strip()} (set by the user)"
+    if CHOSEN_MODE not in watchdog.modes:  # torch_npu 2.7.1/2.8.0 fail every group on a value other than 0 or 1
+        return f"the vendor's default: {watchdog.mode_env} takes no {CHOSEN_MODE.value} in this release"
     env[watchdog.mode_env] = str(CHOSEN_MODE.value)
     return "set by xccl"
 

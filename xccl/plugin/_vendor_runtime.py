@@ -102,21 +102,28 @@ class Watchdog:
     #: What a collective that outlasts the execution timeout fails with (the vendor's text, ``{exec_s}`` for the
     #: timeout); ``""``: the vendor has no execution timeout.
     exec_error: str = ""
+    #: The modes the vendor accepts (torch_npu 2.7.1 and 2.8.0: 0 and 1; it refuses the others at group creation).
+    modes: frozenset[ErrorHandling] = frozenset(ErrorHandling)
 
     def mode(self, env: Mapping[str, str]) -> ErrorHandling:
         """The mode in force for ``env``: :attr:`mode_env`, else an alias, else :attr:`default_mode`.
 
         Raises:
-            ValueError: the variable is not 0, 1, 2 or 3 (the vendor refuses it when the first group is created).
+            ValueError: the variable is not one of :attr:`modes` (the vendor refuses it when a group is created).
         """
         name = self.mode_source(env)
         if name is None:
             return self.default_mode
         raw = env[name].strip()
+        values = sorted(m.value for m in self.modes)
         try:
-            return ErrorHandling(int(raw))
+            mode = ErrorHandling(int(raw))
+            if mode in self.modes:
+                return mode
         except ValueError:
-            raise ValueError(f"{self.mode_env} should be 0, 1, 2, or 3 (got {name}={raw!r})") from None
+            pass
+        listed = ", ".join(map(str, values[:-1])) + ("," if len(values) > 2 else "")  # torch_npu's own wording
+        raise ValueError(f"{self.mode_env} should be {listed} or {values[-1]} (got {name}={raw!r})")
 
     def mode_source(self, env: Mapping[str, str]) -> str | None:
         """The variable that sets the mode in ``env`` (:attr:`mode_env` or an alias), or None when unset."""

@@ -21,7 +21,8 @@ from xccl.plugin import ALL_DTYPES
 from xccl.runtime import vendor_group
 
 TABLE = xccl.capabilities("ascend")
-SIM = {"XCCL_SIMULATE": "ascend"}
+#: torch_npu 2.13.0, the release these tests read (on torch 2.8 the simulation is 2.8.0's: test_ascend_releases.py).
+SIM = {"XCCL_SIMULATE": "ascend", "XCCL_SIM_TORCH_NPU": "2.13.0"}
 R = xccl.ReduceOp
 #: torch_npu 2.13's kScalarTypeToHcclDataType beyond gloo's dtypes.
 NEW = (torch.uint16, torch.uint32, torch.uint64, torch.float8_e4m3fn, torch.float8_e5m2)

@@ -16,7 +16,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from xccl_ascend import find_cann, parse_visible_devices, probe_host
+
+#: The torch_npu release paired with the installed torch (each torch_npu X.Y.Z pins torch==X.Y.Z.*), and its pin.
+NPU = ".".join(torch.__version__.split("+")[0].split(".")[:3])
+PIN = f"torch=={NPU}.*"
+MINOR = NPU.rsplit(".", 1)[0]
 
 TORCH_NPU_FAILS = (
     "raise ImportError('libhccl.so: cannot open shared object file: No such file or directory')\n"
@@ -60,7 +66,7 @@ def dev_nodes(root: Path, n: int) -> Path:
 
 @pytest.fixture
 def site(tmp_path: Path) -> Path:
-    return fake_dist(tmp_path / "site", "torch_npu", "2.13.0", ("torch==2.13.0.*", "pyyaml"))
+    return fake_dist(tmp_path / "site", "torch_npu", NPU, (PIN, "pyyaml"))
 
 
 def probe(site: Path, env: dict[str, str], dev: Path | None = None, first: Path | None = None):  # type: ignore[no-untyped-def]
@@ -81,18 +87,18 @@ def test_torch_npu_absent(tmp_path: Path) -> None:
 def test_present_without_cann(site: Path) -> None:
     report = probe(site, {})
     assert not report.available
-    assert report.reason.startswith("torch_npu 2.13.0 is installed but CANN is not")
+    assert report.reason.startswith(f"torch_npu {NPU} is installed but CANN is not")
     assert "libascendcl.so and libhccl.so" in report.reason
     assert "set_env.sh" in report.fix and "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in report.fix
-    assert report.facts["torch_npu"] == "2.13.0"
+    assert report.facts["torch_npu"] == NPU
 
 
 def test_version_mismatch_by_pin(tmp_path: Path) -> None:
     site = fake_dist(tmp_path / "site", "torch_npu", "2.1.0.post8", ("torch==2.1.0.*",))
     report = probe(site, {})
     assert not report.available
-    assert "torch_npu 2.1.0.post8 requires torch==2.1.0.*, but torch 2.13" in report.reason
-    assert "torch_npu==2.13.*" in report.fix
+    assert f"torch_npu 2.1.0.post8 requires torch==2.1.0.*, but torch {MINOR}" in report.reason
+    assert f"torch_npu=={MINOR}.*" in report.fix
 
 
 def test_version_mismatch_without_pin(tmp_path: Path) -> None:
@@ -102,7 +108,7 @@ def test_version_mismatch_without_pin(tmp_path: Path) -> None:
 
 
 def test_cuda_torch_is_refused(site: Path, tmp_path: Path) -> None:
-    cuda = fake_dist(tmp_path / "cuda", "torch", "2.13.0+cu126")
+    cuda = fake_dist(tmp_path / "cuda", "torch", f"{NPU}+cu126")
     report = probe(site, {}, first=cuda)
     assert not report.available
     assert "cu126 build" in report.reason and "Two accelerators" in report.reason
@@ -216,7 +222,7 @@ def test_entry_point_probe_and_doctor_without_cann(tmp_path: Path) -> None:
     docstring advises) xccl lists the plugin with the right reason, and `xccl doctor` names the cause and the fix,
     all without importing torch_npu."""
     pytest.importorskip("xccl.tools.cli.doctor", reason="this xccl has no `xccl doctor`")
-    site = fake_dist(tmp_path / "site", "torch_npu", "2.13.0", ("torch==2.13.0.*",), autoload=True)
+    site = fake_dist(tmp_path / "site", "torch_npu", NPU, (PIN,), autoload=True)
     code = (
         "import json, sys, xccl\n"
         "from xccl.tools.cli import main\n"
@@ -229,7 +235,7 @@ def test_entry_point_probe_and_doctor_without_cann(tmp_path: Path) -> None:
     *doctor, last = proc.stdout.strip().splitlines()
     status, plugin_status, reason, fix, imported = json.loads(last)
     assert plugin_status == "unavailable" and not imported
-    assert reason.startswith("torch_npu 2.13.0 is installed but CANN is not")
+    assert reason.startswith(f"torch_npu {NPU} is installed but CANN is not")
     assert "set_env.sh" in fix and "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in fix
     report = "\n".join(doctor)
     assert status == 1, report
@@ -239,7 +245,7 @@ def test_entry_point_probe_and_doctor_without_cann(tmp_path: Path) -> None:
 
 def test_simulation_refused_while_torch_npu_is_loaded(tmp_path: Path) -> None:
     """A working torch_npu, auto-loaded by torch, owns 'hccl': simulating then says how to avoid the clash."""
-    site = fake_dist(tmp_path / "site", "torch_npu", "2.13.0", ("torch==2.13.0.*",), autoload=True)
+    site = fake_dist(tmp_path / "site", "torch_npu", NPU, (PIN,), autoload=True)
     (site / "torch_npu" / "__init__.py").write_text("def _autoload():\n    pass\n")  # loads, registers nothing
     code = (
         "import sys, xccl\n"

@@ -17,8 +17,10 @@ sources), then xccl's answer is checked:
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
@@ -28,7 +30,8 @@ import xccl
 from xccl.plugin import Collective, installed_patches
 from xccl.testing import RankPool
 
-SIM = {"XCCL_SIMULATE": "ascend"}
+#: torch_npu 2.13.0, the release these tests read (on torch 2.8 the simulation is 2.8.0's: test_ascend_releases.py).
+SIM = {"XCCL_SIMULATE": "ascend", "XCCL_SIM_TORCH_NPU": "2.13.0"}
 #: HCCL's execution timeout in the watchdog pools: short enough for a test, longer than the slow rank's delay.
 EXEC = 3
 WATCHDOG = {**SIM, "HCCL_EXEC_TIMEOUT": str(EXEC)}
@@ -289,10 +292,12 @@ def test_torch_npus_gather_bypasses_xccl_and_xccls_does_not(rank_pools: Any) -> 
     assert other["dist.batch"] == ([0.0, 0.0], True) and other["xccl.batch"] == ([0.0, 0.0], True)
 
 
-def test_the_simulated_import_patches_torch_distributed_and_shutdown_undoes_it() -> None:
+def test_the_simulated_import_patches_torch_distributed_and_shutdown_undoes_it(monkeypatch: Any) -> None:
     """The simulated runtime applies torch_npu's declared patches when it loads the SDK; shutdown restores
     torch's own functions."""
     import xccl_ascend
+
+    monkeypatch.setenv("XCCL_SIM_TORCH_NPU", "2.13.0")
     from torch.distributed.nn import functional as F
 
     originals = (dist.gather, dist.batch_isend_irecv, F._AllGatherBase.backward)
@@ -340,7 +345,8 @@ def test_every_group_holds_one_hccl_communicator_and_doctor_shows_them(rank_pool
 def _doctor(env: dict[str, str]) -> dict[str, Any]:
     from xccl.tools.cli.doctor_checks import collect
 
-    return {f.name: f for f in collect(env, try_import=False).findings if f.section == "vendor runtime"}
+    with mock.patch.dict(os.environ, {"XCCL_SIM_TORCH_NPU": "2.13.0"}):
+        return {f.name: f for f in collect(env, try_import=False).findings if f.section == "vendor runtime"}
 
 
 def test_doctor_shows_the_watchdog_settings_xccl_will_apply() -> None:

@@ -50,10 +50,11 @@ import torch
 from xccl.plugin import PORTABLE, CapabilityTable, Collective, Level, Support, table_from
 
 from . import _constraints as cons
+from ._releases import Release
 from ._torchair import GRAPH_P2P_CANN, vocabulary
 
 __all__ = [
-    "ALL_TO_ALL_VC", "FLOAT8_DTYPES", "GRAPH_REDUCE_OPS", "GRAPH_SOURCES", "MOVED_DTYPES", "NO_PRODUCT_DTYPES", "REDUCED_DTYPES",
+    "ALL_TO_ALL_VC", "FLOAT8_DTYPES", "GRAPH_REDUCE_OPS", "WIDE_DTYPES", "release_table", "GRAPH_SOURCES", "MOVED_DTYPES", "NO_PRODUCT_DTYPES", "REDUCED_DTYPES",
     "TORCHAIR_COMMIT", "ascend_table",
 ]
 
@@ -391,3 +392,28 @@ def ascend_table() -> CapabilityTable:
     """The table, built once."""
     eager = _eager()
     return table_from("ascend", eager, _graph(eager), notes=_NOTES)
+
+
+#: The dtypes torch_npu's dtype map gained in its 26.0.0 line (2.7.1/2.8.0 before ``.post4`` lack them).
+WIDE_DTYPES: Final = frozenset({torch.uint16, torch.uint32, torch.uint64}) | FLOAT8_DTYPES
+
+
+def release_table(table: CapabilityTable, npu: Release) -> CapabilityTable:
+    """``table`` as the torch_npu release ``npu`` runs it: without PREMUL_SUM (xccl runs it as a local scale then a
+    sum) and the wide dtypes where that release's HCCL maps have none (``_releases``)."""
+    if npu.premul_sum and npu.wide_dtypes:
+        return table
+    gone = frozenset() if npu.wide_dtypes else WIDE_DTYPES
+    ops = set() if npu.premul_sum else {"premul_sum"}
+    why = f"torch_npu {npu.version} ({npu.source})"
+
+    def fewer(sup: Support) -> Support:
+        if sup.level is Level.UNSUPPORTED:
+            return sup
+        return dataclasses.replace(
+            sup, dtypes=None if sup.dtypes is None else sup.dtypes - gone,
+            reduce_ops=None if sup.reduce_ops is None else sup.reduce_ops - ops,
+            dtype_reduce_ops={d: o - ops for d, o in sup.dtype_reduce_ops.items() if d not in gone},
+            note=f"{sup.note}; {why}" if sup.note else why)
+
+    return table.with_entries({key: fewer(sup) for key, sup in table.items()})

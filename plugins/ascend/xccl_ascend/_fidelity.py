@@ -306,6 +306,22 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "simulated: the simulated torch_npu's replacements (xccl_ascend._torch_npu_sim) sit where torch_npu's do; "
           "Plugin.adaptor_modules names torch_npu, torchair and xccl_ascend, and the flight recorder, warnings and "
           "xccl preflight name the user's line above them (tests/test_preflight.py, tests/test_flight.py)"),
+    Claim("the torch_npu release", "torch_npu pairs one release with each torch; 2.7.1 and 2.8.0 (and .post1) read "
+          "the watchdog's mode from HCCL_ASYNC_ERROR_HANDLING only and take 0 or 1 (0-3 from .post2), map no "
+          "PREMUL_SUM ('Unhandled ReduceOp') and no uint16/32/64 or float8 (both from .post4), and leave "
+          "_AllGatherBase.backward to torch; every other claim here is 2.13.0's, and 2.9 to 2.12 are taken as 2.13.0 "
+          "(not read)",
+          ("Ascend/pytorch@9ae698c (tag v7.2.0-pytorch2.7.1), @def4860 (v7.2.0-pytorch2.8.0): torch_npu/csrc/core/"
+           "npu/register/OptionsManager.cpp:203-213, OptionsManager.h:58, csrc/distributed/ProcessGroupHCCL.cpp:"
+           "131-154, csrc/distributed/HCCLUtils.cpp:71-82, __init__.py:184-197",
+           "Ascend/pytorch@3be71f4, @729dda3 (7.3.0 tags) OptionsManager.h:59; @d99d6cd, @f3ecfe4 (26.0.0 tags)",
+           "Ascend/pytorch@9e73e70 COMPATIBILITY.en.md:24-33 (wheel to branch and CANN)",
+           "the 7.3.x docs docs/zh/native_apis/pytorch_2-8-0/torch-distributed.md:49,56 (world sizes 3, 5, 6, 7)"),
+          "simulated: the release in force (XCCL_SIM_TORCH_NPU, else the installed torch_npu, else the one paired "
+          "with torch: 2.8.0 on torch 2.8; xccl_ascend._releases) decides the simulated group's reduce ops and dtypes "
+          "(hccl_profile), the table (AscendRuntime.capabilities: premul_sum runs as a scale then a sum), the "
+          "watchdog's variable and modes (xccl leaves TearDown where 2 is refused) and the patches "
+          "(plugins/ascend/tests/test_ascend_releases.py)"),
 )
 
 _RANKS2: Final = "torchrun --standalone --nproc-per-node 2"

@@ -32,10 +32,11 @@ from xccl.plugin import (
 )
 
 from . import _constraints as cons
-from ._capabilities import ALL_TO_ALL_VC
+from ._capabilities import ALL_TO_ALL_VC, release_table
 from ._hccl_config import config_for
 from ._probe import find_cann
 from ._ranktable import load_hccl, write_survivors
+from ._releases import release
 from ._torchair_lower import LOWERED, converters, lowering
 
 if TYPE_CHECKING:
@@ -91,13 +92,14 @@ class AscendRuntime(Runtime):
     # ------------------------------------------------------------------------------------------------- setup
 
     def capabilities(self) -> CapabilityTable:
-        """The plugin's table (torch_npu 2.13.0), with ``all_to_all_v`` native where the installed torch_npu
+        """The plugin's table (torch_npu 2.13.0) as the release in force runs it (``_releases``: no premul_sum and
+        fewer dtypes before 2.7.1/2.8.0's 26.0.0 line), with ``all_to_all_v`` native where the installed torch_npu
         exports ``all_to_all_vc`` (the SDK's probe)."""
         return self._table
 
     @functools.cached_property
     def _table(self) -> CapabilityTable:
-        table: CapabilityTable = self.plugin.capabilities()
+        table: CapabilityTable = release_table(self.plugin.capabilities(), release())
         if not self.sdk.has_all_to_all_vc():
             return table
         return table.with_entries({(Collective.ALL_TO_ALL_V, Mode.EAGER): ALL_TO_ALL_VC})

@@ -15,7 +15,8 @@ What is simulated, and how faithfully:
   The broadcast runs on the vendor's group itself (``c10d_kernel`` over the simulated HCCL group), not through
   ``torch.distributed`` on xccl's group: on the hardware it happens inside HCCL, which no layer above records. The
   name is cached per group, as HCCL keeps its communicator;
-* the torch_npu release: ``XCCL_SIM_TORCH_NPU`` (default ``2.13.0``) decides which APIs exist: a version
+* the torch_npu release: ``XCCL_SIM_TORCH_NPU`` (default: the release paired with the installed torch, 2.8.0 on
+  torch 2.8, ``_releases``) decides which APIs exist and what they do (``_releases.Release``): a version
   (``2.12.0``) is a release wheel, built from a release branch (``v2.12.0-26.1.0``, ``v2.7.1-7.2.0``); a branch name
   (``v2.12.0``, ``v2.12.0-26.1.0``) is a build of that branch. ``torch_npu.distributed.all_to_all_vc`` exists on
   the development branches v2.7.1 (adc41e6) and v2.9.0 to v2.12.0 (da74682, cf90439, 0b74b65, a63ae3a:
@@ -58,6 +59,8 @@ from xccl.plugin import (
 )
 
 from ._probe import parse_visible_devices
+from ._releases import SIM_TORCH_NPU_ENV
+from ._releases import release as npu_release
 from ._simprofile import sim_device_name
 from ._torch_npu_sim import REPLACEMENTS
 from ._torchair_lower import GraphOps
@@ -73,10 +76,6 @@ __all__ = [
 SIM_SOC_ENV: Final = "XCCL_SIM_ASCEND_SOC"
 #: Physical NPUs of the simulated host.
 SIM_DEVICES_ENV: Final = "XCCL_SIM_ASCEND_DEVICES"
-#: The torch_npu release to simulate: a release wheel's version, e.g. ``2.13.0`` (default) or ``2.12.0``, or the
-#: branch it was built from, e.g. ``v2.12.0`` (development) or ``v2.12.0-26.1.0`` (release).
-SIM_TORCH_NPU_ENV: Final = "XCCL_SIM_TORCH_NPU"
-_DEFAULT_TORCH_NPU: Final = "2.13.0"
 #: The development branches that export ``torch_npu.distributed.all_to_all_vc`` (Ascend/pytorch: v2.7.1 adc41e6,
 #: v2.9.0 da74682, v2.10.0 cf90439, v2.11.0 0b74b65, v2.12.0 a63ae3a). No release branch (``-7.x.0``,
 #: ``-26.x.0``), v2.8.0 (c419498) or 2.13.0 tag exports it, so no release wheel has it.
@@ -98,7 +97,7 @@ def sim_torch_npu(env: Mapping[str, str] | None = None) -> tuple[str, tuple[int,
     Raises:
         InitError: the value is not a version such as ``2.12.0``.
     """
-    raw = (os.environ if env is None else env).get(SIM_TORCH_NPU_ENV, "").strip() or _DEFAULT_TORCH_NPU
+    raw = npu_release(env).version
     # A branch name: the version between the "v" and the release suffix ("v2.12.0-26.1.0").
     parts = raw.removeprefix("v").split("-", 1)[0].split("+", 1)[0].split(".")
     try:
@@ -145,7 +144,9 @@ class SimSdk:
         self._groups: dict[str, weakref.ref[Any]] = {}
         self._patched = imported
         if imported:
-            install_patches("ascend", ascend_runtime().patches, REPLACEMENTS)
+            # The release in force patches what it patches (2.8.0 leaves _AllGatherBase.backward to torch).
+            declared = ascend_runtime().patches
+            install_patches("ascend", declared, {p.target: REPLACEMENTS[p.target] for p in declared})
 
     def close(self) -> None:
         """Undo what the simulated import did (torch_npu's patches of torch.distributed)."""

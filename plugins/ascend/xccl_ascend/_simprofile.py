@@ -20,8 +20,9 @@ import torch
 
 from xccl.plugin import SimProfile
 
-from ._capabilities import FLOAT8_DTYPES, MOVED_DTYPES, NO_PRODUCT_DTYPES, REDUCED_DTYPES
+from ._capabilities import FLOAT8_DTYPES, MOVED_DTYPES, NO_PRODUCT_DTYPES, REDUCED_DTYPES, WIDE_DTYPES
 from ._hccl_config import torch_check
+from ._releases import Release, release
 
 __all__ = ["SimHcclOptions", "check_call", "check_options", "hccl_profile"]
 
@@ -120,16 +121,19 @@ def check_call(method: str, dtype: torch.dtype, reduce_op: str | None) -> str | 
     return None
 
 
-def hccl_profile() -> SimProfile:
-    """The profile registered as the ``hccl`` backend in simulation."""
+def hccl_profile(npu: Release | None = None) -> SimProfile:
+    """The profile registered as the ``hccl`` backend in simulation, for the torch_npu release ``npu`` (default: the
+    one in force, ``_releases``): 2.7.1 and 2.8.0 before their 26.0.0 line map no PREMUL_SUM and no wide dtypes."""
+    npu = npu or release()
     ops: dict[str, str | None] = dict.fromkeys(_IMPLEMENTED)
     ops["recv_anysource"] = "ProcessGroupHCCL does not support recv"
     return SimProfile(
         backend="hccl",
         vendor_name="ProcessGroupHCCL",
         native_ops=ops,
-        dtypes=frozenset(MOVED_DTYPES),
-        reduce_ops=frozenset({"sum", "product", "min", "max", "avg", "premul_sum"}),
+        dtypes=frozenset(MOVED_DTYPES - (frozenset() if npu.wide_dtypes else WIDE_DTYPES)),
+        reduce_ops=frozenset({"sum", "product", "min", "max", "avg"} | ({"premul_sum"} if npu.premul_sum else set())),
+        reduce_op_messages={} if npu.premul_sum else {"premul_sum": "Unhandled ReduceOp"},
         uneven_all_to_all=True,
         check_options=check_options,
         check_call=check_call,

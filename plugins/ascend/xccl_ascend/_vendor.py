@@ -23,6 +23,8 @@ from xccl.plugin import (
     Watchdog,
 )
 
+from ._releases import Release, release
+
 __all__ = ["CANN_BUFFSIZE_ENV", "CANN_CONNECT_ENV", "CANN_EI0002", "CANN_EI0006", "EI0002", "EI0006", "ascend_runtime"]
 
 _PT: Final = "Ascend/pytorch@462f4e1 torch_npu/"
@@ -69,16 +71,22 @@ _WARNING: Final = (
 )
 
 
+def ascend_runtime(npu: Release | None = None) -> VendorRuntime:
+    """torch_npu's and HCCL's run-time behaviour: 2.13's, with what the release ``npu`` does otherwise (default: the
+    release in force, ``_releases.release``)."""
+    return _runtime(npu or release())
+
+
 @functools.cache
-def ascend_runtime() -> VendorRuntime:
-    """torch_npu 2.13's and HCCL's run-time behaviour."""
+def _runtime(npu: Release) -> VendorRuntime:
     return VendorRuntime(
         completion=Completion.STREAM,
         completion_source=f"{_PGH}:996-1007 (WorkHCCL::synchronizeInternal blocks the current stream; "
         "npuSynchronizeDevice for barrier work only), :1084-1094 (wait never rethrows the watchdog's exception)",
         watchdog=Watchdog(
-            mode_env="TORCH_HCCL_ASYNC_ERROR_HANDLING",
-            mode_env_aliases=("HCCL_ASYNC_ERROR_HANDLING",),
+            mode_env=npu.mode_env,
+            mode_env_aliases=npu.mode_aliases,
+            modes=frozenset(map(ErrorHandling, npu.modes)),
             default_mode=ErrorHandling.TEAR_DOWN,
             exec_timeout_env="HCCL_EXEC_TIMEOUT",
             exec_timeout_default=1836.0,
@@ -119,11 +127,11 @@ def ascend_runtime() -> VendorRuntime:
                     f"per pair of ranks), {CANN_BUFFSIZE_ENV} (2 x HCCL_BUFFSIZE per communicator)"),
         ),
         patches=(
-            TorchPatch(
+            *((TorchPatch(
                 "torch.distributed.nn.functional._AllGatherBase.backward",
                 "raises 'Backend not supported!' unless dist.get_backend(group) is nccl, xccl or hccl",
                 f"{_PATCHES}:59-62, {_PT}distributed/nn/functional.py:8-30 (_allgather_base_backward_hccl)",
-            ),
+            ),) if npu.all_gather_backward else ()),
             TorchPatch(
                 "torch.distributed.gather",
                 "on NPU tensors calls the group's HCCL backend directly (group._get_backend(npu).allgather, or "
