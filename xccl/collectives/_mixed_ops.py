@@ -236,8 +236,13 @@ def _host_reduce_scatter(g: MixedGroup, out: torch.Tensor, inps: list[torch.Tens
 
 
 def _host_all_to_all(g: MixedGroup, outs: list[torch.Tensor], inps: list[torch.Tensor]) -> None:
-    n = len(outs)
-    _staged(g, [*outs, *inps], lambda h: g.islands.host.alltoall(h[:n], h[n:]), outs)
+    """One all_to_all_single with split sizes over the concatenated tensors: gloo's list form needs tensors of one
+    size, and torch's gloo has none before 2.12."""
+    out = torch.empty(sum(t.numel() for t in outs), dtype=inps[0].dtype, device=inps[0].device)
+    _host_all_to_all_single(g, out, torch.cat([t.reshape(-1) for t in inps]), [t.numel() for t in outs],
+                            [t.numel() for t in inps])
+    for t, part in zip(outs, out.split([t.numel() for t in outs]), strict=True):
+        t.copy_(part.view(t.shape))
 
 
 def _host_all_to_all_single(g: MixedGroup, out: torch.Tensor, inp: torch.Tensor, osz: Any = None,
