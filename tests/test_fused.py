@@ -125,7 +125,8 @@ def _grads(loss: torch.Tensor, *xs: torch.Tensor) -> list[torch.Tensor]:
 
 def body_gradients(chunks: int | None, unfused: bool = True) -> list[str]:
     """Gradients against (1) the single-device model every rank rebuilds from all ranks' operands and (2) with
-    ``unfused``, torch's differentiable unfused ops (functional collectives)."""
+    ``unfused``, torch's differentiable unfused ops (the functional collectives' ``_autograd`` forms: the plain ones
+    do not differentiate on torch 2.8, and torch 2.7 has no differentiable all_reduce, composed here of the two)."""
     import torch.distributed._functional_collectives as funcol
 
     rank, w = dist.get_rank(), dist.get_world_size()
@@ -148,7 +149,7 @@ def body_gradients(chunks: int | None, unfused: bool = True) -> list[str]:
         g_unfused = g_fused
         if unfused:
             x2, y2, z2 = leaves(a[rank], b[rank], bias[rank])
-            ref = funcol.reduce_scatter_tensor(torch.addmm(z2, x2, y2), "sum", 0, dist.group.WORLD)
+            ref = funcol.reduce_scatter_tensor_autograd(torch.addmm(z2, x2, y2), "sum", 0, dist.group.WORLD)
             ref = ref / w if op == "avg" else ref
             g_unfused = _grads((ref * grad_w[rank][: m // w]).sum(), x2, y2, z2)
         full = [t.clone().requires_grad_() for t in (*a, *b, *bias)]
@@ -172,7 +173,7 @@ def body_gradients(chunks: int | None, unfused: bool = True) -> list[str]:
         g_unfused = g_fused
         if unfused:
             x2, y2 = leaves(a[rank][:rows], b[rank])
-            gathered2 = funcol.all_gather_tensor(x2, 0, dist.group.WORLD)
+            gathered2 = funcol.all_gather_tensor_autograd(x2, 0, dist.group.WORLD)
             loss2 = ((gathered2 @ y2) * grad_w[rank]).sum() + (gathered2.sum() if gather_output else 0)
             g_unfused = _grads(loss2, x2, y2)
         for name, g1, g2, g3 in zip(("a", "b"), g_fused, g_unfused, g_model, strict=False):
@@ -190,7 +191,9 @@ def body_gradients(chunks: int | None, unfused: bool = True) -> list[str]:
         g_funcol = [g * w for g in g_fused]
         if unfused:
             x2, y2, z2 = leaves(a[rank].reshape(shape), b[rank], bias[rank])
-            ref = funcol.all_reduce(torch.matmul(x2, y2) + z2, "sum", dist.group.WORLD)
+            part = funcol.reduce_scatter_tensor_autograd((torch.matmul(x2, y2) + z2).reshape(m, n), "sum", 0,
+                                                         dist.group.WORLD)
+            ref = funcol.all_gather_tensor_autograd(part, 0, dist.group.WORLD)
             g_funcol = _grads((ref.reshape(m, n) * grad_w[0]).sum(), x2, y2, z2)
         for name, g1, g3, g4 in zip(("a", "b", "bias"), g_fused, g_model, g_funcol, strict=False):
             if not (torch.allclose(g1.reshape(g3.shape), g3, **tol) and torch.allclose(g1 * w, g4, **tol)):
