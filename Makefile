@@ -22,7 +22,17 @@ TESTS := tests $(wildcard plugins/*/tests) $(wildcard examples/plugin-template/t
 # recompiles its ~100 modules, 0.3-1 s of CPU per process. The caches go to the gitignored __pycache__ folders.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 
-.PHONY: demo test test-more test-slow test-frameworks bench lint clean
+# The compatibility tier on another torch xccl supports (2.7 to 2.14): `make test-torch TORCH=2.8.0` installs that
+# torch's standard wheel (a CUDA build, about 6 GB; it runs on the CPU) with xccl and its plugins into
+# .venv-torch-<version>, then runs what users run first (the demo, the Sophgo example on 4 ranks, the Ascend example
+# compiled into a graph on 2 ranks) and the tests marked `compat`. `make venv-torch TORCH=...` installs only (CI
+# does that for every version while the first tier runs).
+TORCH ?= 2.8.0
+TVENV := .venv-torch-$(TORCH)
+TPY   := $(TVENV)/bin/python
+COMPAT_ARGS ?= -m "compat and not gpu and not frameworks" --durations=15 -n 2 --dist loadfile
+
+.PHONY: demo test test-more test-slow test-frameworks test-torch venv-torch bench lint clean
 
 $(VENV)/.core: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +70,26 @@ $(VENV)/.frameworks: $(VENV)/.test
 test-frameworks: $(VENV)/.frameworks
 	$(PYTEST) -m frameworks --durations=15 tests/frameworks tests/test_benchmarks.py
 
+$(TVENV)/.torch:
+	$(PYTHON) -m venv $(TVENV)
+	$(TPY) -m pip install --quiet "torch==$(TORCH)"
+	touch $@
+
+$(TVENV)/.test: $(TVENV)/.torch pyproject.toml $(PLUGINS)
+	$(TPY) -m pip install --quiet -e ".[test]" $(foreach p,$(dir $(PLUGINS)),-e $(p))
+	$(TPY) -m pip uninstall --quiet --yes xccl-testplugins xccl-template 2>/dev/null || true
+	touch $@
+
+## Install torch $(TORCH) into its own venv (no xccl yet: safe beside a running `make test`).
+venv-torch: $(TVENV)/.torch
+
+## The compatibility tier on torch $(TORCH): the demo, both examples, the tests marked `compat`.
+test-torch: $(TVENV)/.test
+	$(TVENV)/bin/xccl demo
+	XCCL_SIMULATE=sophgo $(TVENV)/bin/torchrun --standalone --nproc-per-node 4 examples/sophgo_all_reduce.py
+	XCCL_SIMULATE=ascend $(TVENV)/bin/torchrun --standalone --nproc-per-node 2 examples/ascend_all_reduce_single_group.py
+	env -u PYTHONDONTWRITEBYTECODE $(TPY) -m pytest $(COMPAT_ARGS) $(TESTS)
+
 ## Lint (also run by the tests): ruff over the tree, mypy --strict over the package, the import-layer contract.
 lint: $(VENV)/.test
 	$(PY) -m ruff check xccl xccl_cli.py plugins examples tests benchmarks scripts
@@ -71,4 +101,4 @@ bench: $(VENV)/.test
 	$(PY) benchmarks/overhead.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache benchmarks/results
+	rm -rf $(VENV) .venv-torch-* build *.egg-info .pytest_cache benchmarks/results

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -168,6 +169,20 @@ def section(name: str, table: CapabilityTable, about: Mapping[str, _render.About
     return f"<!-- caps:begin {name} -->\n{body}<!-- caps:end {name} -->\n"
 
 
+def torch_section() -> str:
+    """What differs per torch release (``xccl.ops._torch.CHANGES``): the tables below are the newest torch's."""
+    from xccl.ops._torch import CHANGES, FLOOR, NEWEST
+
+    rows = "".join(f"| {c.needs} | {c.what} | {c.before} | {c.source} |\n" for c in CHANGES)
+    intro = textwrap.fill(
+        f"xccl supports torch {FLOOR[0]}.{FLOOR[1]} to {NEWEST[0]}.{NEWEST[1]} (below {FLOOR[0]}.{FLOOR[1]}, `import "
+        "xccl` raises `TorchVersionError`). The tables below are a torch that has every change in this list; on an "
+        "older one the cpu plugin's table and the simulations follow what its gloo does, and `xccl caps` and `xccl "
+        "doctor` list what differs there (`xccl.ops._torch`).", 120)
+    return (f"## Per torch release\n\n{intro}\n\n| from torch | what | before it, xccl | read in |\n"
+            "|---|---|---|---|\n" + rows)
+
+
 def render_document(infos: Sequence[PluginInfo]) -> str:
     """The whole of ``docs/capabilities.md`` for these plugins."""
     tables, about = _tables(infos)
@@ -175,6 +190,7 @@ def render_document(infos: Sequence[PluginInfo]) -> str:
     parts = [
         _HEADER.format(command=COMMAND, plugins=names),
         _INTRO,
+        torch_section(),
         "## Matrix\n",
         _render.render_markdown_matrix(tables),
         "## Per plugin\n",

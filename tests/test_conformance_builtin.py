@@ -29,6 +29,9 @@ from xccl.testing.conformance import (
     table_problems,
 )
 
+# The compatibility tier runs this file on every supported torch (`make test-torch`).
+pytestmark = pytest.mark.compat
+
 TestCpuConformance = suite("cpu")
 TestCudaConformance = suite("cuda")
 
@@ -245,7 +248,8 @@ def test_suite_fails_a_plugin_that_breaks_the_contract(tmp_path):
     }
     assert {k: outcomes.get(k) for k in expected} == expected, out[-5000:]
     assert "imported lying_vendor_sdk (from no installed distribution)" in out
-    assert "all_reduce float32 band (native)" in out
+    # gloo refuses band on floats; torch 2.7's refuses avg too, which the kit may report first there.
+    assert re.search(r"all_reduce float32 (band|avg) \(native\)", out), out[-5000:]
     # One line for the calls that failed alike (sync and async), then what the first one returned.
     assert re.search(r"all_gather_into_tensor_uneven float32 \(native\)[^:]*: output 0: values", out), out[-5000:]
     assert "two different groups share a name" in out

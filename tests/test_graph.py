@@ -16,6 +16,9 @@ import torch.distributed as dist
 
 import xccl
 
+# The compatibility tier runs this file on every supported torch (`make test-torch`).
+pytestmark = pytest.mark.compat
+
 BODY_TIMEOUT = 300.0
 _GROUPS: dict[tuple[int, ...], Any] = {}
 

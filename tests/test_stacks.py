@@ -24,6 +24,9 @@ from torch import nn
 
 import xccl
 
+# The compatibility tier runs this file on every supported torch (`make test-torch`).
+pytestmark = pytest.mark.compat
+
 STEPS = 3
 LR = 0.1
 D_IN, HIDDEN, D_OUT = 8, 16, 4

@@ -25,13 +25,19 @@ __all__ = ["call"]
 _SUM: Final = dist.ReduceOp.SUM
 
 
-def _sum_for_avg(opts: Any) -> bool:
-    """Whether ``opts`` asks for AVG, which this gloo lacks: ``opts`` then says SUM (torch builds a fresh struct per
-    call) and the caller divides."""
-    if TORCH.has(GLOO_AVG) or reduce_op_name(opts.reduceOp) != "avg":
-        return False
-    opts.reduceOp = _SUM
-    return True
+def _avg_as_sum(opts: Any) -> bool:
+    """Whether ``opts`` asks for AVG, which this gloo lacks, so that the call runs SUM and the caller divides."""
+    return not TORCH.has(GLOO_AVG) and reduce_op_name(opts.reduceOp) == "avg"
+
+
+def _summing(opts: Any) -> Any:
+    """A copy of ``opts`` that says SUM: never ``opts`` itself, which xccl's kernels cache and reuse per op."""
+    new = type(opts)()
+    for name in ("rootRank", "rootTensor", "timeout", "asyncOp"):
+        if hasattr(opts, name):
+            setattr(new, name, getattr(opts, name))
+    new.reduceOp = _SUM
+    return new
 
 
 def _divide(tensors: list[torch.Tensor], n: int) -> None:
@@ -44,18 +50,19 @@ def _divide(tensors: list[torch.Tensor], n: int) -> None:
 
 def _reducing(inner: Any, method: str, tensors: list[torch.Tensor], opts: Any) -> Any:
     """``allreduce``/``reduce``/``allreduce_coalesced``: AVG as SUM then a divide where gloo has no AVG."""
-    avg = _sum_for_avg(opts)
-    work = getattr(inner, method)(tensors, opts)
-    return Work([work], then=lambda: _divide(tensors, inner.size())) if avg else work
+    if not _avg_as_sum(opts):
+        return getattr(inner, method)(tensors, opts)
+    work = getattr(inner, method)(tensors, _summing(opts))
+    return Work([work], then=lambda: _divide(tensors, inner.size()))
 
 
 def _scattered(inner: Any, pairs: list[tuple[torch.Tensor, torch.Tensor]], opts: Any) -> Any:
     """A reduce-scatter of each (output, stacked input) pair: an all_reduce of a copy of the input with ``opts``'s
     op, then this rank's slice."""
-    avg = _sum_for_avg(opts)
+    avg = _avg_as_sum(opts)
     whole = [inp.detach().clone().reshape(inner.size(), -1) for _, inp in pairs]
     ar = dist.AllreduceOptions()
-    ar.reduceOp = opts.reduceOp
+    ar.reduceOp = _SUM if avg else opts.reduceOp
     works = [inner.allreduce([w], ar) for w in whole]
 
     def slice_out() -> None:

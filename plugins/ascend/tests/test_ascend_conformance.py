@@ -6,7 +6,12 @@ its graph. On a machine with Ascend NPUs, run it on the hardware: ``pytest --xcc
 --xccl-compile-backend xccl``.
 """
 
+import pytest
+
 from xccl.testing.conformance import suite
+
+# The compatibility tier runs this file on every supported torch (`make test-torch`).
+pytestmark = pytest.mark.compat
 
 # The table claims float8 moves, which CANN lists for Atlas 350 (Ascend 950) only: on the default simulated chip
 # (A2) the kit fails those claims, as it should. The kit runs on the one chip every claim holds for; a table that

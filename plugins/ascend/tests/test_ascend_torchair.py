@@ -30,6 +30,9 @@ from xccl.collectives._state import PROCESS
 from xccl.plugin import Collective as C
 from xccl.plugin import Level, Mode
 
+# The compatibility tier runs this file on every supported torch (`make test-torch`).
+pytestmark = pytest.mark.compat
+
 EMULATE = {"vendor": "ascend", "simulate": True, "fallback": "emulate"}
 STRICT = {"vendor": "ascend", "simulate": True, "fallback": "error"}
 TIMEOUT = 400.0
