@@ -176,7 +176,7 @@ def torch_section() -> str:
     rows = "".join(f"| {c.needs} | {c.what} | {c.before} | {c.source} |\n" for c in CHANGES)
     intro = textwrap.fill(
         f"xccl supports torch {FLOOR[0]}.{FLOOR[1]} to {NEWEST[0]}.{NEWEST[1]} (below {FLOOR[0]}.{FLOOR[1]}, `import "
-        "xccl` raises `TorchVersionError`). The tables below are a torch that has every change in this list; on an "
+        "xccl` raises `UnsupportedTorch`). The tables below are a torch that has every change in this list; on an "
         "older one the cpu plugin's table and the simulations follow what its gloo does, and `xccl caps` and `xccl "
         "doctor` list what differs there (`xccl.ops._torch`).", 120)
     return (f"## Per torch release\n\n{intro}\n\n| from torch | what | before it, xccl | read in |\n"

@@ -150,7 +150,7 @@ def test_import_below_the_floor_says_which_torch_xccl_needs_and_why(tmp_path: Pa
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     first, message = out.stdout.splitlines()[:2]
-    assert first == "TorchVersionError 2.7 2.1.0+cu121 0", out.stdout + out.stderr
+    assert first == "UnsupportedTorch 2.7 2.1.0+cu121 0", out.stdout + out.stderr
     assert "xccl needs torch >= 2.7" in message and "subclass c10d's ProcessGroup" in message
 
 
@@ -160,7 +160,7 @@ def test_import_below_the_floor_says_which_torch_xccl_needs_and_why(tmp_path: Pa
 def body_shrink_refused() -> tuple[str, list[float]]:
     try:
         dist.shrink_group([1])
-    except xccl.TorchVersionError as exc:
+    except xccl.UnsupportedTorch as exc:
         said = f"{exc.feature} {exc.needs}"
     t = torch.ones(1)
     xccl.all_reduce(t)  # nothing was torn down

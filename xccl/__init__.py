@@ -33,8 +33,8 @@ from .errors import (
     PluginContractError,
     RankTableError,
     RendezvousTimeout,
-    TorchVersionError,
     UnsupportedCollective,
+    UnsupportedTorch,
     XcclError,
 )
 from .ops._torch import require_floor
@@ -123,8 +123,8 @@ __all__ = [
     "Status",
     "Support",
     "TimeoutWarning",
-    "TorchVersionError",
     "UnsupportedCollective",
+    "UnsupportedTorch",
     "World",
     "WorldMap",
     "XcclError",

@@ -31,8 +31,8 @@ __all__ = [
     "PluginContractError",
     "RankTableError",
     "RendezvousTimeout",
-    "TorchVersionError",
     "UnsupportedCollective",
+    "UnsupportedTorch",
     "XcclError",
 ]
 
@@ -120,7 +120,7 @@ class UnsupportedCollective(XcclError, RuntimeError):
         super().__init__(f"{op} is not supported on {backend}: {detail}")
 
 
-class TorchVersionError(XcclError, RuntimeError):
+class UnsupportedTorch(XcclError, RuntimeError):
     """The installed torch is too old for xccl (``feature`` is ``"xccl"``) or for one of its features (``feature``
     names it): ``needs`` is the first torch release that has what it stands on, ``installed`` the torch found, and
     ``why`` what that release has."""

@@ -106,7 +106,7 @@ class CpuPlugin(Plugin):
             return ProbeResult.unavailable(
                 "this torch build has no gloo backend", "install a torch wheel built with distributed support"
             )
-        return ProbeResult.ok(torch=torch.__version__)
+        return ProbeResult.ok(torch=TORCH.version)
 
     @functools.cache  # noqa: B019 - one plugin object per process; the table is immutable data
     def capabilities(self) -> CapabilityTable:

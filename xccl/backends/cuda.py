@@ -14,6 +14,7 @@ from typing import Final
 
 import torch
 
+from ..ops._torch import TORCH
 from ..plugin import (
     PORTABLE,
     CapabilityTable,
@@ -49,9 +50,9 @@ class CudaPlugin(Plugin):
 
         if torch.version.cuda is None:
             return ProbeResult.unavailable(
-                f"torch {torch.__version__} is a CPU-only build",
+                f"torch {TORCH.version} is a CPU-only build",
                 "install a CUDA build of torch (e.g. from the cu12x index) on a machine with an NVIDIA GPU",
-                torch=torch.__version__,
+                torch=TORCH.version,
             )
         if not dist.is_available() or not dist.is_nccl_available():
             return ProbeResult.unavailable("this torch build has no NCCL backend", "install a torch build with NCCL")

@@ -241,7 +241,7 @@ def _host_all_to_all(g: MixedGroup, outs: list[torch.Tensor], inps: list[torch.T
     out = torch.empty(sum(t.numel() for t in outs), dtype=inps[0].dtype, device=inps[0].device)
     _host_all_to_all_single(g, out, torch.cat([t.reshape(-1) for t in inps]), [t.numel() for t in outs],
                             [t.numel() for t in inps])
-    for t, part in zip(outs, out.split([t.numel() for t in outs]), strict=True):
+    for t, part in zip(outs, torch.split(out, [t.numel() for t in outs]), strict=True):
         t.copy_(part.view(t.shape))
 
 

@@ -19,7 +19,7 @@ import re
 import sys
 from typing import Final, NamedTuple, final
 
-from ..errors import TorchVersionError
+from ..errors import UnsupportedTorch
 
 __all__ = [
     "ASYNC_OP",
@@ -97,7 +97,7 @@ GLOO_REDUCE_SCATTER_OPS: Final = Change(
     "holding 1 and 2, MAX: 3 on 2.7.1 and 2.8.0, 2 from 2.9.1")
 SHRINK_GROUP: Final = Change(
     (2, 10), "torch.distributed.shrink_group and its validators (_validate_shrink_inputs & co.), on which xccl's "
-    "in-place shrink stands", "dist.shrink_group raises TorchVersionError: restart and resume instead "
+    "in-place shrink stands", "dist.shrink_group raises UnsupportedTorch: restart and resume instead "
     "(docs/elastic.md)", "pytorch/pytorch#164518; absent from 2.9.1, present in 2.10.0", "dist.shrink_group")
 FAKE_PG_INTERNAL: Final = Change(
     (2, 10), "c10d's FakeProcessGroup is built by FakeProcessGroup._create_internal(rank, size)",
@@ -150,9 +150,9 @@ class Torch:
         return tuple(c for c in CHANGES if not self.has(c))
 
     def require(self, change: Change) -> None:
-        """Raise :class:`~xccl.errors.TorchVersionError` naming ``change.feature`` when this release lacks it."""
+        """Raise :class:`~xccl.errors.UnsupportedTorch` naming ``change.feature`` when this release lacks it."""
         if not self.has(change):
-            raise TorchVersionError(change.feature, change.needs, self.version, change.what)
+            raise UnsupportedTorch(change.feature, change.needs, self.version, change.what)
 
 
 def _installed() -> str:
@@ -177,6 +177,6 @@ TORCH: Final = Torch(_installed())
 
 
 def require_floor(torch: Torch = TORCH) -> None:
-    """Raise :class:`~xccl.errors.TorchVersionError` when ``torch`` is older than :data:`FLOOR`."""
+    """Raise :class:`~xccl.errors.UnsupportedTorch` when ``torch`` is older than :data:`FLOOR`."""
     if torch.release != (0, 0) and torch.release < FLOOR:
-        raise TorchVersionError("xccl", f"{FLOOR[0]}.{FLOOR[1]}", torch.version, WHY_FLOOR)
+        raise UnsupportedTorch("xccl", f"{FLOOR[0]}.{FLOOR[1]}", torch.version, WHY_FLOOR)

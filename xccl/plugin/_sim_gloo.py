@@ -61,7 +61,7 @@ def _scattered(inner: Any, pairs: list[tuple[torch.Tensor, torch.Tensor]], opts:
     op, then this rank's slice."""
     avg = _avg_as_sum(opts)
     whole = [inp.detach().clone().reshape(inner.size(), -1) for _, inp in pairs]
-    ar = dist.AllreduceOptions()
+    ar: Any = dist.AllreduceOptions()
     ar.reduceOp = _SUM if avg else opts.reduceOp
     works = [inner.allreduce([w], ar) for w in whole]
 

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlparse
 
-import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore
 
@@ -39,6 +38,7 @@ from ..collectives._liveness import (
 )
 from ..collectives._state import PROCESS
 from ..errors import InitError, RendezvousTimeout
+from ..ops._torch import TORCH
 from ..plugin._fake_world import transport
 from ..plugin._jobenv import JobEnv, job_env
 
@@ -109,7 +109,7 @@ def facts_of(
         local_world_size=-1 if job.local_world_size is None else job.local_world_size,
         node=-1 if job.node_rank is None else job.node_rank,
         plugin=plugin, backend=backend, simulate=simulate, check=check, fallback=fallback, xccl=_xccl_version(),
-        torch=torch.__version__.split("+")[0], host=socket.gethostname(), addr=addr, port=port, pid=os.getpid(),
+        torch=TORCH.version.split("+")[0], host=socket.gethostname(), addr=addr, port=port, pid=os.getpid(),
         heterogeneous=heterogeneous,
     )
 

@@ -60,7 +60,7 @@ def shrink_group(ranks_to_exclude: list[int], group: Any = None, shrink_flags: i
         ``xccl.get_world()`` describe it, and every other group is gone.
 
     Raises:
-        TorchVersionError: torch is older than 2.10, which has no shrink_group and none of the checks it runs.
+        UnsupportedTorch: torch is older than 2.10, which has no shrink_group and none of the checks it runs.
         TypeError, ValueError, RuntimeError: torch's own, for bad arguments (an empty list, a rank out of range or
             twice, excluding this rank or every rank).
         InitError: a mixed-vendor group (not supported), or xccl's state is gone (after ``xccl.shutdown``).

@@ -35,7 +35,7 @@ def monitored_barrier(group: Any = None, timeout: Any = None, wait_all_ranks: bo
 
 def install() -> None:
     """Put xccl's functions where torch's are (once; torch's own are kept for the other groups). ``shrink_group``
-    is put there on a torch without one too (before 2.10), where it raises :class:`~xccl.TorchVersionError`."""
+    is put there on a torch without one too (before 2.10), where it raises :class:`~xccl.UnsupportedTorch`."""
     for name, ours in (("shrink_group", shrink_group), ("monitored_barrier", monitored_barrier)):
         current = c10d.__dict__.get(name)
         if current is not ours:

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from ..ops._torch import TORCH
 from ._bench_config import COLLECTIVE, OPS, BenchConfig, BenchError, busbw_factor, parse_size, sweep_sizes
 from ._bench_measure import Progress, run_op
 from ._bench_report import plot, summarize
@@ -96,7 +97,7 @@ def _rank_main(local_rank: int, cfg: BenchConfig, port: int, result_path: str) -
                 "simulate": world.simulate,
                 "world_size": n,
                 "device": str(world.device.type),
-                "torch": torch.__version__,
+                "torch": TORCH.version,
                 "xccl": xccl.__version__,
                 "config": asdict(cfg),
                 "timing": "median over rounds of the slowest rank's time per call; ratio: median over rounds of "

@@ -19,7 +19,7 @@ __all__ = ["CLAIMS", "ENTRY_SOURCES", "HARDWARE", "SUMMARY", "Claim"]
 SUMMARY: Final = (
     "Sophgo's torch-tpu is cited at main fe9b478: ProcessGroupSCCL's source, torch_tpu/tpu/utils.py and the tutorial "
     "(docs/quick_start/source_zh/03_Tutorial.rst); the C2C check and ring are in the closed libtpudnn. That source is "
-    "torch-tpu's build for torch 2.8.0 (setup.py:39, version 2.8.0.post1; scripts/envsetup.sh:18-32 takes torch "
+    "torch-tpu's build for torch 2.8.0 (setup.py:39, version 2.8.0.post1; envsetup.sh:18-32 (its scripts folder) takes torch "
     "2.1.0 or 2.8.0), and ProcessGroupSCCL has no torch-version guard (its port to 2.8, commit 26908004, changed its "
     "base class for every build): the simulation is that build on every torch, and CI runs it on torch 2.8.0."
 )

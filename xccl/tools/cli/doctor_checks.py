@@ -92,6 +92,8 @@ def _torch() -> list[Finding]:
     import torch
     import torch.distributed as dist
 
+    from xccl.ops._torch import TORCH
+
     version = torch.version
     build = (
         f"CUDA {version.cuda}" if version.cuda else f"ROCm {version.hip}" if getattr(version, "hip", None) else "CPU"
@@ -102,7 +104,7 @@ def _torch() -> list[Finding]:
         "cxx11_abi": str(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", "?")),
         "path": os.path.dirname(torch.__file__),
     }
-    out = [Finding("torch", "torch", "ok", f"{torch.__version__} ({build} build)", facts=facts), *_release()]
+    out = [Finding("torch", "torch", "ok", f"{TORCH.version} ({build} build)", facts=facts), *_release()]
     if not dist.is_available():
         out.append(Finding(
             "torch", "torch.distributed", "fail", "this torch build has no torch.distributed",
@@ -230,17 +232,17 @@ def _package(name: str, plugins: list[str]) -> Finding:
 
 def _torch_pin(name: str, dist: metadata.Distribution, facts: dict[str, str]) -> Finding | None:
     """A failing finding when ``dist`` requires another torch than this one (recorded in ``facts``), else None."""
-    import torch
+    from xccl.ops._torch import TORCH
 
     wanted = [r for r in dist.requires or () if re.match(r"torch\s*[(=<>!~]", r)]
     facts["requires"] = "; ".join(wanted) or "(no torch pin)"
-    mismatch = [r for r in wanted if not _satisfies(torch.__version__, r)]
+    mismatch = [r for r in wanted if not _satisfies(TORCH.version, r)]
     if not mismatch:
         return None
     return Finding(
         "packages", name, "fail",
-        f"{name} {dist.version} was built for {mismatch[0]}, but torch is {torch.__version__}",
-        f"install the {name} release made for torch {torch.__version__.split('+')[0]}, or the torch it pins "
+        f"{name} {dist.version} was built for {mismatch[0]}, but torch is {TORCH.version}",
+        f"install the {name} release made for torch {TORCH.version.split('+')[0]}, or the torch it pins "
         "(`pip install 'torch==<that version>'`)",
         facts,
     )

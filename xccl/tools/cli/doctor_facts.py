@@ -20,10 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, final
 
-import torch
-
 import xccl
 from xccl.errors import RankTableError
+from xccl.ops._torch import TORCH
 from xccl.plugin import load_rank_table
 from xccl.plugin._registry import default_registry
 
@@ -128,7 +127,7 @@ def gather(
     return RankFacts(
         rank=rank, world_size=world_size, local_rank=local_rank,
         host=env.get(HOST_ENV) or socket.gethostname(), pid=os.getpid(),
-        python=platform.python_version(), torch=torch.__version__, xccl=xccl.__version__,
+        python=platform.python_version(), torch=TORCH.version, xccl=xccl.__version__,
         plugin=report.selected or "(none)",
         plugin_dist=(info.distribution or "?") if info is not None else "-",
         vendor=(plugin.vendor or "-") if plugin is not None else "-",
