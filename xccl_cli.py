@@ -18,8 +18,13 @@ def main() -> int:
         os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
         # Tell doctor the variable was not the user's, so it reports autoload as the user's shell has it.
         os.environ["XCCL_DOCTOR_AUTOLOAD_SET_BY_SHIM"] = "1"
-    from xccl.tools.cli import main as cli_main
-
+    try:
+        from xccl.tools.cli import main as cli_main
+    except RuntimeError as exc:  # xccl.UnsupportedTorch (below xccl's torch floor): one line, not a traceback
+        if type(exc).__name__ != "UnsupportedTorch":  # its class is unreachable: importing xccl is what failed
+            raise
+        print(f"xccl: {exc}", file=sys.stderr)
+        return 2
     return cli_main()
 
 

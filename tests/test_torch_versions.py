@@ -152,6 +152,11 @@ def test_import_below_the_floor_says_which_torch_xccl_needs_and_why(tmp_path: Pa
     first, message = out.stdout.splitlines()[:2]
     assert first == "UnsupportedTorch 2.7 2.1.0+cu121 0", out.stdout + out.stderr
     assert "xccl needs torch >= 2.7" in message and "subclass c10d's ProcessGroup" in message
+    # The command says it in one line too, with no traceback.
+    cli = "import sys, xccl_cli; sys.argv = ['xccl', 'caps']; sys.exit(xccl_cli.main())"
+    out = subprocess.run([sys.executable, "-c", cli], capture_output=True, text=True, timeout=120, env=env)
+    assert (out.returncode, out.stderr.count("\n"), out.stdout) == (2, 1, ""), out.stderr
+    assert out.stderr.startswith("xccl: xccl needs torch >= 2.7, and torch 2.1.0+cu121 is installed")
 
 
 # -------------------------------------------------------------------------------------- refused features
