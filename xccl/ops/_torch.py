@@ -4,8 +4,8 @@ xccl supports torch 2.7 to 2.14 (:data:`FLOOR`, :data:`NEWEST`): Sophgo's torch_
 pins 2.7.1, and torch_npu pairs one release with each torch. Every difference between those releases that xccl
 meets is one :class:`Change` below: the first release that has it, what it is, and where it was read. The layers ask
 ``TORCH.has(change)`` (the installed release) instead of probing torch themselves, so each difference is written
-once, ``xccl doctor`` and ``xccl caps`` list them (:func:`missing`), and ``tests/test_torch_facts.py`` checks every
-one against the installed torch on each CI leg (``make test-torch TORCH=<version>``).
+once, ``xccl doctor`` and ``xccl caps`` list them (:meth:`Torch.missing`), and ``tests/test_torch_versions.py``
+checks every one against the installed torch on each CI leg (``make test-torch TORCH=<version>``).
 
 Nothing here imports torch: ``import xccl`` checks the floor (:func:`require_floor`) before any layer imports it,
 because on torch 2.1 the first layer fails at ``torch.uint16`` with no word of why.

@@ -4,7 +4,7 @@ A simulated vendor computes with gloo and must compute what the vendor does. HCC
 reduce op on every torch, while gloo's sums whatever op it is given on torch 2.7 and 2.8, and 2.7's has neither AVG
 nor the list reduce_scatter (``xccl.ops._torch``). On such a torch :func:`call` runs those calls as compositions of
 what that gloo has: a reduce-scatter as an all_reduce of a copy and a slice (a simulation's bytes do not matter, its
-results do), AVG as SUM then a divide. The list all_to_all gloo lacks before 2.9 takes the simulated group's own
+results do), AVG as SUM then a divide. The list all_to_all gloo lacks before 2.12 takes the simulated group's own
 flat path (``_sim._alltoall``). On a torch whose gloo has it all, :func:`call` is the plain gloo call.
 """
 
