@@ -252,6 +252,29 @@ def test_a_rank_that_skips_a_collective_is_named_by_torchs_analyzer(tmp_path, ve
     assert f"{__file__}:" in trace.stdout
 
 
+_SKIP_UNDER_TORCHRUN = """
+import datetime, sys, torch, xccl
+xccl.init(timeout=datetime.timedelta(seconds=float(sys.argv[1])))
+from tests.test_flight import body_skip
+print(f"rank {xccl.get_world().rank}: {body_skip(sys.argv[2], 1)}", flush=True)
+"""
+
+
+def test_every_rank_dumps_under_torchrun_standalone(tmp_path):
+    """torchrun --standalone gives MASTER_ADDR=localhost, a name: the rank that times out still reaches the store
+    to ask the other to dump (every path that knocks on the store resolves it), so both dumps are written."""
+    script = tmp_path / "skip.py"
+    script.write_text(_SKIP_UNDER_TORCHRUN)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(ON, XCCL_TRACE_POLL="0.2", PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]),
+                                                                      env.get("PYTHONPATH", "")]))
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          str(script), str(TIMEOUT), str(tmp_path / "rank_")], capture_output=True, text=True,
+                         env=env, timeout=4 * TIMEOUT + 90)
+    assert "rank 1: dumped" in run.stdout and "rank 0: CollectiveTimeout" in run.stdout, run.stdout + run.stderr
+    assert set(_load(tmp_path)) == {0, 1}
+
+
 @pytest.mark.slow
 def test_a_killed_rank_leaves_the_survivors_dumps_and_xccl_trace_says_whose_is_missing(tmp_path):
     with RankPool(4, {"timeout": TIMEOUT}, env=ON, start_method="forkserver", start_timeout=60) as pool:

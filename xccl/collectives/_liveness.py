@@ -257,15 +257,16 @@ class Liveness:
 
 
 def probe(targets: Mapping[int, tuple[str, int]], wait: float) -> dict[int, str]:
-    """Connect to every ``(address, port)`` at once; rank -> :data:`ALIVE`, :data:`GONE` or :data:`SILENT`."""
+    """Connect to every ``(address, port)`` at once; rank -> :data:`ALIVE`, :data:`GONE` or :data:`SILENT`
+    (:data:`UNKNOWN`: the host does not resolve). A host may be a name: the store's is ``MASTER_ADDR`` as given,
+    ``localhost`` under ``torchrun --standalone``; every path that knocks on it comes here."""
     states: dict[int, str] = {}
     pending: dict[int, socket.socket] = {}
     sel = selectors.DefaultSelector()
     try:
         for r, (addr, port) in targets.items():
             try:
-                family, _, _, _, sockaddr = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM,
-                                                               flags=socket.AI_NUMERICHOST)[0]
+                family, _, _, _, sockaddr = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0]
                 s = socket.socket(family, socket.SOCK_STREAM)
             except OSError:
                 states[r] = UNKNOWN
@@ -292,15 +293,6 @@ def probe(targets: Mapping[int, tuple[str, int]], wait: float) -> dict[int, str]
             s.close()
         sel.close()
     return states
-
-
-def _numeric(host: str, port: int) -> str:
-    """``host`` as an address (the probe takes numeric ones): ``MASTER_ADDR`` is often a name (``localhost`` under
-    ``torchrun --standalone``, a node's hostname). Unresolvable: returned as it is (the probe says unknown)."""
-    try:
-        return str(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0])
-    except OSError:
-        return host
 
 
 def _outcome(err: int) -> str:
@@ -367,7 +359,7 @@ def _agreed(store: Any, key: tuple[int, ...], mine: Verdict) -> Verdict:
 def _look(live: Liveness, others: list[int], key: tuple[int, ...] = ()) -> Verdict:
     started = time.monotonic()
     addr, port = live.store
-    store_state = probe({-1: (_numeric(addr, port), port)}, live.wait).get(-1, UNKNOWN)
+    store_state = probe({-1: (addr, port)}, live.wait).get(-1, UNKNOWN)
     store: Any = None
     why = {GONE: "connection refused", SILENT: f"no answer within {live.wait:g} s",
            UNKNOWN: f"its address {addr!r} does not resolve"}.get(store_state, "")
