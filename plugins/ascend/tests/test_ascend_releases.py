@@ -27,15 +27,21 @@ def test_the_release_paired_with_torch(torch_version: str, npu: str) -> None:
     assert paired(torch_version) == npu
 
 
-@pytest.mark.parametrize(("version", "env", "modes", "premul", "wide"), [
-    ("2.8.0", "HCCL_ASYNC_ERROR_HANDLING", {0, 1}, False, False),
-    ("2.7.1.post2", "HCCL_ASYNC_ERROR_HANDLING", {0, 1, 2, 3}, False, False),
-    ("2.8.0.post4", "HCCL_ASYNC_ERROR_HANDLING", {0, 1, 2, 3}, True, True),
-    ("2.13.0", "TORCH_HCCL_ASYNC_ERROR_HANDLING", {0, 1, 2, 3}, True, True),
+@pytest.mark.parametrize(("version", "env", "modes", "premul", "wide", "cann"), [
+    ("2.8.0", "HCCL_ASYNC_ERROR_HANDLING", {0, 1}, False, False, "8.3.RC1"),
+    ("2.7.1.post2", "HCCL_ASYNC_ERROR_HANDLING", {0, 1, 2, 3}, False, False, "8.5.0"),
+    ("2.8.0.post4", "HCCL_ASYNC_ERROR_HANDLING", {0, 1, 2, 3}, True, True, "9.0.0"),
+    ("2.7.1.post8", "HCCL_ASYNC_ERROR_HANDLING", {0, 1, 2, 3}, True, True, "9.1.0"),
+    ("2.13.0", "TORCH_HCCL_ASYNC_ERROR_HANDLING", {0, 1, 2, 3}, True, True, "9.0.0"),
 ])
-def test_what_each_release_does(version: str, env: str, modes: set[int], premul: bool, wide: bool) -> None:
+def test_what_each_release_does(version: str, env: str, modes: set[int], premul: bool, wide: bool, cann: str) -> None:
+    """Each release's facts, and the CANN Ascend pairs with it (COMPATIBILITY.en.md), which the simulated CANN
+    defaults to."""
+    from xccl_ascend._torchair_sim import sim_cann_version
+
     r = release({SIM_TORCH_NPU_ENV: version})
-    assert (r.mode_env, set(r.modes), r.premul_sum, r.wide_dtypes) == (env, modes, premul, wide)
+    assert (r.mode_env, set(r.modes), r.premul_sum, r.wide_dtypes, r.cann) == (env, modes, premul, wide, cann)
+    assert sim_cann_version({SIM_TORCH_NPU_ENV: version}) == cann
 
 
 def test_simulation_follows_the_installed_torch_by_default() -> None:

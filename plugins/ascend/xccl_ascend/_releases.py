@@ -51,6 +51,9 @@ class Release:
     all_gather_backward: bool = True
     #: Where the differences from 2.13.0 were read ("" for 2.13.0 itself).
     source: str = ""
+    #: The CANN release Ascend pairs with it (COMPATIBILITY.en.md @b48e648, which pairs none with 2.13.0: 9.0.0,
+    #: the 26.0.0 line's, is taken there), the simulation's default CANN.
+    cann: str = "9.0.0"
 
 
 def _line(version: str) -> Release:
@@ -61,10 +64,11 @@ def _line(version: str) -> Release:
     post = int(m[4] or 0)
     if post >= 4:  # the 26.0.0 line: premul_sum, the wide dtypes and the backward patch, as 2.13.0
         return Release(version, "HCCL_ASYNC_ERROR_HANDLING", (), source="Ascend/pytorch@d99d6cd, @f3ecfe4 "
-                       "csrc/core/npu/register/OptionsManager.cpp (no TORCH_HCCL_ASYNC_ERROR_HANDLING)")
+                       "csrc/core/npu/register/OptionsManager.cpp (no TORCH_HCCL_ASYNC_ERROR_HANDLING)",
+                       cann="9.1.0" if post >= 8 else "9.0.0")
     return Release(
         version, "HCCL_ASYNC_ERROR_HANDLING", (), frozenset({0, 1}) if post < 2 else frozenset({0, 1, 2, 3}),
-        premul_sum=False, wide_dtypes=False, all_gather_backward=False,
+        premul_sum=False, wide_dtypes=False, all_gather_backward=False, cann="8.3.RC1" if post < 2 else "8.5.0",
         source=(f"{_V72}csrc/core/npu/register/OptionsManager.cpp:203-213 (HCCL_ASYNC_ERROR_HANDLING only; 'should "
                 "be 0 or 1.' up to .post1, 0-3 from .post2 at 3be71f4/729dda3), csrc/distributed/"
                 "ProcessGroupHCCL.cpp:131-154 (no PREMUL_SUM: 'Unhandled ReduceOp'), csrc/distributed/HCCLUtils.cpp:"

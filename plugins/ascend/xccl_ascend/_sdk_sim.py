@@ -6,8 +6,8 @@ What is simulated, and how faithfully:
   parsing rules, so a launch that would find no device on the hardware fails here too;
 * the chip: ``XCCL_SIM_ASCEND_SOC`` is ``A2`` (default, ``Ascend910B1``), ``A3`` (``Ascend910_9391``) or any chip
   name (``Ascend910ProA`` simulates a chip without MC2 kernels);
-* CANN: ``XCCL_SIM_CANN_VERSION`` (default 9.0.0, the release torch_npu 2.13 installs with: Ascend/pytorch@462f4e1
-  README.md:71), read when asked, as the runtime's ``find_cann`` is on the hardware;
+* CANN: ``XCCL_SIM_CANN_VERSION`` (default: the CANN Ascend pairs with the simulated torch_npu, 8.3.RC1 for 2.8.0 and
+  9.0.0 for 2.13.0, ``_releases``), read when asked, as the runtime's ``find_cann`` is on the hardware;
 * ``get_hccl_comm_name``: ``"group_name_" + <torch's group name>``, as torch_npu names the communicator
   (``ProcessGroupHCCL`` sets ``pg_name_`` to it and copies it into ``hcclCommName``; ``hccl_config["group_name"]``
   goes to ``hcclUdi`` instead). Rank 0 of the group broadcasts it, so, as on the hardware (which creates the

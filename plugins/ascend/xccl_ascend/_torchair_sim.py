@@ -83,7 +83,7 @@ _OPS: Final[Mapping[str, tuple[str, str]]] = {
 }
 #: The compiler's name in what it reports of each graph (``xccl preflight``'s TorchAir verdict).
 COMPILER: Final = "TorchAir (simulated)"
-#: CANN release to simulate (default: the one torch_npu 2.13 installs with, Ascend/pytorch@462f4e1 README.md:71).
+#: CANN release to simulate (default: the one Ascend pairs with the simulated torch_npu, ``_releases.Release.cann``).
 SIM_CANN_ENV: Final = "XCCL_SIM_CANN_VERSION"
 _LOCK: Final = threading.Lock()
 _STATE: dict[str, Any] = {}  # "lib": the torch.library (one per process), "sdk": weakref to the active SimSdk
@@ -228,8 +228,11 @@ def sim_graph_ops(sdk: SimSdk) -> GraphOps:
 
 
 def sim_cann_version(env: Mapping[str, str] | None = None) -> str:
-    """The simulated CANN version: ``XCCL_SIM_CANN_VERSION``, default 9.0.0 (read when asked, so a test may set it)."""
-    return (os.environ if env is None else env).get(SIM_CANN_ENV, "").strip() or "9.0.0"
+    """The simulated CANN version: ``XCCL_SIM_CANN_VERSION``, default the CANN paired with the simulated torch_npu
+    (8.3.RC1 for 2.8.0, 9.0.0 for 2.13.0; read when asked, so a test may set it)."""
+    from ._releases import release
+
+    return (os.environ if env is None else env).get(SIM_CANN_ENV, "").strip() or release(env).cann
 
 
 def register_fx_node_ge_converter(op: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
