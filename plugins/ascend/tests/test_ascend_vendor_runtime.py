@@ -308,6 +308,30 @@ def body_documented_world_sizes() -> dict[str, Any]:
     return {"said": said, "gathered": out.tolist()}
 
 
+def body_documented_dtypes() -> list[str]:
+    """all_to_all_single in bfloat16 twice, in float32, and reduce_scatter_tensor in int64, on a new group."""
+    w = xccl.get_world()
+    g = xccl.new_group()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for dt in (torch.bfloat16, torch.bfloat16, torch.float32):
+            dist.all_to_all_single(torch.empty(2 * w.world_size, dtype=dt), torch.ones(2 * w.world_size, dtype=dt),
+                                   group=g)
+        dist.reduce_scatter_tensor(torch.empty(2, dtype=torch.int64), torch.ones(2 * w.world_size, dtype=torch.int64),
+                                   group=g)
+    return [str(c.message) for c in caught if "documentation lists" in str(c.message)]
+
+
+def test_documented_dtypes_warn_once_per_group_and_dtype(rank_pools: Any) -> None:
+    """torch_npu 2.13's documentation lists float32 only for all_to_all(_single) and five dtypes for
+    reduce_scatter(_tensor) (torch-distributed.md:319,339,359,379): one warning per group, op and dtype outside
+    them, citing it; nothing refused, float32 says nothing."""
+    for said in rank_pools.get(2, env=SIM).run_ok(body_documented_dtypes):
+        assert [m.split(":")[1].split(" on ")[0].strip() for m in said] == [
+            "all_to_all_single of torch.bfloat16", "reduce_scatter_tensor of torch.int64"], said
+        assert all("torch-distributed.md:319,339,359,379" in m for m in said), said
+
+
 def test_documented_world_sizes_warn_once_per_group(rank_pools: Any) -> None:
     """torch_npu 2.13's documentation excludes 3, 5, 6, 7 ranks for these ops (torch-distributed.md:300-301,
     339-341): one warning per such group, citing it, nothing refused; a group of 2 says nothing."""

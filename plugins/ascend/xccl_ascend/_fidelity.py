@@ -162,7 +162,9 @@ GRAPH_CLAIMS: Final[tuple[Claim, ...]] = (
           "supported in graph, you need upgrade cann version' below it, and only for npu_define._send/_recv in the "
           "Dynamo graph (xccl's are still xccl.send there)", (f"{_FX}:832-851 (_process_send_recv)",),
           "checked: the graph column's min_sdk, against the CANN the runtime found, raises at trace time; "
-          "simulated: XCCL_SIM_CANN_VERSION (default 9.0.0, torch_npu 2.13's: Ascend/pytorch@462f4e1 README.md:71)"),
+          "simulated: XCCL_SIM_CANN_VERSION (default the CANN Ascend pairs with the simulated torch_npu: "
+          "Ascend/pytorch@b48e648 COMPATIBILITY.en.md, 8.3.RC1 for 2.7.1 and 2.8.0, 9.0.0 taken for 2.13.0, which it "
+          "pairs with none; @462f4e1 README.md:65-71 is TorchNPU 2.10.0.post2's install example, not 2.13's)"),
     Claim("graph isend/irecv", "TorchAir has no non-blocking point-to-point (no isend/irecv in its source); its "
           "HcomSend/HcomReceive block in program order", (f"{_TA} (no isend/irecv)",
           f"{_TA}_ge_concrete_graph/ge_converter/experimental/hcom_send_recv.py:51-141"),
@@ -274,6 +276,12 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "checked: a warning once per group of such a size at its first all_gather_into_tensor or "
           "reduce_scatter_tensor, before anything is sent (the plugin's kernels, on the hardware and in simulation "
           "alike); not refused"),
+    Claim("dtypes of reduce_scatter and all_to_all", "torch_npu 2.13's documentation lists bfloat16, float16, "
+          "float32, int8 and int32 for reduce_scatter(_tensor), float32 only for all_to_all(_single); its code "
+          "(checkSupportedDataType, HcclAlltoAllV) takes more, so the table follows the code",
+          (f"{_PT}docs/zh/api/native_api/pytorch_2-13-0/torch-distributed.md:319,339,359,379", REDUCE_CHECK),
+          "checked: a warning once per group, op and dtype outside the documented ones, before anything is sent; "
+          "not refused (whether HCCL computes them right: the first hour)"),
     Claim("lazy connect: point-to-point", "a plain send/recv connects a communicator of its own for the pair of "
           "ranks (P2P_HCCL_BUFFSIZE != 0, not coalescing); batch_isend_irecv is a collective on the group's "
           "communicator, and sends and receives under coalescing (torch_npu's batch path from CANN 9.0 on A2/A3) use "

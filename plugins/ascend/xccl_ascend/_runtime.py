@@ -42,7 +42,7 @@ from ._torchair_lower import LOWERED, converters, lowering
 if TYPE_CHECKING:
     from ._sdk import HcclSdk
 
-__all__ = ["DOCUMENTED_WORLD_SIZES", "MC2_DOMAIN", "AscendRuntime", "FusedKernel", "WorldSizeNote"]
+__all__ = ["DOCUMENTED_DTYPES", "DOCUMENTED_WORLD_SIZES", "MC2_DOMAIN", "AscendRuntime", "DocumentedNotes", "FusedKernel"]
 
 LOG = logging.getLogger("xccl.ascend")
 
@@ -54,6 +54,8 @@ MC2_DOMAIN = cons.DomainTracker()
 DOCUMENTED_WORLD_SIZES: Final = (
     "Ascend/pytorch@462f4e1 docs/zh/api/native_api/pytorch_2-13-0/torch-distributed.md:300-301,339-341"
 )
+#: Where it lists the dtypes of reduce_scatter(_tensor) and all_to_all(_single) ("仅支持fp32": fp32 only).
+DOCUMENTED_DTYPES: Final = "Ascend/pytorch@462f4e1 docs/zh/api/native_api/pytorch_2-13-0/torch-distributed.md:319,339,359,379"
 
 
 class AscendRuntime(Runtime):
@@ -191,8 +193,8 @@ class AscendRuntime(Runtime):
         return self._kernels
 
     @functools.cached_property
-    def _size_note(self) -> WorldSizeNote:
-        return WorldSizeNote()
+    def _size_note(self) -> DocumentedNotes:
+        return DocumentedNotes()
 
     @functools.cached_property
     def _kernels(self) -> Mapping[Collective, Callable[..., Any]]:
@@ -242,58 +244,88 @@ class AscendRuntime(Runtime):
         )
 
 
-class WorldSizeNote:
-    """c10d's own kernels of all_gather_into_tensor and reduce_scatter_tensor, warning once per group whose size
-    torch_npu 2.13's documentation excludes (3, 5, 6, 7: :data:`DOCUMENTED_WORLD_SIZES`), before its first such
-    call sends anything.
+class DocumentedNotes:
+    """c10d's own kernels of the ops torch_npu 2.13's documentation restricts, each warning once per group and
+    restriction before its first such call sends anything: all_gather_into_tensor and reduce_scatter_tensor on 3, 5,
+    6 or 7 ranks (:data:`DOCUMENTED_WORLD_SIZES`); reduce_scatter and reduce_scatter_tensor outside bfloat16, float16,
+    float32, int8 and int32, all_to_all and all_to_all_single outside float32 (:data:`DOCUMENTED_DTYPES`).
 
-    Whether HCCL refuses those sizes, runs them, or the documentation is only cautious, needs the hardware (the
-    first hour's list), so nothing is refused: a warning where FSDP2 on a 6-NPU mesh would otherwise meet the
-    question first on the hardware. A plugin kernel, so that it runs on the hardware and in simulation alike and
-    xccl's shared path carries no vendor's rule; the c10d kernel is bound once per group (its kernel context, held
-    until the runtime shuts down), so other groups pay a dictionary lookup per call.
+    Whether HCCL refuses those calls, runs them, or the documentation is only cautious (``checkSupportedDataType``
+    takes int16 and int64 too) needs the hardware (the first hour's list), so nothing is refused: a warning where
+    FSDP2 on a 6-NPU mesh, or a bfloat16 MoE all_to_all, would otherwise meet the question first on the hardware. A
+    plugin kernel, so that it runs on the hardware and in simulation alike and xccl's shared path carries no vendor's
+    rule; the c10d kernel is bound once per group (its kernel context, held until the runtime shuts down), so a call
+    pays a dictionary lookup and a dtype check.
     """
 
-    #: The group sizes the documentation excludes.
+    #: The group sizes the documentation excludes, and the ops it excludes them for.
     SIZES: Final = frozenset({3, 5, 6, 7})
-    #: The ops it excludes them for.
-    OPS: Final = (Collective.ALL_GATHER_INTO_TENSOR, Collective.REDUCE_SCATTER_TENSOR)
+    SIZED_OPS: Final = frozenset({Collective.ALL_GATHER_INTO_TENSOR, Collective.REDUCE_SCATTER_TENSOR})
+    #: The dtypes the documentation lists for each op it restricts them for.
+    DTYPES: Final[Mapping[Collective, frozenset[torch.dtype]]] = {
+        **dict.fromkeys((Collective.REDUCE_SCATTER, Collective.REDUCE_SCATTER_TENSOR), frozenset(
+            {torch.bfloat16, torch.float16, torch.float32, torch.int8, torch.int32})),
+        **dict.fromkeys((Collective.ALL_TO_ALL, Collective.ALL_TO_ALL_SINGLE), frozenset({torch.float32})),
+    }
 
     def __init__(self) -> None:
         self._bound: dict[tuple[Collective, int], Callable[..., Any]] = {}
         self._contexts: dict[int, KernelContext] = {}  # held, so that an id is not reused while bound
+        self._warned: set[tuple[object, ...]] = set()  # (op, group, dtype); (group,) for its size
 
     def kernels(self) -> dict[Collective, Callable[..., Any]]:
         """The kernel of each op, as ``Runtime.kernels()`` returns them."""
-        return {op: functools.partial(self._call, op) for op in self.OPS}
+        return {op: functools.partial(self._call, op) for op in self.SIZED_OPS | set(self.DTYPES)}
 
     def clear(self) -> None:
         """Forget every group (at the runtime's shutdown)."""
         self._bound.clear()
         self._contexts.clear()
+        self._warned.clear()
 
     def _call(self, op: Collective, ctx: KernelContext, *args: Any) -> Any:
         kernel = self._bound.get((op, id(ctx)))
         if kernel is None:
             kernel = self._bind(op, ctx)
+        listed = self.DTYPES.get(op)
+        if listed is not None:
+            dtype = _first_tensor(args).dtype
+            if dtype not in listed and (op, id(ctx), dtype) not in self._warned:
+                self._warned.add((op, id(ctx), dtype))
+                warn_at_user(
+                    f"xccl: {op.value} of {dtype} on group {list(ctx.ranks)}: torch_npu 2.13's documentation lists "
+                    f"{', '.join(sorted(str(d).removeprefix('torch.') for d in listed))} only for it "
+                    f"({DOCUMENTED_DTYPES}). xccl passes it to HCCL, whose dtype check takes it; whether HCCL "
+                    "computes it right is not known without the hardware (docs/fidelity.md, first hour on hardware)")
         return kernel(*args)
 
     def _bind(self, op: Collective, ctx: KernelContext) -> Callable[..., Any]:
         if id(ctx) not in self._contexts:
             self._contexts[id(ctx)] = ctx
-            if ctx.size in self.SIZES:
-                warn_at_user(
-                    f"xccl: {op.value} on a group of {ctx.size} ranks (global ranks {list(ctx.ranks)}): torch_npu "
-                    "2.13's documentation says all_gather_into_tensor and reduce_scatter_tensor do not support "
-                    f"world sizes 3, 5, 6 and 7 ({DOCUMENTED_WORLD_SIZES}). xccl passes it to HCCL; whether HCCL "
-                    "refuses it, or gives wrong results, is not known without the hardware (docs/fidelity.md, first "
-                    "hour on hardware)"
-                )
+        if op in self.SIZED_OPS and ctx.size in self.SIZES and (id(ctx),) not in self._warned:
+            self._warned.add((id(ctx),))
+            warn_at_user(
+                f"xccl: {op.value} on a group of {ctx.size} ranks (global ranks {list(ctx.ranks)}): torch_npu "
+                "2.13's documentation says all_gather_into_tensor and reduce_scatter_tensor do not support "
+                f"world sizes 3, 5, 6 and 7 ({DOCUMENTED_WORLD_SIZES}). xccl passes it to HCCL; whether HCCL "
+                "refuses it, or gives wrong results, is not known without the hardware (docs/fidelity.md, first "
+                "hour on hardware)"
+            )
         kernel = c10d_kernel(op, ctx.native)
-        if kernel is None:  # every op of OPS has a c10d method
+        if kernel is None:  # every op here has a c10d method
             raise RuntimeError(f"no c10d kernel for {op.value}")
         self._bound[(op, id(ctx))] = kernel
         return kernel
+
+
+def _first_tensor(args: Any) -> torch.Tensor:
+    """The first tensor of a kernel's arguments (a list's first, for the list forms)."""
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return a
+        if isinstance(a, list) and a:
+            return _first_tensor(a)
+    raise ValueError("no tensor among the arguments")
 
 
 class FusedKernel:
