@@ -191,7 +191,8 @@ def runtime_rows(runtime: VendorRuntime) -> list[Row]:
                        "connects the world at xccl.init and names the late ranks in CollectiveTimeout"))
     mem = runtime.comm_memory
     if mem is not None:
-        p2p = f"; {mem.p2p_env} = {mem.p2p_default_mb} MB per point-to-point communicator" if mem.p2p_env else ""
+        p2p = (f"; a point-to-point communicator takes {mem.buffers} x {mem.p2p_env} ({mem.buffers * mem.p2p_default_mb} "
+               "MB by default)") if mem.p2p_env else ""
         out.append(Row("memory per communicator", f"{mem.buffers} x {mem.env} ({mem.buffers * mem.default_mb} MB by "
                        f"default) per communicator{p2p}",
                        _src(mem.source), "not simulated: reported by xccl doctor and xccl.runtime.communicators()"))

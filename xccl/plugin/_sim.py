@@ -97,7 +97,7 @@ _RESERVED: Final = frozenset({"undefined", "gloo", "nccl", "ucc", "mpi", "xccl",
 
 def base_class_message(backend: str, key: str) -> str:
     """What c10d's ``Backend`` base class raises for a method ``key`` the vendor ``backend`` (its
-    ``getBackendName()``) did not override: ``"Backend sccl does not support _reduce_scatter_base"`` in libtorch
+    ``getBackendName()``) did not override: ``"Backend SCCL does not support _reduce_scatter_base"`` in libtorch
     2.13."""
     return f"Backend {backend} does not support {key}"
 

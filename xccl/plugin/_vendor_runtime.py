@@ -49,14 +49,15 @@ class ErrorHandling(enum.Enum):
 
     #: 0: nothing; the collective keeps waiting.
     NO_HANDLING = 0
-    #: 1: abort the communicators and rethrow on the watchdog's thread, taking the whole process down.
+    #: 1: rethrow on the watchdog's thread, taking the whole process down (torch_npu 2.13's watchdog aborts no
+    #: communicator first: Ascend/pytorch@462f4e1 ``ProcessGroupHCCL.cpp:965-981,2114-2117``).
     TEAR_DOWN = 1
     #: 2: nothing but a log line in torch_npu 2.13: its watchdog neither aborts the communicators nor raises
     #: (``SHOULD_CLEAN_UP`` is used nowhere; ``handleException`` only logs in this mode; ``wait()`` rethrows only under
     #: ``TORCH_HCCL_BLOCKING_WAIT``), so the process lives and a hung collective fails by the vendor's own execution
     #: timeout (Ascend/pytorch@462f4e1 ``ProcessGroupHCCL.hpp:244``, ``ProcessGroupHCCL.cpp:965-981,1036-1094``).
     CLEAN_UP_ONLY = 2
-    #: 3: raise to Python without aborting the communicators.
+    #: 3: tear the process down too, without cleaning up (``SHOULD_TEAR_DOWN(3)``, ``ProcessGroupHCCL.hpp:219-224,246``).
     SKIP_CLEAN_UP = 3
 
     @property

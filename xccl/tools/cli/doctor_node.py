@@ -351,7 +351,8 @@ def _communicators(plugin: Any, declared: Any, env: Mapping[str, str]) -> list[F
     lazy = " once connected" if declared.lazy_connect is not None else ""
     each = "1 communicator" if memory is None else f"1 communicator of {memory.buffers} x {memory.env}={memory.mb(env)} MB"
     p2p = "" if memory is None or not memory.p2p_env else (
-        f"; send/recv add one of {memory.p2p_env}={memory.p2p_mb(env)} MB per pair of ranks that send to each other")
+        f"; send/recv add one of {memory.buffers} x {memory.p2p_env}={memory.p2p_mb(env)} MB per pair of ranks that "
+        "send to each other")
     summary = (f"every process group (world, sub-groups, DeviceMesh's) holds {each}{lazy}{p2p}; "
                f"xccl's host-side gloo group per group: {'yes (send/recv staged through host memory)' if side else 'none'}")
     out = [Finding(_SECTION, "communicators", "info", summary,
