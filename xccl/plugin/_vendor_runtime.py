@@ -347,6 +347,9 @@ class VendorRuntime:
     faults: tuple[VendorFault, ...] = ()
     #: Where :attr:`completion` was read.
     completion_source: str = ""
+    #: Why a world of this vendor cannot be shrunk in place after a lost rank (``dist.shrink_group`` refuses it
+    #: before tearing anything down; the recovery is a restart), with its source; "" when it can.
+    no_shrink: str = ""
 
     @property
     def patches_on_import(self) -> tuple[TorchPatch, ...]:

@@ -30,7 +30,7 @@ from ..collectives._liveness import Facts, Liveness
 from ..collectives._mixed import MixedProcessGroup
 from ..collectives._process_group import XcclProcessGroup
 from ..collectives._state import GROUPS, PROCESS
-from ..errors import InitError, RendezvousTimeout, XcclError
+from ..errors import InitError, RendezvousTimeout, UnsupportedCollective, XcclError
 from ..ops._torch import SHRINK_GROUP, TORCH
 from ._env import rendezvous_error, setup_timeout_of
 from ._torch_own import OWN
@@ -61,6 +61,7 @@ def shrink_group(ranks_to_exclude: list[int], group: Any = None, shrink_flags: i
 
     Raises:
         UnsupportedTorch: torch is older than 2.10, which has no shrink_group and none of the checks it runs.
+        UnsupportedCollective: the vendor cannot shrink a world in place (``VendorRuntime.no_shrink``: SCCL).
         TypeError, ValueError, RuntimeError: torch's own, for bad arguments (an empty list, a rank out of range or
             twice, excluding this rank or every rank).
         InitError: a mixed-vendor group (not supported), or xccl's state is gone (after ``xccl.shutdown``).
@@ -89,6 +90,10 @@ def shrink_group(ranks_to_exclude: list[int], group: Any = None, shrink_flags: i
     runtime = PROCESS.runtime
     if runtime is None or PROCESS.world is None:
         raise InitError("xccl's state of this group is gone (xccl.shutdown was called): nothing to shrink")
+    why = runtime.plugin.vendor_runtime().no_shrink
+    if why:
+        raise UnsupportedCollective("shrink_group", runtime.plugin.name, f"{why}. Nothing was torn down: restart the "
+                                    "job and resume from the last checkpoint (torchrun --max-restarts; docs/elastic.md)")
     if info["is_default_group"]:
         return _shrink_world(target, excluded, shrink_flags, pg_options)
     return _shrink_subgroup(target, excluded, shrink_flags, pg_options)

@@ -52,9 +52,6 @@ class Placement:
     rank_nodes: tuple[int, ...] | None = None
     #: The map ``source`` gave when it was no C2C ring and the ring replaced it, else None.
     replaced: tuple[int, ...] | None = None
-    #: After a shrink (:meth:`restricted`): each node's whole chip map as the job started, which every group's
-    #: options still carry (the node's chips did not change; a lost rank's chip is still on the ring).
-    whole_nodes: Mapping[int, tuple[int, ...]] | None = None
 
     @property
     def local_world_size(self) -> int:
@@ -63,7 +60,7 @@ class Placement:
 
     @property
     def world_size(self) -> int:
-        """Ranks in the world: the job's, or the survivors' after a shrink (:meth:`restricted`)."""
+        """Ranks in the world."""
         return len(self.rank_chips) if self.rank_chips is not None else self.job.world_size
 
     @property
@@ -82,16 +79,6 @@ class Placement:
         if self.rank_nodes is not None:
             return self.rank_nodes[rank]
         return rank // self.local_world_size
-
-    def restricted(self, kept: Sequence[int]) -> Placement:
-        """The placement of the world shrunk to the old global ranks ``kept`` (new rank ``i`` is ``kept[i]``):
-        every survivor's chip and node, listed per rank; each node's whole map as it was (groups still get it);
-        this process's own chip (``node_chips``, its local rank)
-        unchanged. The job stays the one this process was started in: it says which chip it drives."""
-        nodes = {self.node_of(r) for r in range(self.world_size)}
-        whole = self.whole_nodes or {n: tuple(self.chip_of(r) for r in self._ranks_on(n)) for n in nodes}
-        return replace(self, rank_chips=tuple(self.chip_of(r) for r in kept),
-                       rank_nodes=tuple(self.node_of(r) for r in kept), whole_nodes=whole)
 
     def chip_map(self, ranks: Iterable[int]) -> tuple[int, ...]:
         """The chip of each member of a group, in group-rank order (the group's communicator name says them).
@@ -115,10 +102,7 @@ class Placement:
         nodes = {self.node_of(r) for r in members}
         if len(nodes) > 1:
             return self.chip_map(members)
-        node = nodes.pop()
-        if self.whole_nodes is not None:
-            return self.whole_nodes[node]
-        return tuple(self.chip_of(r) for r in self._ranks_on(node))
+        return tuple(self.chip_of(r) for r in self._ranks_on(nodes.pop()))
 
     def _ranks_on(self, node: int) -> range | list[int]:
         """The global ranks on ``node``, in local-rank order."""

@@ -128,13 +128,6 @@ class SophgoRuntime(Runtime):
                   placement.chip, chip_map, placement.source)
         return self.sdk.device(placement.chip)
 
-    def world_shrunk(self, kept: Sequence[int]) -> None:
-        """The survivors of a shrink keep their chips: the chip and node of new rank ``i`` are old rank
-        ``kept[i]``'s (:meth:`~xccl_sophgo._chipmap.Placement.restricted`), so the new world's
-        ``ProcessGroupSCCLOptions`` carry the node's map, whole, as every group's do, and communicator names the
-        survivors' chips. This process's chip, ``CHIP_MAP`` and the current device stay as they are."""
-        self._placement = self.placement.restricted(kept)
-
     def _vendor_chip_map(self, given: Sequence[int] | None, local_world_size: int, local_rank: int) -> tuple[int, ...]:
         """What ``set_chip_map`` settles on for this node (:data:`~xccl_sophgo._chipmap.ChipMapRule`).
 

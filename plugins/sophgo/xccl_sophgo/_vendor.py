@@ -69,4 +69,8 @@ SCCL_RUNTIME: Final = VendorRuntime(
     completion=Completion.AT_ONCE,
     completion_source="sophgo/torch-tpu@fe9b478 torch_tpu/csrc/distributed/c10d/ProcessGroupSCCL.cpp:183-191,745-782",
     patches=ADAPTOR_PATCHES,
+    no_shrink=("SCCL cannot survive a lost chip in place: it has no timeout, no error path and no abort, so a "
+               "collective with the dead chip stays on the TPU stream that compute shares, and nothing can drain it "
+               "(sophgo/torch-tpu@fe9b478 torch_tpu/csrc/distributed/c10d/ProcessGroupSCCL.cpp:168-191, "
+               "third_party/sccl/include/sccl.h:41-45,67-96)"),
 )

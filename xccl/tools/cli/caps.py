@@ -100,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
         if hidden:
             text += f"Not shown: {', '.join(hidden)} (xccl caps --all, or xccl caps NAME).\n"
         text += "".join(f"torch {TORCH.version}: {c.said()}\n" for c in TORCH.missing())
+        text += "".join(f"{i.name}: no in-place shrink after a lost rank (dist.shrink_group refuses it; restart and "
+                        f"resume): {i.plugin.vendor_runtime().no_shrink}\n"
+                        for i in chosen if i.plugin is not None and i.plugin.vendor_runtime().no_shrink)
         if width is not None:
             text = _fit(text, width)
     try:
