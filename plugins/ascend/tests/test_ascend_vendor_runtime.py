@@ -332,6 +332,28 @@ def test_documented_dtypes_warn_once_per_group_and_dtype(rank_pools: Any) -> Non
         assert all("torch-distributed.md:319,339,359,379" in m for m in said), said
 
 
+def body_shrink_to_three() -> list[str]:
+    """Every rank all-gathers (as FSDP2 does every step); ranks 0-2 then shrink the world of 4 to 3, rank 3 leaves."""
+    w = xccl.get_world()
+    dist.all_gather_into_tensor(torch.empty(2 * w.world_size), torch.ones(2))
+    if w.rank == 3:
+        return []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dist.shrink_group([3])
+    return [str(c.message) for c in caught if "shrinking to a world of 3" in str(c.message)]
+
+
+def test_a_shrink_onto_a_documented_unsupported_size_warns(tmp_path: Any) -> None:
+    """FSDP2's recovery 4 -> 3 lands on a size torch_npu documents as unsupported for all_gather_into_tensor and
+    reduce_scatter_tensor (RUNTIME-AUDIT-3 L9): a job that used them is told so when it shrinks there."""
+    with RankPool(4, {"timeout": 30}, SIM, start_method="forkserver", start_timeout=60) as pool:
+        outs = pool.run_ok(body_shrink_to_three, timeout=120)
+    for said in outs[:3]:
+        assert len(said) == 1 and "all_gather_into_tensor do not support" in said[0], said
+        assert "restart on a supported size instead (docs/elastic.md)" in said[0], said
+
+
 def test_documented_world_sizes_warn_once_per_group(rank_pools: Any) -> None:
     """torch_npu 2.13's documentation excludes 3, 5, 6, 7 ranks for these ops (torch-distributed.md:300-301,
     339-341): one warning per such group, citing it, nothing refused; a group of 2 says nothing."""

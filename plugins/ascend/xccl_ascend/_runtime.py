@@ -131,7 +131,14 @@ class AscendRuntime(Runtime):
     def world_shrunk(self, kept: Sequence[int]) -> None:
         """With ``RANK_TABLE_FILE`` set, point it at the survivors' table (:func:`write_survivors`), written beside
         the original as ``<name>.shrunk-<survivors>.json``: HCCL builds the new world's communicator from it. This
-        process keeps its NPU (``device_id`` is the table's, unchanged)."""
+        process keeps its NPU (``device_id`` is the table's, unchanged). A new world of a size torch_npu documents
+        as unsupported for all_gather_into_tensor and reduce_scatter_tensor warns first, when the job has used them
+        (FSDP2 does every step)."""
+        used = sorted({op.value for op, _ in self._size_note.bound()} & {op.value for op in DocumentedNotes.SIZED_OPS})
+        if used and len(kept) in DocumentedNotes.SIZES:
+            warn_at_user(f"xccl: shrinking to a world of {len(kept)} ranks, which torch_npu 2.13's documentation says "
+                         f"{' and '.join(used)} do not support (world sizes 3, 5, 6 and 7; {DOCUMENTED_WORLD_SIZES}), "
+                         "and this job has used them: restart on a supported size instead (docs/elastic.md)")
         path = os.environ.get("RANK_TABLE_FILE")
         if not path:
             return
@@ -282,6 +289,10 @@ class DocumentedNotes:
         self._bound.clear()
         self._contexts.clear()
         self._warned.clear()
+
+    def bound(self) -> list[tuple[Collective, int]]:
+        """The (op, group) pairs called so far."""
+        return list(self._bound)
 
     def _call(self, op: Collective, ctx: KernelContext, *args: Any) -> Any:
         kernel = self._bound.get((op, id(ctx)))
