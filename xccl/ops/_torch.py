@@ -107,7 +107,7 @@ GLOO_ALL_TO_ALL: Final = Change(
     "'Backend gloo does not support alltoall' from 2.7.1 to 2.11.0")
 FUNCOL_AUTOGRAD: Final = Change(
     (2, 11), "torch registers autograd formulas for the _c10d_functional ops", "xccl.functional registers torch "
-    "2.11's for the ops it emits (all_reduce, all_gather_into_tensor, reduce_scatter_tensor, wait_tensor)",
+    "2.11's for the ops it emits (its three collectives and wait_tensor)",
     "torch/distributed/_functional_collectives.py; no Autograd kernel for _c10d_functional::all_reduce in 2.10.0")
 DYNAMO_PYBIND: Final = Change(
     (2, 13), "Dynamo folds c10d's pybind objects (ReduceOp.SUM; a ReduceOp carrying PREMUL_SUM's factor) into "

@@ -16,6 +16,7 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
+from ..ops import _specs as S
 from ..ops._torch import GLOO_AVG, GLOO_REDUCE_SCATTER, GLOO_REDUCE_SCATTER_OPS, TORCH
 from ..ops._vocab import reduce_op_name
 from ._work import Work
@@ -89,12 +90,15 @@ def _reduce_scatter_coalesced(inner: Any, method: str, outs: list[torch.Tensor],
 
 
 _Fix = Callable[..., Any]
-#: ``Backend`` method -> its composition on this torch's gloo; methods gloo runs right are left out.
+#: ``Backend`` method -> its composition on this torch's gloo (the methods each op's spec names); methods gloo runs
+#: right are left out.
 _FIXES: Final[dict[str, _Fix]] = {
-    **({} if TORCH.has(GLOO_AVG) else dict.fromkeys(("allreduce", "reduce", "allreduce_coalesced"), _reducing)),
+    **({} if TORCH.has(GLOO_AVG) else {m.name: _reducing for spec in (S.ALL_REDUCE, S.REDUCE, S.ALL_REDUCE_COALESCED)
+                                       for m in spec.c10d}),
     **({} if TORCH.has(GLOO_REDUCE_SCATTER_OPS) and TORCH.has(GLOO_REDUCE_SCATTER) else {
-        "_reduce_scatter_base": _reduce_scatter_base, "reduce_scatter": _reduce_scatter,
-        "reduce_scatter_tensor_coalesced": _reduce_scatter_coalesced}),
+        **{m.name: _reduce_scatter for m in S.REDUCE_SCATTER.c10d},
+        **{m.name: _reduce_scatter_coalesced if m.pairs else _reduce_scatter_base for m in S.REDUCE_SCATTER_TENSOR.c10d},
+    }),
 }
 
 
