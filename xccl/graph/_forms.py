@@ -19,6 +19,7 @@ import torch
 
 from ..errors import UnsupportedCollective
 from ..ops import _specs as S
+from ..ops._torch import FUNCOL_AUTOGRAD, TORCH
 from ..plugin._capabilities import Collective
 from ._group import GroupInfo, emittable, fail, group_info, order_joins, redop, resolve, trace_error
 from ._layers import carry
@@ -367,3 +368,27 @@ def _f_all_to_all_v(
     """``xccl.all_to_all_v`` with the matrix flattened row-major."""
     counts = [c for row in matrix for c in row]
     out.copy_(_chained(g, "all_to_all_v", inp, counts).view(out.shape))
+
+
+def _register_adjoints() -> None:
+    """On a torch before 2.11, the autograd formulas 2.11 registers for the standard ops the forms emit (the adjoints
+    in ``functional``'s docstring): without them a compiled training step computes no gradient through a
+    collective (xccl.functional's, or an in-place one on a tensor that requires grad)."""
+    F, lib = torch.ops._c10d_functional, "_c10d_functional::"
+
+    def setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        ctx.args = inputs[1:]  # (reduce op,) group size, group name
+
+    def adjoint(back: Any) -> Any:
+        return lambda ctx, grad: (F.wait_tensor(back(grad.contiguous(), *ctx.args)), *[None] * len(ctx.args))
+
+    torch.library.register_autograd(lib + "wait_tensor", lambda ctx, grad: grad, setup_context=lambda **_: None)
+    torch.library.register_autograd(lib + "all_reduce", adjoint(F.all_reduce), setup_context=setup)
+    torch.library.register_autograd(lib + "all_gather_into_tensor", adjoint(
+        lambda g, size, name: F.reduce_scatter_tensor(g, "sum", size, name)), setup_context=setup)
+    torch.library.register_autograd(lib + "reduce_scatter_tensor", adjoint(
+        lambda g, op, size, name: F.all_gather_into_tensor(g, size, name)), setup_context=setup)
+
+
+if not TORCH.has(FUNCOL_AUTOGRAD):
+    _register_adjoints()

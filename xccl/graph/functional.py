@@ -11,7 +11,8 @@ function                   forward                           backward (of the ou
 Eager calls go through xccl's dispatch (the plugin's kernels and emulations) inside an
 ``torch.autograd.Function``; compiled calls become ``torch.ops._c10d_functional`` ops, whose autograd formulas
 torch registers with the same adjoints (from torch 2.11; on an older torch xccl registers torch 2.11's formulas for
-the ops it emits here, :func:`_register_adjoints`), so eager and compiled training steps compute the same gradients.
+the ops its graph forms emit, ``_forms._register_adjoints``), so eager and compiled training steps compute the same
+gradients.
 
 The adjoint of a sum all_reduce is a sum all_reduce (``torch.distributed.nn.functional``'s convention): divide a
 loss replicated on every rank by the group size to train as one device would (docs/graph.md, Autograd).
@@ -27,7 +28,6 @@ import torch.distributed as dist
 from ..collectives._dispatch import dispatch
 from ..errors import InvalidArgument
 from ..ops import _specs as S
-from ..ops._torch import FUNCOL_AUTOGRAD, TORCH
 from ..plugin._capabilities import Collective
 from ._forms import _collective
 from ._group import GroupInfo, fail, group_info, redop, resolve
@@ -156,25 +156,3 @@ def reduce_scatter_tensor(tensor: torch.Tensor, group: Any = None) -> torch.Tens
         return _collective(g, native, "reduce_scatter_tensor", _as(tensor, cast), red).to(tensor.dtype)
     return _ReduceScatter.apply(tensor, group)  # type: ignore[no-any-return,no-untyped-call]
 
-
-def _register_adjoints() -> None:
-    """On a torch before 2.11, the autograd formulas 2.11 registers for the standard ops emitted above (the adjoints
-    in the module docstring): without them a compiled training step computes no gradient through a collective."""
-    F, lib = torch.ops._c10d_functional, "_c10d_functional::"
-
-    def setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        ctx.args = inputs[1:]  # (reduce op,) group size, group name
-
-    def adjoint(back: Any) -> Any:
-        return lambda ctx, grad: (F.wait_tensor(back(grad.contiguous(), *ctx.args)), *[None] * len(ctx.args))
-
-    torch.library.register_autograd(lib + "wait_tensor", lambda ctx, grad: grad, setup_context=lambda **_: None)
-    torch.library.register_autograd(lib + "all_reduce", adjoint(F.all_reduce), setup_context=setup)
-    torch.library.register_autograd(lib + "all_gather_into_tensor", adjoint(
-        lambda g, size, name: F.reduce_scatter_tensor(g, "sum", size, name)), setup_context=setup)
-    torch.library.register_autograd(lib + "reduce_scatter_tensor", adjoint(
-        lambda g, op, size, name: F.all_gather_into_tensor(g, size, name)), setup_context=setup)
-
-
-if not TORCH.has(FUNCOL_AUTOGRAD):
-    _register_adjoints()
