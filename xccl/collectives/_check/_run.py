@@ -31,6 +31,7 @@ from ...errors import CollectiveTimeout
 from ...ops import _specs as S
 from ...plugin._work import ForwardingWork
 from .._faults import TYPED, classify, translate
+from .._liveness import lost_peers
 from .._state import DEFAULT_TIMEOUT, PROCESS, _bare
 from . import _fingerprint as F
 from ._detector import Detector
@@ -212,10 +213,18 @@ def explain(det: Detector, rec: Recorder, seq: int, exc: RuntimeError, op: str, 
         return det.error_for(rec)
     rec.settled = max(rec.settled, seq)
     late = behind(rec, seq)
-    if kind is CollectiveTimeout and late:
+    if late and (kind is CollectiveTimeout or not _someone_gone(rec)):
+        # A closed connection with no member gone is a peer that gave up on the same silent ranks a little sooner
+        # (its timeout tore its connections down): the step's verdict, not a peer failure.
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return silent(rec, seq, op, started, first, late)
     return translate(exc, rec.st, op, started)
+
+
+def _someone_gone(rec: Recorder) -> bool:
+    """Whether the liveness look finds a member of ``rec``'s group gone (True when xccl cannot look)."""
+    verdict = lost_peers(list(rec.st.ranks))
+    return verdict is None or bool(verdict.ranks)
 
 
 # ---------------------------------------------------------------------------------------------- async handles
