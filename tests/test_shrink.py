@@ -10,6 +10,7 @@ the survivors started from, and the new world is xccl's (its collectives go thro
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -380,8 +381,11 @@ def test_a_group_that_is_not_xccls_gets_torchs_shrink(rank_pools: Any) -> None:
 
 
 @pytest.mark.slow  # four fresh interpreters (30-40 s on a loaded 2-core machine); the mechanism is tested above
-def test_the_example_runs_as_its_docstring_says(tmp_path: Path) -> None:
-    """examples/lose_a_rank.py, four plain processes on simulated Ascend with a rank table (the first-hour command)."""
+@pytest.mark.parametrize("vendor", ["ascend", "sophgo"])
+def test_the_example_runs_as_its_docstring_says(tmp_path: Path, vendor: str) -> None:
+    """examples/lose_a_rank.py, four plain processes losing rank 1 (the first-hour command): on simulated Ascend
+    with a rank table, the survivors shrink onto the table xccl wrote; on simulated Sophgo they are refused and
+    exit 3 for a restart."""
     import socket
     import subprocess
     import sys
@@ -397,15 +401,20 @@ def test_the_example_runs_as_its_docstring_says(tmp_path: Path) -> None:
         port = s.getsockname()[1]
     example = Path(__file__).resolve().parents[1] / "examples" / "lose_a_rank.py"
     base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    extra = {"HCCL_EXEC_TIMEOUT": "6", "HCCL_CONNECT_TIMEOUT": "300", "RANK_TABLE_FILE": str(table)}
     procs = [subprocess.Popen([sys.executable, str(example)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                               text=True, env={**base, "RANK": str(r), "WORLD_SIZE": "4", "LOCAL_RANK": str(r),
                                               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                                              "XCCL_SIMULATE": "ascend", "XCCL_TIMEOUT": "6",
-                                              "HCCL_EXEC_TIMEOUT": "6", "HCCL_CONNECT_TIMEOUT": "300",
-                                              "RANK_TABLE_FILE": str(table)})
+                                              "XCCL_SIMULATE": vendor, "XCCL_TIMEOUT": "6",
+                                              **(extra if vendor == "ascend" else {})})
              for r in range(4)]
     outs = [p.communicate(timeout=300)[0] for p in procs]
-    assert procs[3].returncode == 1, outs
-    shrunk = str(table.with_suffix("")) + ".shrunk-0-1-2.json"
-    for r in range(3):
-        assert f"lost [3]: rank {r} of 3, all_reduce 3.0, {shrunk}" in outs[r], outs[r]
+    assert procs[1].returncode == 1, outs
+    shrunk = str(table.with_suffix("")) + ".shrunk-0-2-3.json"
+    for new, r in enumerate((0, 2, 3)):
+        if vendor == "sophgo":
+            assert procs[r].returncode == 3, (r, outs[r])
+            assert re.search(r"lost \[1\] \(PeerFailure after [\d.]+ s\): .*restart the job", outs[r]), outs[r]
+            continue
+        assert re.search(rf"lost \[1\] \(PeerFailure after [\d.]+ s\): rank {new} of 3, all_reduce 3\.0, "
+                         + re.escape(shrunk), outs[r]), outs[r]
