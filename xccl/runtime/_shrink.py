@@ -51,8 +51,9 @@ def shrink_group(ranks_to_exclude: list[int], group: Any = None, shrink_flags: i
         ranks_to_exclude: the ranks of ``group`` to leave out (for the world: global ranks), typically
             ``err.ranks`` of the :class:`~xccl.PeerFailure` every survivor got.
         group: the group to shrink (None: the world, which the result replaces).
-        shrink_flags: ``SHRINK_DEFAULT`` (0), or ``SHRINK_ABORT`` (``torch.distributed.distributed_c10d``) to abort
-            what is in flight on the old group first.
+        shrink_flags: ``SHRINK_DEFAULT`` (0), or ``SHRINK_ABORT`` (``torch.distributed.distributed_c10d``): torch's
+            abort of the old group's backends in place of an orderly destroy (only NCCL's aborts anything; on
+            gloo and HCCL it drops torch's records, docs/elastic.md).
         pg_options: the vendor's options for the new group (default: the plugin's, for the survivors).
 
     Returns:
