@@ -291,6 +291,16 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "simulated: a batch (GroupRuntime.coalescing) connects the group, every member must arrive within the "
           "connect timeout, and its sends return no work before the batch ends; the pair communicator is not "
           "simulated (a plain send/recv connects nothing)"),
+    Claim("work future", "WorkHCCL's future (getFuture) is created and marked completed when the op is enqueued, "
+          "under the HCCL streams' guard, with the op's outputs as its value: waiting on it orders the caller's "
+          "stream behind the collective, and it never carries an HCCL failure; endCoalescing's holds an empty list, "
+          "and a send or recv under coalescing gets none",
+          (f"{PGH}:1104-1107 (getFuture)", f"{PGH}:4150-4157, :4371-4378, :4624-4632 (future_ marked completed at "
+           "enqueue)", f"{PGH}:6342-6348 (endCoalescing)"),
+          "not simulated: the simulated work's future completes when the host-side op does and fails with its error, "
+          "and for an op gloo gives no future (reduce_scatter_tensor) its value is every tensor of the call, the "
+          "input included (xccl.plugin._work.future_of). A future complete at enqueue needs a simulated device "
+          "stream to order what reads it (issue 39); without one, DDP would read a bucket not yet reduced"),
     Claim("HCCL_CONNECT_TIMEOUT range", "an integer in [120, 7200], default 120; from CANN 8.2 the wait is 20 s longer",
           ("CANN https://www.hiascend.com/document/detail/zh/canncommercial/850/maintenref/envvar/envref_07_0149.html",),
           "checked and simulated: a value outside is taken as the nearest bound, with a warning (whether HCCL clamps "
