@@ -4,7 +4,8 @@ DDP's reducer waits on each bucket's future from C++ at the end of the backward 
 all-gathers and reduce-scatters; neither goes through xccl's own calls. Every survivor must still raise xccl's typed
 error (:class:`~xccl.PeerFailure` or :class:`~xccl.CollectiveTimeout`, never gloo's raw ``RuntimeError``) within
 the collective timeout + 5 s of the death, on cpu and on both simulated vendors. A survivor that was not talking to the
-dead rank (its ring neighbours gave up on the step) learns of it at the collective timeout.
+dead rank (its ring neighbours gave up on the step) learns of it from xccl's health watch, about a second into its wait
+(``tests/test_health.py`` times that at a 300 s timeout).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The pieces of ``xccl.collectives._liveness`` on their own: the Facts record, the liveness port and its probe.
+"""The pieces of ``xccl.collectives._health`` on their own: the Facts record, the liveness port and its probe.
 
 The fault path end to end (a rank dies; the survivors' PeerFailure names it) is in tests/test_init_world_check.py
 (one host) and tests/test_multihost.py (a host lost).
@@ -12,24 +12,25 @@ import socket
 
 import pytest
 
-from xccl.collectives import _liveness as L
+from xccl.collectives._health import _facts as F
+from xccl.collectives._health import _liveness as L
 from xccl.collectives._state import PROCESS
 
 
-def _facts(rank: int = 1, **kw: object) -> L.Facts:
+def _facts(rank: int = 1, **kw: object) -> F.Facts:
     base: dict[str, object] = dict(
         rank=rank, world_size=4, local_rank=rank % 2, local_world_size=2, node=rank // 2, plugin="cpu",
         backend="gloo", simulate=False, check=False, fallback="warn", xccl="0.1.0", torch="2.13.0",
         host=f"node{rank // 2}", addr=f"10.0.0.{10 + rank // 2}", port=4000 + rank, pid=100 + rank,
     )
     base.update(kw)
-    return L.Facts(**base)  # type: ignore[arg-type]
+    return F.Facts(**base)  # type: ignore[arg-type]
 
 
 def test_facts_round_trip_and_compare_only_the_world_view():
     f = _facts()
-    assert L.Facts.decode(f.encode()) == f
-    assert L.Facts.decode(f.encode().encode()) == f
+    assert F.Facts.decode(f.encode()) == f
+    assert F.Facts.decode(f.encode().encode()) == f
     # Where a rank runs differs between ranks; what it was told must not.
     assert _facts(2).view() == f.view()
     assert _facts(world_size=6).view() != f.view()
@@ -42,24 +43,24 @@ def test_facts_round_trip_and_compare_only_the_world_view():
     ids=["empty", "garbage", "a list", "fields missing", "oversize"],
 )
 def test_malformed_facts_are_rejected(raw):
-    assert L.Facts.decode(raw) is None
+    assert F.Facts.decode(raw) is None
 
 
 def test_a_field_of_the_wrong_type_is_rejected():
     data = json.loads(_facts().encode())
     for name, bad in (("rank", "1"), ("simulate", 1), ("port", True), ("host", 3)):
-        assert L.Facts.decode(json.dumps({**data, name: bad})) is None, name
+        assert F.Facts.decode(json.dumps({**data, name: bad})) is None, name
 
 
 def test_parse_lines_skips_what_it_cannot_read():
     raw = (_facts(0).encode() + "\n{broken\n\n" + _facts(3).encode() + "\n").encode()
-    assert [f.rank for f in L.parse_lines(raw)] == [0, 3]
+    assert [f.rank for f in F.parse_lines(raw)] == [0, 3]
 
 
 def test_describe_ranks_groups_by_host():
     facts = {r: _facts(r) for r in range(4)}
-    assert L.describe_ranks([3, 2, 0], facts) == "rank 0 on node0 (10.0.0.10) and ranks [2, 3] on node1 (10.0.0.11)"
-    assert L.describe_ranks([5], facts) == "rank 5"
+    assert F.describe_ranks([3, 2, 0], facts) == "rank 0 on node0 (10.0.0.10) and ranks [2, 3] on node1 (10.0.0.11)"
+    assert F.describe_ranks([5], facts) == "rank 5"
 
 
 def test_the_probe_tells_a_live_port_from_a_closed_one():

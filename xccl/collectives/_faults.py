@@ -50,10 +50,10 @@ from ..errors import CollectiveTimeout, PeerFailure, XcclError
 from ..plugin._vendor_runtime import Fault, VendorFault
 from ..plugin._work import ForwardingWork, future_of
 from ._flight import STAMPS, stamp
-from ._liveness import Verdict, lost_peers
+from ._health._liveness import Verdict, lost_peers
 from ._state import PROCESS, _bare, missing_members
 
-__all__ = ["LISTENERS", "TypedWork", "classify", "handled_by_caller", "hook", "notify", "translate"]
+__all__ = ["LISTENERS", "TypedWork", "classify", "handled_by_caller", "hook", "notify", "translate", "watched_loss"]
 
 #: Called with (error name, global rank, op, group name) whenever a backend fault is raised typed: the flight
 #: recorder dumps then (``_flight_dump`` adds itself).
@@ -171,7 +171,7 @@ def _typed(exc: BaseException, ctx: Any, op: str, started: float | None) -> Base
         # ranks on every survivor; a silent rank that is alive stays a timeout.
         verdict = lost_peers(members)
         if verdict is not None and verdict.ranks:
-            return _peer_failure(exc, members, verdict, where, waited=True)
+            return _peer_failure(_first_line(exc), members, verdict, where, waited=True)
         return CollectiveTimeout(
             f"no answer from a peer of ranks {members} ({_first_line(exc)}). A peer is hung, slow, dead without "
             f"closing its connection, or called a different collective; {_timeout_hint()}. "
@@ -180,10 +180,20 @@ def _typed(exc: BaseException, ctx: Any, op: str, started: float | None) -> Base
             **where,
         )
     # Which peer: gloo's text names a connection, not a rank (and not always the lost one's); look (_liveness).
-    return _peer_failure(exc, members, lost_peers(members), where)
+    return _peer_failure(_first_line(exc), members, lost_peers(members), where)
 
 
-def _peer_failure(exc: BaseException, members: list[int], verdict: Verdict | None, where: dict[str, Any], *,
+def watched_loss(verdict: Verdict, ctx: Any, op: str, started: float) -> PeerFailure:
+    """The :class:`PeerFailure` the health watch raises (``_health``): a look found ``verdict``'s ranks lost while
+    this call on ``ctx``'s group waited, the backend having reported nothing."""
+    where: dict[str, Any] = {"rank": ctx.ranks[ctx.rank], "op": op, "group": ctx.name,
+                             "elapsed": time.monotonic() - started}
+    notify("PeerFailure", ctx.ranks[ctx.rank], op, str(ctx.name))
+    return _peer_failure("xccl's health watch looked while the call waited; the backend had reported nothing",
+                         list(ctx.ranks), verdict, where)
+
+
+def _peer_failure(seen: str, members: list[int], verdict: Verdict | None, where: dict[str, Any], *,
                   waited: bool = False) -> PeerFailure:
     lost = verdict.text if verdict is not None else None
     ranks = verdict.ranks if verdict is not None else ()
@@ -194,7 +204,7 @@ def _peer_failure(exc: BaseException, members: list[int], verdict: Verdict | Non
             "restart the job (an elastic launcher such as torchrun --max-restarts does this)")
     how = "this rank timed out waiting on a peer that talked to it: " if waited else ""
     return PeerFailure(
-        f"{lost or f'a peer of ranks {members} closed its connection'} ({how}{_first_line(exc)}). "
+        f"{lost or f'a peer of ranks {members} closed its connection'} ({how}{seen}). "
         f"{'' if lost else 'It probably died: its own log says why. '}The group cannot be used any more; {then}",
         ranks=ranks, **where,
     )

@@ -54,7 +54,7 @@ from torch._C._distributed_c10d import PrefixStore
 from ..ops import _specs as S
 from . import _faults
 from ._flight import FLIGHT, Entry, Flight, last_enqueued
-from ._liveness import ALIVE, probe
+from ._health._liveness import ALIVE, probe
 from ._state import GROUPS, PROCESS, GroupState
 
 __all__ = ["AT_EXIT", "POLL", "VERSION", "dump", "dump_at_exit", "itemsize_of", "layout", "on_fault", "path",

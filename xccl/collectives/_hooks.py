@@ -22,7 +22,9 @@ is a factory that gives the group's hook, or None where it does not apply:
 * what dispatcher-level tools are shown (CommDebugMode, the profiler: ``_observe``);
 * typed faults (``_faults``): backend errors become xccl's typed errors, in the call and in every wait on the
   handle it returns, including waits from C++;
-* the mismatch detector (``_check``), on groups with ``check`` on.
+* the mismatch detector (``_check``), on groups with ``check`` on;
+* the health watch (``_health``: ``_watch``), innermost, on the groups whose waits block the host: it issues the call and
+  waits for it, and names a lost rank past a short deadline without waiting for the backend.
 
 :func:`add_hook` adds one to a group that exists (a test, a tool).
 """
@@ -33,6 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from . import _faults, _flight, _observe
+from ._health import _watch
 from ._state import GroupState, _bare
 
 __all__ = ["OBSERVERS", "Hook", "Stage", "add_hook", "chains", "install", "remove_hook", "set_hooks"]
@@ -62,7 +65,7 @@ def _detector(st: GroupState) -> Any:
 
 
 #: The observers every group gets, outermost first: each ``factory(group_state) -> hook or None``.
-OBSERVERS: list[Callable[[GroupState], Any]] = [_flight.hook, _observe.hook, _faults.hook, _detector]
+OBSERVERS: list[Callable[[GroupState], Any]] = [_flight.hook, _observe.hook, _faults.hook, _detector, _watch.hook]
 
 
 def install(st: GroupState) -> None:

@@ -108,7 +108,7 @@ class Process(Part):
     job_at: Callable[[int, int], Job] | None = None
     fallback: Fallback = "warn"
     check: bool = False
-    #: This rank's liveness port and store address, to name the lost ranks at a fault (``_liveness.Liveness``).
+    #: This rank's liveness port and store address, to name the lost ranks at a fault (``_health._liveness.Liveness``).
     liveness: Any = None
     #: Seconds each phase of this process's ``xccl.init`` took, in order (``benchmarks/startup.py`` shows them).
     phases: dict[str, float] = field(default_factory=dict)

@@ -24,8 +24,9 @@ import torch.distributed as dist
 from ..collectives._backend import backend_name, register_backend
 from ..collectives._flight_dump import start_watch
 from ..collectives._groups import state_of
+from ..collectives._health._liveness import close_quietly
+from ..collectives._health._watch import deadline as health_deadline
 from ..collectives._islands import islands_of
-from ..collectives._liveness import close_quietly
 from ..collectives._state import DEFAULT_TIMEOUT, GROUPS, PROCESS, Fallback, World
 from ..collectives._state import reset as reset_state
 from ..errors import BackendUnavailable, InitError, InvalidArgument, XcclError
@@ -279,6 +280,7 @@ def _create_world(
     job = job_of(rank_, size, local_rank, launcher)
     tmo = timeout_of(timeout)
     setup = setup_timeout_of(setup_timeout, tmo)
+    health_deadline()  # a bad XCCL_HEALTH_DEADLINE fails here, not at the first group
     t = PROCESS.lap("launcher variables", t)
     plugin, sim = _select(vendor, simulate, registry)
     t = PROCESS.lap("plugin discovery", t)

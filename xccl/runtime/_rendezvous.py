@@ -1,11 +1,11 @@
 """The world's rendezvous: the store, and a check that every rank was told the same world, before any group.
 
 ``xccl.init`` makes the store itself (as torch's ``env://`` and ``tcp://`` handlers would, torchrun's agent store
-included), and before the process group every rank publishes its :class:`~xccl.collectives._liveness.Facts` and
+included), and before the process group every rank publishes its :class:`~xccl.collectives._health._facts.Facts` and
 compares its view of the world with the first rank's: a rank that differs, ranks that never arrive and a rank
 started twice each get an error that names them on every rank, where torch would time out blaming nothing in
 particular. One round of store operations on the success path (docs/multinode.md, "Nodes that disagree about the
-world"; the keys are listed in ``xccl.collectives._liveness``).
+world"; the keys are listed in ``xccl.collectives._health._liveness``).
 """
 
 from __future__ import annotations
@@ -24,18 +24,9 @@ from urllib.parse import urlparse
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore
 
+from ..collectives._health._facts import VENDOR_FIELDS, WORLD, Facts, describe_ranks, parse_lines
+from ..collectives._health._liveness import Liveness, look_wait, open_port, route_address
 from ..collectives._islands import WorldMap, islands_of
-from ..collectives._liveness import (
-    VENDOR_FIELDS,
-    WORLD,
-    Facts,
-    Liveness,
-    describe_ranks,
-    look_wait,
-    open_port,
-    parse_lines,
-    route_address,
-)
 from ..collectives._state import PROCESS
 from ..errors import InitError, RendezvousTimeout
 from ..ops._torch import TORCH
@@ -306,7 +297,7 @@ def rendezvous(
     setup: _dt.timedelta | None = None,
 ) -> tuple[Any, Liveness | None]:
     """The store for ``init_process_group`` once every rank has arrived and agrees, and this rank's
-    :class:`~xccl.collectives._liveness.Liveness` (None for a world of one, or a store xccl did not make).
+    :class:`~xccl.collectives._health._liveness.Liveness` (None for a world of one, or a store xccl did not make).
     The store and the world check wait ``setup`` (default ``timeout``) for every rank; ``timeout`` is the
     collective timeout (the liveness probes' pace).
 

@@ -26,7 +26,8 @@ from torch._C._distributed_c10d import PrefixStore
 
 from ..collectives._flight import mark
 from ..collectives._groups import close_all, state_of
-from ..collectives._liveness import Facts, Liveness
+from ..collectives._health._facts import Facts
+from ..collectives._health._liveness import Liveness
 from ..collectives._mixed import MixedProcessGroup
 from ..collectives._process_group import XcclProcessGroup
 from ..collectives._state import GROUPS, PROCESS

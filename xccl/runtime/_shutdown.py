@@ -12,7 +12,7 @@ import torch.distributed as dist
 from ..collectives._flight import FLIGHT
 from ..collectives._flight_dump import dump_at_exit, stop_watch
 from ..collectives._groups import close_all
-from ..collectives._liveness import close_quietly
+from ..collectives._health._liveness import close_quietly
 from ..collectives._process_group import backend_name
 from ..collectives._state import PROCESS
 from ..collectives._state import reset as reset_state

@@ -31,7 +31,7 @@ from ...errors import CollectiveTimeout
 from ...ops import _specs as S
 from ...plugin._work import ForwardingWork
 from .._faults import TYPED, classify, translate
-from .._liveness import lost_peers
+from .._health._liveness import lost_peers
 from .._state import DEFAULT_TIMEOUT, PROCESS, _bare
 from . import _fingerprint as F
 from ._detector import Detector

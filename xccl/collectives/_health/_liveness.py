@@ -3,7 +3,7 @@
 gloo reports a lost peer as "Connection closed by peer [addr]:port" on whichever connection noticed first, and
 once the first survivors fail they close connections of their own: the address quoted is not reliably the lost
 rank's, and the error carries no rank. So at ``xccl.init`` every rank of a world of more than one publishes its
-:class:`Facts` in the rendezvous store (``xccl.runtime._rendezvous``, which also compares them) and opens a
+:class:`~._facts.Facts` in the rendezvous store (``xccl.runtime._rendezvous``, which also compares them) and opens a
 *liveness port*: a listening TCP socket that nothing ever accepts on. The kernel completes a connection to it
 for as long as the process lives, and refuses it once the process is gone, without the process doing anything:
 a rank stuck in a collective, or holding the GIL, still answers. At a closed connection, :func:`lost_peers`:
@@ -49,23 +49,22 @@ import selectors
 import socket
 import time
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, final
 
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore
 
-from ._state import PROCESS
+from .._state import PROCESS
+from ._facts import Facts, describe_ranks
 
 __all__ = [
-    "VENDOR_FIELDS", "WORLD", "Facts", "Liveness", "Verdict", "close_quietly", "describe_ranks", "lost_peers", "look_wait",
-    "open_port", "parse_lines", "route_address",
+    "ALIVE", "Liveness", "Verdict", "close_quietly", "lost_peers", "look_wait", "open_port", "probe", "route_address",
+    "watch_look",
 ]
 
-#: Largest Facts record accepted from the store.
-_MAX_FACTS: Final = 4096
 #: The longest one step of a look takes (store connect, port probes), and the shortest.
 _WAIT_MAX: Final = 2.0
 _WAIT_MIN: Final = 0.3
@@ -76,108 +75,11 @@ _NOTHING: Final = 0.5
 #: The longest connecting to a store that answered the probe may take.
 _CONNECT: Final = 0.5
 
-#: The Facts every rank must agree on, with the names the user knows them by.
-WORLD: Final = (
-    ("world_size", "WORLD_SIZE"),
-    ("plugin", "plugin (XCCL_VENDOR / xccl.init(vendor=...))"),
-    ("backend", "backend"),
-    ("simulate", "simulation (XCCL_SIMULATE)"),
-    ("check", "mismatch detector (XCCL_CHECK / check=)"),
-    ("fallback", "fallback policy (fallback=)"),
-    ("xccl", "xccl version"),
-    ("torch", "torch version"),
-    ("heterogeneous", "mixed-vendor switch (XCCL_HETEROGENEOUS / heterogeneous=)"),
-)
-#: The fields a mixed-vendor world lets differ between ranks (each rank selects its own plugin: docs/mixed.md).
-VENDOR_FIELDS: Final = frozenset({"plugin", "backend", "simulate"})
-
 # Probe outcomes.
 ALIVE: Final = "alive"
 GONE: Final = "gone"  # the host answers, the port is closed: the process ended
 SILENT: Final = "silent"  # no answer in time: the host is down or cut off
 UNKNOWN: Final = "unknown"  # cannot be probed from here (a loopback address of another host)
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Facts:
-    """What a rank was told and where it runs, published at init. Parsed field by field: never evaluated."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    #: ``LOCAL_WORLD_SIZE`` and ``GROUP_RANK`` (the node), -1 where the launcher did not set them.
-    local_world_size: int
-    node: int
-    plugin: str
-    backend: str
-    simulate: bool
-    check: bool
-    fallback: str
-    xccl: str
-    #: torch's release (``2.13.0``, without the local ``+cu126`` label).
-    torch: str
-    host: str
-    #: The address this rank reaches the store from (its side of the route to ``MASTER_ADDR``).
-    addr: str
-    #: Its liveness port (0: none).
-    port: int
-    pid: int
-    #: The rank was started with the mixed-vendor switch: its plugin, backend and simulation are its own.
-    heterogeneous: bool = False
-
-    def encode(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
-
-    def view(self) -> str:
-        """The world this rank was told of: what every rank must agree on, as a string to compare."""
-        names = [n for n, _ in WORLD if not (self.heterogeneous and n in VENDOR_FIELDS)]
-        return json.dumps([getattr(self, name) for name in names], separators=(",", ":"))
-
-    @classmethod
-    def decode(cls, raw: bytes | str) -> Facts | None:
-        """The Facts in ``raw``, or None if it is not a well-formed record of this xccl."""
-        if len(raw) > _MAX_FACTS:
-            return None
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            return None
-        if not isinstance(data, dict):
-            return None
-        kw: dict[str, Any] = {}
-        for f in fields(cls):
-            value, want = data.get(f.name), {"int": int, "str": str, "bool": bool}[str(f.type)]
-            if type(value) is not want:
-                return None
-            kw[f.name] = value
-        return cls(**kw)
-
-    def where(self) -> str:
-        return f"{self.host} ({self.addr})"
-
-
-def parse_lines(raw: bytes) -> list[Facts]:
-    """Every well-formed Facts record of a newline-separated log, in order."""
-    out = []
-    for line in raw.decode("utf-8", "replace").splitlines():
-        facts = Facts.decode(line) if line.strip() else None
-        if facts is not None:
-            out.append(facts)
-    return out
-
-
-def describe_ranks(ranks: Iterable[int], facts: Mapping[int, Facts]) -> str:
-    """``ranks [2, 3] on xccl-host1 (10.0.0.11)``, one phrase per host, joined with ``and``."""
-    by_host: dict[str, list[int]] = {}
-    for r in sorted(set(ranks)):
-        f = facts.get(r)
-        by_host.setdefault(f.where() if f is not None else "", []).append(r)
-    parts = []
-    for where, rs in by_host.items():
-        who = f"rank {rs[0]}" if len(rs) == 1 else f"ranks {rs}"
-        parts.append(f"{who} on {where}" if where else who)
-    return " and ".join(parts)
 
 
 # ------------------------------------------------------------------------------------------------ the port
@@ -336,6 +238,24 @@ def lost_peers(members: Sequence[int]) -> Verdict | None:
     return live.verdicts[key]
 
 
+def watch_look(members: Sequence[int]) -> Verdict | None:
+    """The health watch's look at ``members`` (``_health``): the verdict when a member is found lost or another
+    survivor published one, else None. Unlike :func:`lost_peers` it marks this rank a survivor and keeps the
+    verdict only when ranks are named (the call it watches may yet complete), and probes once while nothing is
+    found gone."""
+    live = PROCESS.liveness
+    if not isinstance(live, Liveness):
+        return None
+    key = tuple(sorted(members))
+    known = live.verdicts.get(key)
+    if known is None or not known.ranks:
+        known = _look(live, [r for r in key if r != live.rank], key, watch=True)
+        if not known.ranks:
+            return None
+        live.verdicts[key] = known
+    return known
+
+
 def _agreed(store: Any, key: tuple[int, ...], mine: Verdict) -> Verdict:
     """The group's verdict: the first one published that named lost ranks (``mine`` if it is the first)."""
     name = "verdict/" + ",".join(map(str, key))
@@ -356,7 +276,7 @@ def _agreed(store: Any, key: tuple[int, ...], mine: Verdict) -> Verdict:
     return Verdict(f"{text} (as the first survivor to look found it)", ranks)
 
 
-def _look(live: Liveness, others: list[int], key: tuple[int, ...] = ()) -> Verdict:
+def _look(live: Liveness, others: list[int], key: tuple[int, ...] = (), watch: bool = False) -> Verdict:
     started = time.monotonic()
     addr, port = live.store
     store_state = probe({-1: (addr, port)}, live.wait).get(-1, UNKNOWN)
@@ -371,7 +291,8 @@ def _look(live: Liveness, others: list[int], key: tuple[int, ...] = ()) -> Verdi
                                 wait_for_workers=False)
             raw.set_timeout(_dt.timedelta(seconds=live.wait))
             store = PrefixStore(live.prefix, raw)
-            store.append("survivors", f"{live.rank},")
+            if not watch:
+                store.append("survivors", f"{live.rank},")
             facts = {f.rank: f for f in map(Facts.decode, store.multi_get([f"rank/{r}" for r in others]))
                      if f is not None}
             survivors = _survivors(store)
@@ -379,13 +300,17 @@ def _look(live: Liveness, others: list[int], key: tuple[int, ...] = ()) -> Verdi
             store, why = None, _reason(exc, live.wait)
     if store is None:
         return _without_store(live, why, started)
-    return _agreed(store, key, _found(store, live, others, facts, survivors, started))
+    verdict = _agreed(store, key, _found(store, live, others, facts, survivors, started, watch))
+    if watch and verdict.ranks:
+        with contextlib.suppress(RuntimeError):
+            store.append("survivors", f"{live.rank},")  # before it raises, as lost_peers marks
+    return verdict
 
 
 def _found(store: Any, live: Liveness, others: list[int], facts: dict[int, Facts], survivors: set[int],
-           started: float) -> Verdict:
+           started: float, watch: bool = False) -> Verdict:
     suspects = {r: f for r, f in facts.items() if r not in survivors and _probeable(f)}
-    states = _settled(suspects, live.wait)
+    states = _settled(suspects, live.wait, 0.0 if watch else _NOTHING)
     # A survivor marks itself before it raises, and closes its port only after (at exit or xccl.shutdown): one
     # found closed now but marked by now saw the fault too, and is no suspect.
     with contextlib.suppress(RuntimeError):
@@ -415,10 +340,12 @@ def _found(store: Any, live: Liveness, others: list[int], facts: dict[int, Facts
 
 
 def _survivors(store: Any) -> set[int]:
+    if not store.check(["survivors"]):  # the health watch's look marks nobody (a get would wait for the key)
+        return set()
     return {int(x) for x in store.get("survivors").decode("ascii", "replace").split(",") if x.isdigit()}
 
 
-def _settled(suspects: Mapping[int, Facts], wait: float) -> dict[int, str]:
+def _settled(suspects: Mapping[int, Facts], wait: float, nothing: float = _NOTHING) -> dict[int, str]:
     """Probe ``suspects``, and again while the picture may still change: a dying process can reset its
     connections an instant before its port closes (so the fault is seen first), and the processes of a lost host
     end one after another. While nothing is found gone, every live suspect is re-probed for up to
@@ -426,7 +353,7 @@ def _settled(suspects: Mapping[int, Facts], wait: float) -> dict[int, str]:
     under torchrun, a survivor's agent kills it about a second after the store's host goes."""
     states = probe({r: (f.addr, f.port) for r, f in suspects.items()}, wait)
     now = time.monotonic()
-    step, nothing_end, settle_end = 0.02, now + _NOTHING, None
+    step, nothing_end, settle_end = 0.02, now + nothing, None
     while True:
         gone_hosts = {suspects[r].host for r, st in states.items() if st in (GONE, SILENT)}
         if gone_hosts and settle_end is None:

@@ -1,0 +1,203 @@
+"""The health watch (``xccl.collectives._health._watch``): every survivor names a lost rank within about a second, at a
+production collective timeout (300 s), on cpu and on both simulated vendors, in plain calls and under DDP and FSDP2.
+
+Four plain processes (a :class:`~xccl.testing.RankPool`); rank 1 (not the last) is SIGKILLed from a second thread
+while the others are inside collectives. gloo tells only the survivors that were talking to rank 1; a survivor on
+the far side of the ring hears nothing from the backend until the collective timeout. The control case turns the
+watch off (``XCCL_HEALTH_DEADLINE=0``) and shows that far survivor still waiting after 6 s: what the watch fixes
+is not something the backend does by itself. Each body bounds its own wait (``Work.wait(timeout)``), so nothing
+depends on the 300 s timeout running out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import xccl
+from xccl.collectives._health import _watch as _health
+from xccl.collectives._hooks import OBSERVERS
+from xccl.errors import InitError
+from xccl.testing import RankPool
+
+VICTIM = 1
+BOUND = datetime.timedelta(seconds=6)  # each body's own bound on one wait: well past the watch, far below 300 s
+
+
+def _die_later(path: str, after: float) -> None:
+    def die() -> None:
+        Path(path).write_text(repr(time.time()))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Timer(after, die).start()
+
+
+def _report(exc: BaseException) -> dict[str, Any]:
+    return {"at": time.time(), "type": type(exc).__name__, "ranks": list(getattr(exc, "ranks", ())),
+            "message": str(exc), "cause": type(exc.__cause__).__name__ if exc.__cause__ else ""}
+
+
+def body_calls(path: str) -> dict[str, Any]:
+    """All ranks: all_reduce until an error, each wait bounded by BOUND; rank 1 dies from a timer."""
+    t = torch.ones(1 << 10)
+    xccl.all_reduce(t)
+    if xccl.get_world().rank == VICTIM:
+        _die_later(path, 0.5)
+    try:
+        while True:
+            xccl.all_reduce(t, async_op=True).wait(BOUND)
+    except Exception as exc:
+        return _report(exc)
+
+
+def body_train(stack: str, path: str) -> dict[str, Any]:
+    """All ranks: DDP or FSDP2 steps until an error; rank 1 dies from a timer, mid-training."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 4))
+    if stack == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(model)
+    else:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (4,))
+        for layer in (model[0], model[2]):
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(16, 32)
+    if xccl.get_world().rank == VICTIM:
+        _die_later(path, 0.5)
+    try:
+        while True:
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    except Exception as exc:
+        return _report(exc)
+
+
+def body_ddp(path: str) -> dict[str, Any]:
+    return body_train("ddp", path)
+
+
+def body_fsdp2(path: str) -> dict[str, Any]:
+    return body_train("fsdp2", path)
+
+
+def _lose_rank_1(tmp_path: Path, body: Any, init: dict[str, Any], env: dict[str, str] | None = None
+                 ) -> list[dict[str, Any]]:
+    path = tmp_path / "death"
+    with RankPool(4, {"timeout": 300, **init}, env=env, start_method="forkserver", start_timeout=60) as pool:
+        outs = pool.run(body, str(path), timeout=60)
+    died = float(path.read_text())
+    assert outs[VICTIM].raised("RankDied"), str(outs[VICTIM])
+    reports = []
+    for o in outs:
+        if o.rank != VICTIM:
+            assert o.ok, str(o)
+            reports.append({**o.value, "rank": o.rank, "after": o.value["at"] - died})
+    return reports
+
+
+VENDORS = {"cpu": {}, "ascend": {"vendor": "ascend", "simulate": True}, "sophgo": {"vendor": "sophgo", "simulate": True}}
+
+
+@pytest.mark.slow_cases("ddp-ascend", "ddp-sophgo", "fsdp2-cpu", "fsdp2-ascend")
+@pytest.mark.parametrize("vendor", list(VENDORS))
+@pytest.mark.parametrize("body", [body_calls, body_ddp, body_fsdp2], ids=["calls", "ddp", "fsdp2"])
+def test_every_survivor_names_the_lost_rank_within_a_second_at_a_300s_timeout(tmp_path, vendor, body):
+    reports = _lose_rank_1(tmp_path, body, VENDORS[vendor])
+    for r in reports:
+        assert r["type"] == "PeerFailure" and r["ranks"] == [VICTIM], r
+        # 1 s of deadline and a look of milliseconds; 2.5 s leaves a loaded machine its scheduling delays.
+        assert r["after"] < 2.5, r
+    watched = [r for r in reports if "health watch" in r["message"]]
+    assert all(r["cause"] == "" for r in watched), watched
+    if body is not body_fsdp2:  # FSDP2's all-gathers and reduce-scatters talk to every rank: gloo tells them all
+        # A ring all_reduce's far survivor was not talking to rank 1: the backend told it nothing, the watch did.
+        assert watched, reports
+
+
+def test_without_the_watch_a_survivor_hears_nothing_from_the_backend(tmp_path):
+    reports = _lose_rank_1(tmp_path, body_calls, {}, env={_health.ENV: "0"})  # the watch off in every rank
+    # The far survivor hears of rank 1 only when its own 6 s bound runs out (a wait that timed out, which the
+    # typed faults then explain by a look): the backend never told it.
+    slowest = max(reports, key=lambda r: r["after"])
+    assert slowest["after"] > BOUND.total_seconds() - 1, reports
+    assert not any("health watch" in r["message"] for r in reports), reports
+
+
+def body_gloo_wait(op: str) -> float:
+    """Rank 0: how long torch's own gloo work of ``op`` (a plain gloo group: no xccl on its path) takes to answer a
+    wait of 0.3 s while rank 1 is 2 s late."""
+    import torch.distributed as dist
+
+    g = dist.new_group(backend="gloo")
+    t, out = torch.ones(8), torch.empty(4)
+    if dist.get_rank() == 1:
+        time.sleep(2)
+    if op == "all_reduce":
+        work = dist.all_reduce(t, group=g, async_op=True)
+    else:
+        work = dist.reduce_scatter_tensor(out, t, group=g, async_op=True)
+    started = time.monotonic()
+    with contextlib.suppress(RuntimeError):  # the wait gave up (on time, or not)
+        work.wait(datetime.timedelta(seconds=0.3))
+    took = time.monotonic() - started
+    work.wait()
+    dist.destroy_process_group(g)
+    return took
+
+
+@pytest.mark.parametrize("op", ["reduce_scatter_tensor", "all_reduce"])
+def test_which_gloo_works_ignore_a_waits_timeout(op):
+    """Why the watch polls the reduce-scatters (``_watch.POLLED``): on this torch, gloo's reduce-scatter work waits
+    for the whole collective whatever timeout its wait is given, while the others give up on time. Should a torch
+    honour it, this fails, and POLLED can lose the op."""
+    with RankPool(2, {"timeout": 60}, start_method="forkserver", start_timeout=60) as pool:
+        took = pool.run_ok(body_gloo_wait, op, timeout=60)[0]
+    assert (took > 1.0) == (op in _health.POLLED), took
+
+
+# ------------------------------------------------------------------------------------------------ the setting
+
+
+@pytest.mark.parametrize("raw", ["-1", "soon", "inf", "nan"])
+def test_a_bad_deadline_is_an_init_error_naming_the_variable(monkeypatch, raw):
+    monkeypatch.setenv(_health.ENV, raw)
+    with pytest.raises(InitError, match="XCCL_HEALTH_DEADLINE"):
+        _health.deadline()
+    with pytest.raises(InitError, match="XCCL_HEALTH_DEADLINE"):
+        xccl.init(vendor="cpu", rank=0, world_size=1)
+    xccl.shutdown()
+
+
+def test_the_watch_is_on_groups_that_can_lose_a_rank_only(monkeypatch):
+    assert _health.hook in OBSERVERS
+    monkeypatch.delenv(_health.ENV, raising=False)
+    assert _health.deadline() == _health.DEFAULT_DEADLINE
+
+    class Group:
+        size, device_type = 4, "cpu"
+
+    assert _health.hook(Group()) is not None
+    Group.size = 1  # a world of one: nobody to lose
+    assert _health.hook(Group()) is None
+    Group.size, Group.device_type = 4, "cuda"  # a device vendor's wait does not block the host
+    assert _health.hook(Group()) is None
+    Group.device_type = "cpu"
+    monkeypatch.setenv(_health.ENV, "0")
+    assert _health.hook(Group()) is None

@@ -1,0 +1,184 @@
+"""The health watch: a lost rank named on every survivor within about a second, whatever the backend reports.
+
+A backend tells a waiting rank of a lost peer only when that rank was talking to it. gloo's other waiters (a ring's
+far side) hear nothing until the collective timeout; HCCL tells the host nothing until ``HCCL_EXEC_TIMEOUT`` and
+SCCL never (``../shared/vendor-api/RUNTIME-AUDIT-3.md``). xccl's liveness ports answer in milliseconds whether a
+process lives, independent of the backend (``_liveness``), so this hook does not wait for the backend to speak:
+
+* a call is issued asynchronously and waited for with a timeout of the *deadline* (``XCCL_HEALTH_DEADLINE``
+  seconds, 1 by default; 0 turns the watch off). A call done within it, the common case, costs that one wait;
+* past the deadline the wait goes on in slices, and the group's liveness is looked at
+  (:func:`~._liveness.watch_look`), again every deadline or a quarter of the time waited, whichever is longer: a
+  legitimately long wait costs a look now and then, not one per slice;
+* a look that finds a member gone, or finds the verdict another survivor published, raises
+  :class:`~xccl.PeerFailure` naming the same ranks on every survivor, those that were not talking to the lost rank
+  included; ``dist.shrink_group(err.ranks)`` can follow at once (docs/elastic.md). A look that finds every member
+  alive marks nothing and keeps nothing: the call waits on, and a silent peer stays the backend's timeout;
+* an asynchronous call's handle waits the same way (FSDP2's waits, DDP's end-of-backward wait through the typed
+  faults' final callback); a wait given its own timeout keeps it.
+
+The watch is a hook of the groups whose waits block the host, the groups that compute on it (cpu, and every
+simulated vendor: gloo moves their bytes). A device vendor's ``wait()`` orders a stream and returns; a wait with a
+timeout means something else there (NCCL's aborts the communicator when it runs out). Releasing a host blocked in a
+device synchronisation is the vendor's abort's work, not a sliced wait's (issue 39, the simulated stream). A group
+of one rank, or of a fake world, has no watch: nobody to lose.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from ...errors import CollectiveTimeout, InitError
+from ...plugin._fake_world import transport
+from ...plugin._work import ForwardingWork
+from .._faults import classify, watched_loss
+from ._liveness import watch_look
+
+__all__ = ["DEFAULT_DEADLINE", "ENV", "POLLED", "Watched", "deadline", "hook"]
+
+#: Seconds a call waits before its group's liveness is looked at, unless ``XCCL_HEALTH_DEADLINE`` says otherwise.
+DEFAULT_DEADLINE: Final = 1.0
+ENV: Final = "XCCL_HEALTH_DEADLINE"
+#: How long each slice of a wait past the deadline is, at most.
+_SLICE: Final = 0.25
+#: The calls whose gloo work ignores ``wait(timeout)`` and waits for the whole collective (torch 2.13: gloo's
+#: reduce-scatters; ``tests/test_health.py`` checks it): their waits poll ``is_completed()`` instead, pausing 50 us
+#: at first, then twice as long each time up to 10 ms.
+POLLED: Final = frozenset({"reduce_scatter", "reduce_scatter_tensor"})
+_PAUSE: Final = (5e-5, 0.01)
+_monotonic: Final = time.monotonic
+
+
+def deadline() -> float:
+    """The deadline in seconds (0: no watch), from ``XCCL_HEALTH_DEADLINE``.
+
+    Raises:
+        InitError: the variable is not a number of seconds >= 0 (``xccl.init`` asks first, so a bad value fails
+            there).
+    """
+    raw = os.environ.get(ENV, "").strip()
+    try:
+        value = float(raw) if raw else DEFAULT_DEADLINE
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise InitError(f"{ENV}={raw!r} is not a number of seconds >= 0 (0 turns the health watch off)")
+    return value
+
+
+class Watched(ForwardingWork):
+    """A call's handle whose waits are watched: the blocking path waits on it, an asynchronous call returns it.
+
+    Args:
+        work: the backend's handle.
+        st: the group's state.
+        op: the public collective's name.
+        started: ``time.monotonic()`` at the call.
+        limit: the deadline, seconds.
+    """
+
+    __slots__ = ("_limit", "_look_at", "_op", "_poll", "_st", "_started")
+
+    def __init__(self, work: Any, st: Any, op: str, started: float, limit: float) -> None:
+        super().__init__(work)
+        self._st, self._op, self._started, self._limit = st, op, started, limit
+        self._look_at = started + limit
+        self._poll = op in POLLED
+
+    def _until(self, seconds: float) -> bool:
+        """The work's outcome if it ends within ``seconds``; else a RuntimeError saying the wait timed out."""
+        work = self.work
+        if not self._poll:
+            return bool(work.wait(_dt.timedelta(seconds=max(seconds, 0.001))))  # 0 would be "no timeout"
+        end, pause = _monotonic() + seconds, _PAUSE[0]
+        while not work.is_completed():
+            if _monotonic() >= end:
+                raise RuntimeError("the health watch's slice of the wait timed out")
+            time.sleep(pause)
+            pause = min(2 * pause, _PAUSE[1])
+        return bool(work.wait())
+
+    def wait(self, timeout: _dt.timedelta | None = None) -> bool:
+        """``Work.wait``, watched past the deadline; a ``timeout`` of the caller's fails as the backend's would.
+
+        Raises:
+            PeerFailure: a look found a member gone, or adopted the verdict another survivor published.
+        """
+        work = self.work
+        end = None if not timeout else _monotonic() + timeout.total_seconds()
+        while True:
+            now = _monotonic()
+            stop = self._look_at if now < self._look_at else now + _SLICE
+            if end is not None:
+                stop = min(stop, end)
+            try:
+                return self._until(stop - now)
+            except TypeError:  # a handle whose wait() takes no timeout: waited for as it is
+                return bool(work.wait() if timeout is None else work.wait(timeout))
+            except RuntimeError as exc:
+                # The backend's own failure: its outcome, for the typed faults. A slice that ran out is a timeout
+                # with no failure on the work (exception(), not is_completed(): SCCL's simulated work completes a
+                # data op there), and so is the caller's bound running out.
+                if classify(str(exc)) is not CollectiveTimeout or work.exception() is not None:
+                    return bool(work.wait())
+                if end is not None and _monotonic() >= end:
+                    raise
+            now = _monotonic()
+            if now >= self._look_at:
+                verdict = watch_look(self._st.ranks)
+                if verdict is not None:
+                    raise watched_loss(verdict, self._st, self._op, self._started)
+                self._look_at = now + max(self._limit, (now - self._started) / 4)
+
+    def synchronize(self) -> None:
+        """As :meth:`wait`."""
+        self.wait()
+
+
+class _Watch:
+    """The health watch's hook of one group (innermost: it issues the call and waits for it), for its calls and for
+    an emulation's building blocks alike (a block that waits unwatched would hide the loss it waits on)."""
+
+    __slots__ = ("first", "limit", "st")
+
+    def __init__(self, st: Any, limit: float) -> None:
+        self.st, self.limit, self.first = st, limit, _dt.timedelta(seconds=limit)
+
+    def stage(self, inner: Callable[..., Any]) -> Callable[..., Any]:
+        """Issue asynchronously; a blocking call waits here, an asynchronous one hands out a watched handle."""
+        st, limit, first = self.st, self.limit, self.first
+
+        def watched(spec: Any, kargs: Sequence[Any], kernel: Callable[..., Any], async_op: bool) -> Any:
+            if spec.fused:  # a fused op returns its output, not a work to wait for
+                return inner(spec, kargs, kernel, async_op)
+            started = _monotonic()
+            work = inner(spec, kargs, kernel, True)
+            if work is None:
+                return None
+            if not async_op and spec.name not in POLLED:
+                try:
+                    work.wait(first)  # the common case: done within the deadline
+                    return None
+                except (RuntimeError, TypeError):
+                    pass  # still under way, failed, or a wait() without a timeout: the watched wait sorts it out
+            handle = Watched(work, st, spec.name, started, limit)
+            if async_op:
+                return handle
+            handle.wait()
+            return None
+
+        return watched
+
+    inner_stage = stage
+
+
+def hook(st: Any) -> _Watch | None:
+    """The health watch of a group of more than one rank that computes on the host (``_hooks.OBSERVERS``)."""
+    limit = deadline()
+    if st.size == 1 or limit == 0 or st.device_type != "cpu" or not transport().waits:
+        return None
+    return _Watch(st, limit)
