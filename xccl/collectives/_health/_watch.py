@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -38,18 +39,17 @@ from ...plugin._work import ForwardingWork
 from .._faults import classify, watched_loss
 from ._liveness import watch_look
 
-__all__ = ["DEFAULT_DEADLINE", "ENV", "POLLED", "Watched", "deadline", "hook"]
+__all__ = ["DEFAULT_DEADLINE", "ENV", "IN_THREAD", "Watched", "deadline", "hook"]
 
 #: Seconds a call waits before its group's liveness is looked at, unless ``XCCL_HEALTH_DEADLINE`` says otherwise.
 DEFAULT_DEADLINE: Final = 1.0
 ENV: Final = "XCCL_HEALTH_DEADLINE"
 #: How long each slice of a wait past the deadline is, at most.
 _SLICE: Final = 0.25
-#: The calls whose gloo work ignores ``wait(timeout)`` and waits for the whole collective (torch 2.13: gloo's
-#: reduce-scatters; ``tests/test_health.py`` checks it): their waits poll ``is_completed()`` instead, pausing 50 us
-#: at first, then twice as long each time up to 10 ms.
-POLLED: Final = frozenset({"reduce_scatter", "reduce_scatter_tensor"})
-_PAUSE: Final = (5e-5, 0.01)
+#: The calls whose gloo work ignores ``wait(timeout)``: it runs the whole collective in the waiting thread, and is
+#: not complete until someone waits (torch 2.13: gloo's reduce-scatters; ``tests/test_health.py`` checks it). Their
+#: work is waited for by a thread of its own, and the call waits, in slices, for that thread.
+IN_THREAD: Final = frozenset({"reduce_scatter", "reduce_scatter_tensor"})
 _monotonic: Final = time.monotonic
 
 
@@ -70,6 +70,10 @@ def deadline() -> float:
     return value
 
 
+class _Slice(Exception):
+    """A slice of a watched wait ran out with the work still under way."""
+
+
 class Watched(ForwardingWork):
     """A call's handle whose waits are watched: the blocking path waits on it, an asynchronous call returns it.
 
@@ -81,26 +85,45 @@ class Watched(ForwardingWork):
         limit: the deadline, seconds.
     """
 
-    __slots__ = ("_limit", "_look_at", "_op", "_poll", "_st", "_started")
+    __slots__ = ("_done", "_error", "_limit", "_look_at", "_op", "_st", "_started", "_threaded")
 
     def __init__(self, work: Any, st: Any, op: str, started: float, limit: float) -> None:
         super().__init__(work)
         self._st, self._op, self._started, self._limit = st, op, started, limit
         self._look_at = started + limit
-        self._poll = op in POLLED
+        self._threaded = op in IN_THREAD
+        self._done: threading.Event | None = None
+        self._error: BaseException | None = None
 
     def _until(self, seconds: float) -> bool:
-        """The work's outcome if it ends within ``seconds``; else a RuntimeError saying the wait timed out."""
+        """The work's outcome if it ends within ``seconds``; else :class:`_Slice`."""
         work = self.work
-        if not self._poll:
-            return bool(work.wait(_dt.timedelta(seconds=max(seconds, 0.001))))  # 0 would be "no timeout"
-        end, pause = _monotonic() + seconds, _PAUSE[0]
-        while not work.is_completed():
-            if _monotonic() >= end:
-                raise RuntimeError("the health watch's slice of the wait timed out")
-            time.sleep(pause)
-            pause = min(2 * pause, _PAUSE[1])
-        return bool(work.wait())
+        if not self._threaded:
+            try:
+                return bool(work.wait(_dt.timedelta(seconds=max(seconds, 0.001))))  # 0 would be "no timeout"
+            except RuntimeError as exc:
+                # A slice that ran out is a timeout with no failure on the work (exception(), not is_completed():
+                # SCCL's simulated work completes a data op there); anything else is the backend's outcome.
+                if classify(str(exc)) is CollectiveTimeout and work.exception() is None:
+                    raise _Slice from None
+                raise
+        if self._done is None:
+            self._done = threading.Event()
+            threading.Thread(target=self._wait_in_thread, name="xccl-health-wait", daemon=True).start()
+        if not self._done.wait(seconds):
+            raise _Slice
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def _wait_in_thread(self) -> None:
+        try:
+            self.work.wait()
+        except BaseException as exc:  # the backend's outcome, raised by the caller's wait
+            self._error = exc
+        finally:
+            assert self._done is not None
+            self._done.set()
 
     def wait(self, timeout: _dt.timedelta | None = None) -> bool:
         """``Work.wait``, watched past the deadline; a ``timeout`` of the caller's fails as the backend's would.
@@ -119,14 +142,9 @@ class Watched(ForwardingWork):
                 return self._until(stop - now)
             except TypeError:  # a handle whose wait() takes no timeout: waited for as it is
                 return bool(work.wait() if timeout is None else work.wait(timeout))
-            except RuntimeError as exc:
-                # The backend's own failure: its outcome, for the typed faults. A slice that ran out is a timeout
-                # with no failure on the work (exception(), not is_completed(): SCCL's simulated work completes a
-                # data op there), and so is the caller's bound running out.
-                if classify(str(exc)) is not CollectiveTimeout or work.exception() is not None:
-                    return bool(work.wait())
+            except _Slice:
                 if end is not None and _monotonic() >= end:
-                    raise
+                    raise RuntimeError(f"timed out after {timeout} waiting for {self._op}") from None
             now = _monotonic()
             if now >= self._look_at:
                 verdict = watch_look(self._st.ranks)
@@ -159,7 +177,7 @@ class _Watch:
             work = inner(spec, kargs, kernel, True)
             if work is None:
                 return None
-            if not async_op and spec.name not in POLLED:
+            if not async_op and spec.name not in IN_THREAD:
                 try:
                     work.wait(first)  # the common case: done within the deadline
                     return None
