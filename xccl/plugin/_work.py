@@ -317,8 +317,8 @@ class _AtOnce(dist.Work):
         return self.is_completed() and self._error is None
 
     def exception(self) -> BaseException | None:
-        """The failure :meth:`is_completed` saw, else gloo's (a waiter in slices asks without waiting)."""
-        return self._error if self._error is not None else self._inner.exception()
+        """The failure :meth:`is_completed` saw, if any."""
+        return self._error
 
     def synchronize(self) -> None:
         """As :meth:`wait`."""
