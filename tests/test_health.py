@@ -140,6 +140,31 @@ def test_without_the_watch_a_survivor_hears_nothing_from_the_backend(tmp_path):
     assert not any("health watch" in r["message"] for r in reports), reports
 
 
+def body_silent_peer() -> dict[str, Any] | str:
+    """Rank 1 is alive but 3 s late; rank 0 waits on its handle with a bound of its own, 1.5 s."""
+    if xccl.get_world().rank == 1:
+        time.sleep(3)
+        xccl.all_reduce(torch.ones(4))
+        return "late"
+    started = time.monotonic()
+    try:
+        xccl.all_reduce(torch.ones(4), async_op=True).wait(datetime.timedelta(seconds=1.5))
+    except Exception as exc:
+        report = _report(exc)
+        report["after"] = time.monotonic() - started
+        return report
+    return "no error"
+
+
+def test_a_live_peer_that_is_late_is_no_loss_and_a_waits_own_timeout_holds():
+    """The look at the deadline (1 s) finds rank 1 alive: nothing is raised for it, and the caller's own bound
+    (1.5 s) ends the wait as the backend's would, typed as a timeout."""
+    with RankPool(2, {"timeout": 300}, start_method="forkserver", start_timeout=60) as pool:
+        report, late = pool.run_ok(body_silent_peer, timeout=60)
+    assert late == "late"
+    assert report["type"] == "CollectiveTimeout" and 1.4 < report["after"] < 2.9, report
+
+
 def body_gloo_wait(op: str) -> float:
     """Rank 0: how long torch's own gloo work of ``op`` (a plain gloo group: no xccl on its path) takes to answer a
     wait of 0.3 s while rank 1 is 2 s late."""

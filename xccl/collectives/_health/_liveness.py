@@ -18,8 +18,9 @@ a rank stuck in a collective, or holding the GIL, still answers. At a closed con
    ranks whose address to the store is the store's own, or rank 0 when rank 0's process hosted it) are probed and
    named; nothing can be said about the others without the store.
 
-Only the failure path pays: opening the port is one ``listen`` at init, and nothing runs until a fault. The
-verdict is computed once per group's member set and reused by every later fault of the process.
+Only the failure path pays: opening the port is one ``listen`` at init, and nothing runs until a fault, or until a
+call has waited past the health watch's deadline (:func:`watch_look`, ``._watch``). The verdict is computed once per
+group's member set and reused by every later fault of the process (the watch's only once it names ranks).
 
 **Every survivor names the same ranks.** Survivors look independently and a moment apart, so two could see
 different pictures (a host whose processes end one after another). The first survivor to find ranks gone publishes

@@ -19,9 +19,9 @@ process lives, independent of the backend (``_liveness``), so this hook does not
 
 The watch is a hook of the groups whose waits block the host, the groups that compute on it (cpu, and every
 simulated vendor: gloo moves their bytes). A device vendor's ``wait()`` orders a stream and returns; a wait with a
-timeout means something else there (NCCL's aborts the communicator when it runs out). Releasing a host blocked in a
-device synchronisation is the vendor's abort's work, not a sliced wait's (issue 39, the simulated stream). A group
-of one rank, or of a fake world, has no watch: nobody to lose.
+timeout means something else there (NCCL's blocks the host, and marks the work failed when it runs out). Releasing
+a host blocked in a device synchronisation is the vendor's abort's work, not a sliced wait's (not built yet). A
+group of one rank, or of a fake world, has no watch: nobody to lose.
 """
 
 from __future__ import annotations

@@ -236,6 +236,7 @@ COMPARED: Final[tuple[tuple[str, Callable[[RankFacts], str], Status], ...]] = (
     ("mismatch detector (XCCL_CHECK)", _check_on, "fail"),
     ("python", lambda f: f.python, "warn"),
     ("XCCL_TIMEOUT", _env_of("XCCL_TIMEOUT"), "warn"),
+    ("XCCL_HEALTH_DEADLINE", _env_of("XCCL_HEALTH_DEADLINE"), "warn"),
     ("MASTER_ADDR", _env_of("MASTER_ADDR"), "warn"),
     ("MASTER_PORT", _env_of("MASTER_PORT"), "warn"),
 )
