@@ -257,10 +257,7 @@ class TypedWork(ForwardingWork):
 
     def wait(self, timeout: _dt.timedelta | None = None) -> bool:
         """Wait for completion (``Work.wait``); raises :class:`~xccl.PeerFailure` or :class:`~xccl.CollectiveTimeout`."""
-        try:
-            done = bool(self.work.wait() if timeout is None else self.work.wait(timeout))
-        except RuntimeError as exc:
-            raise self._fault(exc) from exc
+        done = super().wait(timeout)
         if (done or timeout is None) and self.entry is not None:
             stamp(self.entry)
         return done

@@ -219,25 +219,12 @@ class _VendorWork(ForwardingWork):
         super().__init__(work)
         self._exec_error = exec_error
 
-    def _vendor(self, exc: RuntimeError) -> RuntimeError:
+    def _fault(self, exc: RuntimeError) -> BaseException:
+        """A timeout fails with the vendor's text (``wait`` and ``synchronize``: the simulation computes on the host)."""
         low = str(exc).lower()
         if self._exec_error and ("timed out" in low or "timeout" in low):
             return RuntimeError(self._exec_error)
         return exc
-
-    def wait(self, timeout: _dt.timedelta | None = None) -> bool:
-        """The inner work's ``wait``; a timeout fails with the vendor's text."""
-        try:
-            return bool(self.work.wait() if timeout is None else self.work.wait(timeout))
-        except RuntimeError as exc:
-            vendor = self._vendor(exc)
-            if vendor is exc:
-                raise
-            raise vendor from exc
-
-    def synchronize(self) -> None:
-        """``Work.synchronize``: waits (the simulation computes on the host)."""
-        self.wait()
 
 
 # ------------------------------------------------------------------------------------------------ per group

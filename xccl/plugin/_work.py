@@ -212,8 +212,9 @@ def _below_autograd(step: Callable[[], object]) -> None:
 class ForwardingWork(dist.Work):
     """A ``torch.distributed.Work`` that forwards its interface to the backend's handle ``work``.
 
-    Subclasses decide how ``wait`` and ``synchronize`` report a fault (:class:`TypedWork`, and the mismatch
-    detector's handle); everything else is the backend's.
+    Subclasses decide how ``wait`` reports a fault (:meth:`_fault`: the typed faults' ``TypedWork``, a simulated
+    vendor's text) or how it waits (the mismatch detector's handle, the health watch's); everything else is the
+    backend's.
     """
 
     __slots__ = ("work",)
@@ -222,6 +223,24 @@ class ForwardingWork(dist.Work):
         super().__init__()
         #: The backend's own handle.
         self.work: Final = work
+
+    def wait(self, timeout: _dt.timedelta | None = None) -> bool:
+        """The backend's ``wait``; a failure is raised as :meth:`_fault` makes it."""
+        try:
+            return bool(self.work.wait() if timeout is None else self.work.wait(timeout))
+        except RuntimeError as exc:
+            error = self._fault(exc)
+            if error is exc:
+                raise
+            raise error from exc
+
+    def synchronize(self) -> None:
+        """As :meth:`wait`: the host waits."""
+        self.wait()
+
+    def _fault(self, exc: RuntimeError) -> BaseException:
+        """What a backend failure in :meth:`wait` is raised as (``exc`` itself: the backend's)."""
+        return exc
 
     def is_completed(self) -> bool:
         """Whether the collective finished (successfully or not)."""

@@ -255,10 +255,6 @@ class CheckedWork(ForwardingWork):
                 raise
             raise typed from exc
 
-    def synchronize(self) -> None:
-        """``Work.synchronize``, watched."""
-        self.wait()
-
     def __repr__(self) -> str:
         return f"<xccl CheckedWork {self._op} #{self._seq} on group {self._rec.name!r}: {self.work!r}>"
 

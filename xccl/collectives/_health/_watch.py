@@ -163,10 +163,6 @@ class Watched(ForwardingWork):
                     raise watched_loss(verdict, self._st, self._op, self._started)
                 self._look_at = now + max(self._limit, (now - self._started) / 4)
 
-    def synchronize(self) -> None:
-        """As :meth:`wait`."""
-        self.wait()
-
 
 class _Watch:
     """The health watch's hook of one group (innermost: it issues the call and waits for it), for its calls and for
