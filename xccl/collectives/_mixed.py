@@ -295,13 +295,13 @@ class _ThreadWork(dist.Work):
 
     def wait(self, timeout: _dt.timedelta | None = None) -> bool:
         """Wait for the composition; its error (typed by the island's dispatch, or gloo's) is raised here. A wait
-        with a timeout that runs out raises as gloo's does (the mismatch detector waits in slices)."""
+        with a timeout that runs out raises c10d's own ``Work::wait`` text, as gloo's work does: the mismatch
+        detector and the health watch wait in slices, and read it as a slice that ran out."""
         seconds = None if timeout is None or timeout == _dt.timedelta(0) else timeout.total_seconds()
         try:
             self._future.result(seconds)
         except concurrent.futures.TimeoutError:
-            raise RuntimeError(f"Timed out waiting {int((seconds or 0) * 1000)}ms for the mixed group's "
-                               "composition") from None
+            raise RuntimeError("Operation timed out!") from None
         return True
 
     def is_completed(self) -> bool:

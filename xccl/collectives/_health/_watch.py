@@ -155,7 +155,7 @@ class Watched(ForwardingWork):
                 return bool(work.wait() if timeout is None else work.wait(timeout))
             except _Slice:
                 if end is not None and _monotonic() >= end:
-                    raise RuntimeError(f"timed out after {timeout} waiting for {self._op}") from None
+                    raise RuntimeError(_RAN_OUT) from None  # as the backend's own wait says it
             now = _monotonic()
             if now >= self._look_at:
                 verdict = watch_look(self._st.ranks)
