@@ -147,9 +147,12 @@ def _filled(template: str, **values: float) -> str:
 
 _WAITS: Final = {
     Completion.BLOCKING: "as gloo",
-    Completion.STREAM: "not simulated: the simulated group's wait() waits for the collective on the host; the "
-    "hardware's makes the caller's stream wait and returns",
-    Completion.AT_ONCE: "simulated by the plugin's simulated group (wait() returns at once)",
+    Completion.STREAM: "simulated for a lost peer (xccl.plugin._sim_stream): gloo's error does not reach the host; "
+    "the simulated stream holds the collective and all behind it until the execution timeout; otherwise the "
+    "simulated wait() waits for the collective on the host, where the hardware's makes the caller's stream wait "
+    "and returns",
+    Completion.AT_ONCE: "simulated by the plugin's simulated group (wait() returns at once); a lost peer holds the "
+    "simulated stream, and whatever needs its values, forever (xccl.plugin._sim_stream)",
 }
 
 
@@ -177,10 +180,16 @@ def runtime_rows(runtime: VendorRuntime) -> list[Row]:
                 f"{wd.exec_timeout_env}, and the vendor's default when none was given, in every mode"),
             Row("execution timeout", f"{wd.exec_timeout_env} (default {wd.exec_timeout_default:g} s) ends a collective "
                 f"that does not complete: {_filled(wd.exec_error, exec_s=wd.exec_timeout_default) or 'no message'}", src,
-                "simulated: the simulated group's gloo times out after it and raises the vendor's text, from the "
-                "collective's wait() (the hardware: at the next stream synchronisation); xccl raises "
-                f"CollectiveTimeout naming {wd.exec_timeout_env}"),
+                "simulated: the simulated group's gloo times out after it, and a collective stuck on a lost peer "
+                "is failed after it (xccl.plugin._sim_stream), with the vendor's text, from the collective's wait() "
+                f"(the hardware: at the next stream synchronisation); xccl raises CollectiveTimeout naming "
+                f"{wd.exec_timeout_env}"),
         ]
+    if runtime.teardown_syncs:
+        out.append(Row("teardown", "destroying a group synchronises its streams first: with a collective stuck on a "
+                       "lost peer it waits until the device fails it, then can raise", _src(runtime.teardown_syncs),
+                       "simulated: the simulated group's shutdown waits on the simulated stream (its error after the "
+                       "execution timeout); xccl's shrink stops and restarts the device first (Runtime.stop_device)"))
     lazy = runtime.lazy_connect
     if lazy is not None:
         out.append(Row("lazy connect", f"a communicator connects at its group's first collective, within "

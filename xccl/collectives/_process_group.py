@@ -142,6 +142,8 @@ class XcclProcessGroup(PythonProcessGroup):
         """What ``torch.distributed.destroy_process_group(group)`` calls: xccl's state of the group (its scratch
         buffers) goes first, then the backends."""
         forget(self)
+        if isinstance(self.native, dist.ProcessGroup):  # torch's shutdown reaches the vendor's backend, not its group
+            self.native.shutdown()
         super().shutdown()
 
     # ---------------------------------------------------------------------------------------- the c10d methods

@@ -64,6 +64,7 @@ from ._ranktable import (
 from ._registry import Registry
 from ._sim import SimProfile, simulated_backend_of, simulated_group_of
 from ._sim_runtime import install_patches, installed_patches, remove_patches
+from ._sim_stream import SimStream, simulated_stream
 from ._vendor_runtime import (
     CommMemory,
     Completion,
@@ -114,6 +115,7 @@ __all__ = [
     "Registry",
     "Runtime",
     "SimProfile",
+    "SimStream",
     "StrPath",
     "Support",
     "TorchPatch",
@@ -150,6 +152,7 @@ __all__ = [
     "require",
     "simulated_backend_of",
     "simulated_group_of",
+    "simulated_stream",
     "table_from",
     "version_below",
     "warn_at_user",

@@ -274,6 +274,17 @@ class Runtime:
         the new one's creation, to re-derive what the runtime knows per global rank (Sophgo: the chip of each rank;
         Ascend: the survivors' rank table). Default: nothing."""
 
+    def stop_device(self) -> bool:
+        """Abort every task queued on this process's device, so that a collective stuck on a lost peer, and what
+        waits behind it (a synchronisation, the teardown of its group), returns with an error instead of waiting for
+        the vendor's execution timeout. Called when xccl finds a peer lost (the health watch's verdict) and before a
+        shrink tears the old world down. Returns whether the vendor has such an abort (default: none, False)."""
+        return False
+
+    def restart_device(self) -> None:
+        """Make the device take work again after :meth:`stop_device` (called by the shrink before the new world
+        is built). Default: nothing."""
+
     def shutdown(self) -> None:
         """Release vendor resources after the process group is destroyed."""
 

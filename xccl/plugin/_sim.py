@@ -310,6 +310,12 @@ class SimulatedProcessGroup(PythonProcessGroup):
     def __repr__(self) -> str:
         return f"<SimulatedProcessGroup {self.profile.backend} rank={self.rank()} size={self.size()}>"
 
+    def shutdown(self) -> None:
+        """``ProcessGroup.shutdown`` (``destroy_process_group``): the vendor's teardown (HCCL's synchronises its
+        streams first: ``_sim_stream``), then gloo's."""
+        self.simulated_runtime.shutdown()
+        super().shutdown()
+
     def _admit(self, key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Check one call against the profile, raising what the vendor raises."""
         profile, name = self.profile, self.profile.vendor_name
@@ -357,7 +363,7 @@ def _gated(method: str, key: str) -> Callable[..., Any]:
                 args = _premul_as_sum(key, args)
         vendor = self.simulated_runtime
         vendor.before(key)
-        work = vendor.after(key, gloo_call(self._inner, key, method, args, kwargs))
+        work = vendor.after(key, None if vendor.held() else gloo_call(self._inner, key, method, args, kwargs))
         if back:
             # The vendor reduced in the narrow dtype; gloo reduced a wide copy: the result goes back once it is
             # there.
@@ -393,8 +399,8 @@ def _alltoall(self: SimulatedProcessGroup, outputs: list[torch.Tensor], inputs: 
     recv = torch.empty(sum(t.numel() for t in outputs), dtype=send.dtype, device=send.device)
     vendor = self.simulated_runtime
     vendor.before("alltoall")
-    inner = self._inner.alltoall_base(recv, send, [t.numel() for t in outputs], [t.numel() for t in inputs],
-                                      dist.AllToAllOptions())
+    inner = None if vendor.held() else self._inner.alltoall_base(
+        recv, send, [t.numel() for t in outputs], [t.numel() for t in inputs], dist.AllToAllOptions())
     work = vendor.after("alltoall", inner)
 
     def copy_out() -> None:

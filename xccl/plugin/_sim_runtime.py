@@ -33,7 +33,8 @@ from torch._C._distributed_c10d import PrefixStore
 
 from ..ops._parts import Part
 from ._fake_world import transport
-from ._vendor_runtime import CommMemory, ErrorHandling, LazyConnect, TorchPatch, VendorRuntime, Watchdog
+from ._sim_stream import STREAM, StreamWork
+from ._vendor_runtime import CommMemory, Completion, ErrorHandling, LazyConnect, TorchPatch, VendorRuntime, Watchdog
 from ._work import ForwardingWork, Work
 
 __all__ = [
@@ -254,6 +255,9 @@ class GroupRuntime:
         self._connector: Final = None if lazy is None else _Connector(lazy, opts, runtime.comm_memory)
         if lazy is not None:
             _warn_out_of_range(lazy)
+        #: Whether the vendor's works complete on a device stream, where a lost peer holds it (``_sim_stream``).
+        self._streamed: Final = runtime.completion is not Completion.BLOCKING
+        self._teardown_waits: Final = runtime.teardown_syncs != ""
         #: The works held back while coalescing (None: not coalescing).
         self._batch: list[Any] | None = None
 
@@ -287,14 +291,29 @@ class GroupRuntime:
                 self._batch.append(work)
             return None
         s = self.settings
-        if s is None or work is None:
+        if work is None and not (self._streamed and STREAM.held()):
+            return None  # a collective behind a stuck one gets a work that waits on the stream
+        if self._streamed:
+            work = StreamWork(work, math.inf if s is None else s.exec_timeout, self._exec_error)
+        elif s is None:
             return work
-        self._seq += 1
-        if not math.isinf(s.timeout):
+        if s is not None and not math.isinf(s.timeout):
+            self._seq += 1
             describe = (f"Work{self._vendor}(SeqNum={self._seq}, OpType={method.upper()}, "
                         f"Timeout(ms)={round(s.timeout * 1000)})")
             _WATCHDOG.watch(_Watched(work, time.monotonic(), s.timeout, s.mode, describe, self._rank))
-        return _VendorWork(work, self._exec_error)
+        return work if self._streamed else _VendorWork(work, self._exec_error)
+
+    def held(self) -> bool:
+        """Whether a collective issued now is queued behind one stuck on the device's stream: it never reaches
+        the wire (``_sim_stream``)."""
+        return self._streamed and STREAM.held()
+
+    def shutdown(self) -> None:
+        """The vendor's teardown of the group: HCCL's synchronises the group's streams first
+        (``ProcessGroupHCCL::shutdown``), so it waits for a stuck collective as a synchronisation does."""
+        if self._teardown_waits:
+            STREAM.synchronize()
 
     @contextlib.contextmanager
     def coalescing(self) -> Iterator[list[Any]]:

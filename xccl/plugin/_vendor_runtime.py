@@ -350,6 +350,9 @@ class VendorRuntime:
     #: Why a world of this vendor cannot be shrunk in place after a lost rank (``dist.shrink_group`` refuses it
     #: before tearing anything down; the recovery is a restart), with its source; "" when it can.
     no_shrink: str = ""
+    #: Where the vendor's teardown of a group (``destroy_process_group``) synchronises the group's streams first, so
+    #: that it waits for a collective stuck on a lost peer; "" when it does not.
+    teardown_syncs: str = ""
 
     @property
     def patches_on_import(self) -> tuple[TorchPatch, ...]:

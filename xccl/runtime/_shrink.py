@@ -119,6 +119,7 @@ def _shrink_world(old: XcclProcessGroup, excluded: Sequence[int], flags: int, pg
         base.set(f"{_PREFIX}/{size}/asked/{rank}", ",".join(map(str, kept)))
     live = PROCESS.liveness
     laps = [("", time.monotonic())]  # (the step done, when): what each step took goes into the recorder's mark
+    _free_device(runtime)
     _teardown_old(flags)
     laps.append(("old world destroyed", time.monotonic()))
     runtime.world_shrunk(kept)
@@ -157,6 +158,13 @@ def _meet(store: Any, size: int, timeout: _dt.timedelta) -> None:
     if store.add("arrived", 1) == size:
         store.set("all", "1")
     store.wait(["all"], timeout)
+
+
+def _free_device(runtime: Any) -> None:
+    """Abort what the device holds (a collective stuck on the lost rank: a vendor's teardown that synchronises its
+    streams would wait for it until the vendor's execution timeout), then let it take the new world's work."""
+    if runtime.stop_device():
+        runtime.restart_device()
 
 
 def _teardown_old(flags: int) -> None:
@@ -219,6 +227,7 @@ def _not_met(exc: Exception, base: Any, size: int, rank: int, kept: Sequence[int
 def _shrink_subgroup(old: XcclProcessGroup, excluded: Sequence[int], flags: int, pg_options: Any) -> Any:
     members = dist.get_process_group_ranks(old)
     kept = [g for i, g in enumerate(members) if i not in excluded]
+    _free_device(PROCESS.runtime)
     if flags & c10d.SHRINK_ABORT:
         with contextlib.suppress(RuntimeError, AttributeError):
             old.native.abort()

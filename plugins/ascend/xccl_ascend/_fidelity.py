@@ -297,10 +297,23 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "and a send or recv under coalescing gets none",
           (f"{PGH}:1104-1107 (getFuture)", f"{PGH}:4150-4157, :4371-4378, :4624-4632 (future_ marked completed at "
            "enqueue)", f"{PGH}:6342-6348 (endCoalescing)"),
-          "not simulated: the simulated work's future completes when the host-side op does and fails with its error, "
-          "and for an op gloo gives no future (reduce_scatter_tensor) its value is every tensor of the call, the "
-          "input included (xccl.plugin._work.future_of). A future complete at enqueue needs a simulated device "
-          "stream to order what reads it (issue 39); without one, DDP would read a bucket not yet reduced"),
+          "partly simulated: a lost peer's failure never reaches the simulated future (it fails with EI0002 after "
+          "HCCL_EXEC_TIMEOUT, where the hardware's next synchronisation would); otherwise it completes when the "
+          "host-side op does, and for an op gloo gives no future (reduce_scatter_tensor) its value is every tensor of "
+          "the call, the input included (xccl.plugin._work.future_of). A future complete at enqueue would have DDP "
+          "read a bucket not yet reduced: the simulation computes on the host"),
+    Claim("lost peer", "a collective stuck on a dead peer tells the host nothing: WorkHCCL::wait only orders the "
+          "current stream, and EI0002 comes after HCCL_EXEC_TIMEOUT (1836 s by default), at the next stream "
+          "synchronisation; HcclGetCommAsyncError reports RDMA error CQEs only; stop_device (aclrtDeviceTaskAbort) "
+          "aborts the device's tasks, after which waits fail with FORCE STOP until restart_device",
+          (f"{PGH}:996-1007, :1083-1094 (wait)", f"{PGH}:2100-2118 (HcclGetCommAsyncError)",
+           "Ascend/pytorch@082cb38 torch_npu/npu/_recovery.py (stop_device, restart_device)",
+           "../shared/vendor-api/RUNTIME-AUDIT-3.md L2, L6"),
+          "simulated (xccl.plugin._sim_stream): gloo's 'connection closed' does not reach the host; the simulated "
+          "stream holds the collective and everything behind it until HCCL_EXEC_TIMEOUT, then EI0002; the simulated "
+          "stop_device fails them with FORCE STOP (tests/test_sim_stream.py). xccl's health watch names the lost "
+          "rank within about a second and stops the device; a host blocked outside xccl (a .item()) is reached only "
+          "through that stop"),
     Claim("HCCL_CONNECT_TIMEOUT range", "an integer in [120, 7200], default 120; from CANN 8.2 the wait is 20 s longer",
           ("CANN https://www.hiascend.com/document/detail/zh/canncommercial/850/maintenref/envvar/envref_07_0149.html",),
           "checked and simulated: a value outside is taken as the nearest bound, with a warning (whether HCCL clamps "

@@ -148,6 +148,19 @@ class AscendRuntime(Runtime):
         LOG.info("RANK_TABLE_FILE=%s: the survivors' rank table (was %s)", out, path)
         os.environ["RANK_TABLE_FILE"] = out
 
+    def stop_device(self) -> bool:
+        """torch_npu's ``stop_device`` (``aclrtDeviceTaskAbort``): a collective stuck on a lost peer, and whatever
+        waits behind it, fails with FORCE STOP instead of waiting for HCCL_EXEC_TIMEOUT; ``ProcessGroupHCCL``'s
+        teardown, which synchronises its streams first, then returns (Ascend/pytorch@082cb38
+        ``torch_npu/npu/_recovery.py``: ``stop_device``, ``restart_device``; Huawei's own in-process recovery
+        stops the device first)."""
+        self.sdk.stop_device()
+        return True
+
+    def restart_device(self) -> None:
+        """torch_npu's ``restart_device``: the device takes work again, for the survivors' new world."""
+        self.sdk.restart_device()
+
     def process_group_options(self, ranks: Sequence[int] | None) -> Any:
         """``ProcessGroupHCCL.Options`` with the configured ``hccl_config``, or None (HCCL's defaults)."""
         config = config_for(ranks)

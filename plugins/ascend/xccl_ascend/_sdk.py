@@ -106,6 +106,14 @@ class HcclSdk(Protocol):
         """The vendor ops xccl's graph ops lower to (TorchAir's ``npu_define`` ops, torch_npu's MC2 ops)."""
         ...
 
+    def stop_device(self) -> None:
+        """Abort every task of the current device (``torch_npu.npu.stop_device``)."""
+        ...
+
+    def restart_device(self) -> None:
+        """Let the current device take work again (``torch_npu.npu.restart_device``)."""
+        ...
+
     def close(self) -> None:
         """Undo what loading the SDK did, where that can be undone (torch_npu's own import cannot be)."""
         ...
@@ -251,6 +259,16 @@ class NpuSdk:
 
         out: torch.Tensor = torch_npu.npu_mm_all_reduce_base(a, b, hcom, reduce_op="sum", bias=bias, comm_turn=0)
         return out
+
+    def stop_device(self) -> None:
+        import torch_npu  # noqa: TID251
+
+        torch_npu.npu.stop_device(torch_npu.npu.current_device())
+
+    def restart_device(self) -> None:
+        import torch_npu  # noqa: TID251
+
+        torch_npu.npu.restart_device(torch_npu.npu.current_device())
 
     def close(self) -> None:
         pass  # torch_npu's import (its patches of torch.distributed included) lasts as long as the process

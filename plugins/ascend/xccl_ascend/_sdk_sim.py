@@ -56,6 +56,7 @@ from xccl.plugin import (
     install_patches,
     remove_patches,
     simulated_group_of,
+    simulated_stream,
 )
 
 from ._probe import parse_visible_devices
@@ -76,6 +77,9 @@ __all__ = [
 SIM_SOC_ENV: Final = "XCCL_SIM_ASCEND_SOC"
 #: Physical NPUs of the simulated host.
 SIM_DEVICES_ENV: Final = "XCCL_SIM_ASCEND_DEVICES"
+#: What a wait on the device raises once its tasks were stopped (torch_npu's workEnqueue and NPUQueue after
+#: ``stop_device``: Ascend/pytorch@462f4e1 ``ProcessGroupHCCL.cpp:3402-3407``, ``NPUQueue.cpp:538-541``).
+FORCE_STOP: Final = "FORCE STOP. The device's tasks were stopped (torch_npu.npu.stop_device; simulated)"
 #: The development branches that export ``torch_npu.distributed.all_to_all_vc`` (Ascend/pytorch: v2.7.1 adc41e6,
 #: v2.9.0 da74682, v2.10.0 cf90439, v2.11.0 0b74b65, v2.12.0 a63ae3a). No release branch (``-7.x.0``,
 #: ``-26.x.0``), v2.8.0 (c419498) or 2.13.0 tag exports it, so no release wheel has it.
@@ -153,6 +157,14 @@ class SimSdk:
         if self._patched:
             self._patched = False
             remove_patches("ascend")
+
+    def stop_device(self) -> None:
+        """torch_npu's ``stop_device``: the simulated device's stream aborts what it holds and refuses new work."""
+        simulated_stream().stop(FORCE_STOP)
+
+    def restart_device(self) -> None:
+        """torch_npu's ``restart_device``."""
+        simulated_stream().restart()
 
     def has_all_to_all_vc(self) -> bool:
         """Whether the simulated release exports ``torch_npu.distributed.all_to_all_vc``."""

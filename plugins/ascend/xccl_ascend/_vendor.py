@@ -83,6 +83,8 @@ def _runtime(npu: Release) -> VendorRuntime:
         completion=Completion.STREAM,
         completion_source=f"{_PGH}:996-1007 (WorkHCCL::synchronizeInternal blocks the current stream; "
         "npuSynchronizeDevice for barrier work only), :1084-1094 (wait never rethrows the watchdog's exception)",
+        teardown_syncs=(f"{_PGH}:1386-1457 (shutdown synchronises every HCCL stream of the group first, :1404-1413), "
+                        f"{_PT}csrc/core/npu/NPUStream.cpp:494-502 (aclrtSynchronizeStreamWithTimeout)"),
         watchdog=Watchdog(
             mode_env=npu.mode_env,
             mode_env_aliases=npu.mode_aliases,

@@ -193,8 +193,10 @@ CLAIMS: Final[tuple[Claim, ...]] = (
     Claim("no timeout", "ProcessGroupSCCL stores the group's timeout and uses it nowhere, and has no watchdog: a "
           "collective whose peer never arrives waits forever, unless the closed libsccl has a timeout of its own",
           (f"{PG}:792-806 (createProcessGroupSCCL: options.timeout set, never read)", f"{PG}:183-191 (WorkSCCL)"),
-          "not simulated: the simulated group's gloo raises after the group's timeout (CollectiveTimeout), so a hang "
-          "is bounded in simulation; xccl's host barrier is bounded on the hardware too (first-hour checklist)"),
+          "simulated for a lost peer (xccl.plugin._sim_stream): the collective and whatever needs values behind it "
+          "wait forever (tests/test_sim_stream.py); not simulated for a live peer that never arrives: the simulated "
+          "group's gloo raises after the group's timeout (CollectiveTimeout); xccl's host barrier is bounded on the "
+          "hardware too (first-hour checklist)"),
     Claim("adaptor frames", "with torch_tpu's torch adaptor (on by default once torch_tpu.accelerator is imported), "
           "dist.broadcast, reduce, all_reduce, all_gather_into_tensor, isend and irecv are wrappers of "
           "torch_tpu.accelerator.adaptor.torch_adaptor.distributed: their frames are not the user's call site",

@@ -239,6 +239,14 @@ def lost_peers(members: Sequence[int]) -> Verdict | None:
     return live.verdicts[key]
 
 
+def known_loss(key: tuple[int, ...]) -> Verdict | None:
+    """The verdict naming lost ranks that this process already holds for the group of ``key`` (its sorted global
+    ranks), or None: a dict read, no look."""
+    live = PROCESS.liveness
+    known = live.verdicts.get(key) if isinstance(live, Liveness) else None
+    return known if known is not None and known.ranks else None
+
+
 def watch_look(members: Sequence[int]) -> Verdict | None:
     """The health watch's look at ``members`` (``_health``): the verdict when a member is found lost or another
     survivor published one, else None. Unlike :func:`lost_peers` it marks this rank a survivor and keeps the

@@ -37,7 +37,7 @@ from ...errors import InitError
 from ...plugin._fake_world import transport
 from ...plugin._work import ForwardingWork
 from .._faults import watched_loss
-from ._liveness import watch_look
+from ._liveness import known_loss, watch_look
 
 __all__ = ["DEFAULT_DEADLINE", "ENV", "IN_THREAD", "Watched", "deadline", "hook"]
 
@@ -146,6 +146,13 @@ class Watched(ForwardingWork):
         end = None if not timeout else _monotonic() + timeout.total_seconds()
         while True:
             now = _monotonic()
+            if now >= self._look_at:  # first: the blocking path's first wait may have spent the deadline already
+                verdict = watch_look(self._st.ranks)
+                if verdict is not None:
+                    self._st.runtime.stop_device()  # the vendor's abort, where it has one: the stuck stream returns
+                    raise watched_loss(verdict, self._st, self._op, self._started)
+                now = _monotonic()
+                self._look_at = now + max(self._limit, (now - self._started) / 4)
             stop = self._look_at if now < self._look_at else now + _SLICE
             if end is not None:
                 stop = min(stop, end)
@@ -156,31 +163,30 @@ class Watched(ForwardingWork):
             except _Slice:
                 if end is not None and _monotonic() >= end:
                     raise RuntimeError(_RAN_OUT) from None  # as the backend's own wait says it
-            now = _monotonic()
-            if now >= self._look_at:
-                verdict = watch_look(self._st.ranks)
-                if verdict is not None:
-                    raise watched_loss(verdict, self._st, self._op, self._started)
-                self._look_at = now + max(self._limit, (now - self._started) / 4)
 
 
 class _Watch:
     """The health watch's hook of one group (innermost: it issues the call and waits for it), for its calls and for
     an emulation's building blocks alike (a block that waits unwatched would hide the loss it waits on)."""
 
-    __slots__ = ("first", "limit", "st")
+    __slots__ = ("first", "key", "limit", "st")
 
     def __init__(self, st: Any, limit: float) -> None:
         self.st, self.limit, self.first = st, limit, _dt.timedelta(seconds=limit)
+        self.key = tuple(sorted(st.ranks))
 
     def stage(self, inner: Callable[..., Any]) -> Callable[..., Any]:
-        """Issue asynchronously; a blocking call waits here, an asynchronous one hands out a watched handle."""
-        st, limit, first = self.st, self.limit, self.first
+        """Issue asynchronously; a blocking call waits here, an asynchronous one hands out a watched handle. A call
+        on a group already found to have lost ranks raises at once, before it communicates."""
+        st, limit, first, key = self.st, self.limit, self.first, self.key
 
         def watched(spec: Any, kargs: Sequence[Any], kernel: Callable[..., Any], async_op: bool) -> Any:
             if spec.fused:  # a fused op returns its output, not a work to wait for
                 return inner(spec, kargs, kernel, async_op)
             started = _monotonic()
+            known = known_loss(key)
+            if known is not None:
+                raise watched_loss(known, st, spec.name, started)
             work = inner(spec, kargs, kernel, True)
             if work is None:
                 return None
