@@ -218,8 +218,9 @@ HARDWARE: Final = (
      "pytest --xccl-plugin sophgo --xccl-world-sizes 2,4,8"),
     ("a lost chip (xccl refuses an in-place shrink on Sophgo: SCCL has no timeout, no error path and no abort): what "
      "a survivor's next all_reduce and the stream synchronisation after it do when rank 1 (not the last) is killed, "
-     "bounded by an outer timeout; then that torchrun's restart brings every rank back on live chips and the "
-     "restarted job computes right",
+     "bounded by an outer timeout, with xccl's health watch off and on (`xccl doctor --first-hour --vendor sophgo` "
+     "writes a report of both, and of the refused shrink); then that torchrun's restart brings every rank back on "
+     "live chips and the restarted job computes right",
      "timeout 300 torchrun --standalone --nproc-per-node 4 --max-restarts 1 --no-python python -c \"import os, time, "
      "torch, torch_tpu, xccl; w = xccl.init(vendor='sophgo'); t = torch.ones(1, device=w.device); xccl.all_reduce(t); "
      "r = int(os.environ['TORCHELASTIC_RESTART_COUNT']); os.kill(os.getpid(), 9) if w.rank == 1 and r == 0 else None; "

@@ -61,6 +61,18 @@ def add_parser(sub: Any, name: str) -> None:
                    help="compare every rank of a job (run on every rank, under torchrun); rank 0 prints")
     p.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                    help=f"with --world: how long rank 0 waits for every rank to answer (default {DEFAULT_TIMEOUT:g})")
+    hour = p.add_argument_group("the first hour on new hardware (docs/elastic.md): lose a rank and recover, on this node")
+    hour.add_argument("--first-hour", action="store_true",
+                      help="run the lost-rank checks only the hardware can answer (three rounds of --ranks local "
+                      "ranks) and write a report to send back")
+    hour.add_argument("--simulate", action="store_true", help="with --first-hour: on xccl's simulation of --vendor")
+    hour.add_argument("--ranks", type=int, default=4, help="ranks (devices) to use (default 4)")
+    hour.add_argument("--lose", type=int, default=1, help="the rank that ends (default 1: not the last)")
+    hour.add_argument("--bound", type=_seconds, default=120.0, metavar="SECONDS",
+                      help="how long a survivor waits to hear of the loss (default 120)")
+    hour.add_argument("--alive-after", type=float, default=90.0, metavar="SECONDS",
+                      help="how long the survivors live on before the shrink (default 90)")
+    hour.add_argument("--report", default="xccl-first-hour.json", help="where to write the report (JSON)")
     p.set_defaults(func=run)
 
 
@@ -81,9 +93,30 @@ def run(args: argparse.Namespace) -> int:
 
     if args.world:
         return run_world(vendor=args.vendor, timeout=args.timeout, as_json=args.json)
+    if args.first_hour:
+        return _first_hour(args)
     report = collect(vendor=args.vendor)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
         print(render(report))
     return 0 if report.ok else 1
+
+
+def _first_hour(args: argparse.Namespace) -> int:
+    """``--first-hour``: the rounds, the report written and printed; 2 when no vendor is named."""
+    import os
+    from pathlib import Path
+
+    from .doctor_first_hour import first_hour, render_hour
+
+    vendor = args.vendor or os.environ.get("XCCL_SIMULATE" if args.simulate else "XCCL_VENDOR", "")
+    if not vendor or not 0 <= args.lose < args.ranks:
+        print("xccl doctor --first-hour needs --vendor (or XCCL_VENDOR; with --simulate, XCCL_SIMULATE) and a --lose "
+              "rank below --ranks")
+        return 2
+    result = first_hour(vendor, simulate=args.simulate, world=args.ranks, victim=args.lose, bound=args.bound,
+                        alive_after=args.alive_after, report=Path(args.report))
+    print(json.dumps(result, indent=2) if args.json else render_hour(result))
+    print(f"report: {args.report}")
+    return 0

@@ -1,0 +1,50 @@
+"""``xccl doctor --first-hour`` (``xccl/tools/cli/doctor_first_hour.py``) runs in simulation and writes its report:
+the rounds a hardware owner runs on Ascend or Sophgo, so that the command cannot break unseen."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from xccl.tools.cli import main
+from xccl.tools.cli.doctor_first_hour import ROUNDS, first_hour
+
+SURVIVORS = [0, 2, 3]
+
+
+def test_first_hour_on_simulated_ascend_reports_each_round(tmp_path):
+    report = tmp_path / "first-hour.json"
+    result = first_hour("ascend", simulate=True, bound=10, alive_after=0.5, report=report,
+                        env={"HCCL_EXEC_TIMEOUT": "4"})
+    assert json.loads(report.read_text()) == result
+    assert list(result["rounds"]) == list(ROUNDS) and result["lost"] == 1
+    for r in result["rounds"]["silent"]:  # the watch off: HCCL's own execution timeout, and nothing sooner
+        assert r["failed_step"]["seconds"] > 3 and "EI0002" in r["failed_step"]["message"], r
+    for name in ("shrink", "shrink_abort"):
+        got = result["rounds"][name]
+        assert [r["rank"] for r in got] == SURVIVORS, got
+        for r in got:
+            assert r["failed_step"]["type"] == "PeerFailure" and r["failed_step"]["ranks"] == [1], r
+            assert r["shrink"]["type"] == "" and r["new_world"]["right"] and r["new_world"]["size"] == 3, r
+    assert any("simulation" in gap for gap in result["not_checked"]), result["not_checked"]
+
+
+@pytest.mark.slow
+def test_first_hour_on_simulated_sophgo_shows_no_bound_and_the_refused_shrink(tmp_path, capsys):
+    report = tmp_path / "first-hour.json"
+    code = main(["doctor", "--first-hour", "--vendor", "sophgo", "--simulate", "--bound", "5", "--alive-after", "0",
+                 "--report", str(report)])
+    assert code == 0
+    result = json.loads(report.read_text())
+    for r in result["rounds"]["silent"]:  # nothing bounds a missing peer on SCCL
+        assert r["failed_step"]["type"] == "" and r["failed_step"]["message"] == "nothing within 5 s", r
+    for r in result["rounds"]["shrink"]:  # the watch names rank 1; Sophgo refuses the in-place shrink
+        assert r["failed_step"]["ranks"] == [1] and r["shrink"]["type"] == "UnsupportedCollective", r
+    assert "rank 2: PeerFailure after" in capsys.readouterr().out
+
+
+def test_first_hour_needs_a_vendor(capsys, monkeypatch):
+    monkeypatch.delenv("XCCL_VENDOR", raising=False)
+    assert main(["doctor", "--first-hour", "--ranks", "2", "--lose", "3"]) == 2
+    assert "needs --vendor" in capsys.readouterr().out
