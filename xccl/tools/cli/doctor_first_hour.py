@@ -50,7 +50,7 @@ def _outcome(exc: BaseException | None, started: float) -> dict[str, Any]:
 
 def _bounded(step: Callable[[], None], bound: float) -> dict[str, Any]:
     """``step`` run in a thread (a synchronisation may never return): what it raised within ``bound`` seconds."""
-    done, box = threading.Event(), []
+    done, box = threading.Event(), list[BaseException | None]()
     started = time.monotonic()
 
     def run() -> None:
