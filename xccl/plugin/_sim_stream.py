@@ -16,7 +16,9 @@ Where the simulation differs: it computes on the host, so the host waits where i
 ``wait``, its future) where the device's host would wait at its next synchronisation (``.item()``); one stream per
 process stands for the device's streams (a stuck collective on any group holds the compute stream that every later
 wait orders behind); a far rank's gloo wait is not released by :meth:`SimStream.stop` until its slice or gloo's
-timeout (the vendor's execution timeout) ends it.
+timeout (the vendor's execution timeout) ends it; ``xccl.shutdown`` resets the stream (a part of the process state)
+before it destroys the groups, so its teardown does not wait for a stuck collective where the hardware's would
+(``dist.destroy_process_group`` does).
 """
 
 from __future__ import annotations

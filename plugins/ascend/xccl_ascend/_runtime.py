@@ -81,6 +81,8 @@ class AscendRuntime(Runtime):
         self.sdk: HcclSdk = sdk
         self._hardware_cann: str | None = None if simulate else find_cann().version
         self._converters_registered = False
+        #: Whether :meth:`stop_device` stopped the device and nothing restarted it yet.
+        self._stopped = False
 
     @property
     def _cann(self) -> str | None:
@@ -155,11 +157,13 @@ class AscendRuntime(Runtime):
         ``torch_npu/npu/_recovery.py``: ``stop_device``, ``restart_device``; Huawei's own in-process recovery
         stops the device first)."""
         self.sdk.stop_device()
+        self._stopped = True
         return True
 
     def restart_device(self) -> None:
         """torch_npu's ``restart_device``: the device takes work again, for the survivors' new world."""
         self.sdk.restart_device()
+        self._stopped = False
 
     def process_group_options(self, ranks: Sequence[int] | None) -> Any:
         """``ProcessGroupHCCL.Options`` with the configured ``hccl_config``, or None (HCCL's defaults)."""
@@ -202,6 +206,8 @@ class AscendRuntime(Runtime):
         MC2 communication domain this process's fused kernels claimed: ``xccl.shutdown`` ends the model, and a world
         made by the next ``xccl.init`` starts clean (Atlas A2's one-domain rule is per model)."""
         MC2_DOMAIN.reset()
+        if self._stopped:  # xccl stopped the device at a lost rank: the next world gets it back working
+            self.restart_device()
         self.sdk.close()
         if "_size_note" in self.__dict__:
             self._size_note.clear()
