@@ -29,7 +29,7 @@ off).
 git worktree and alternates fresh interpreters of each tree (``--repeats`` each, which goes first alternating),
 ``PYTHONPATH`` putting that tree's ``xccl`` first, and reports the median of each tree's figures.
 
-Usage: ``python benchmarks/overhead.py [--plugin cpu|cuda] [--op OP] [--world 1|2] [--rounds 40] [--calls 200]
+Usage: ``python benchmarks/overhead.py [--plugin cpu|cuda|ascend|sophgo] [--op OP] [--world 1|2] [--rounds 40] [--calls 200]
 [--baseline REV] [--json PATH]``
 """
 
@@ -100,13 +100,17 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, queue: Any
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    xccl.init(args.plugin)
+    simulated = args.plugin in ("ascend", "sophgo")
+    xccl.init(args.plugin, simulate=simulated)
     kind = dist.ProcessGroup.BackendType.NCCL if cuda else dist.ProcessGroup.BackendType.GLOO
     other = dist.new_group(backend="nccl" if cuda else "gloo")
-    # The vendor's own group: torch's ProcessGroup over the very backend xccl's world calls (its kernels' target).
-    vendor = dist.ProcessGroup(dist.HashStore(), rank, world)
-    vendor._register_backend(device, kind, _state_of().native)
-    vendor._set_default_backend(kind)
+    # The vendor's own group: torch's ProcessGroup over the very backend xccl's world calls (its kernels' target); a
+    # simulated vendor's is its simulated group itself (its checks and run time, then gloo).
+    vendor = _state_of().native
+    if not simulated:
+        vendor = dist.ProcessGroup(dist.HashStore(), rank, world)
+        vendor._register_backend(device, kind, _state_of().native)
+        vendor._set_default_backend(kind)
     calls = _calls(args.op, world, device,
                    {"vendor": vendor, "vendor again": vendor, "dist on xccl": None, "xccl": None, "other group": other})
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -242,7 +246,8 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--plugin", default="cpu", choices=("cpu", "cuda"), help="cuda: NCCL, one GPU per rank")
+    p.add_argument("--plugin", default="cpu", choices=("cpu", "cuda", "ascend", "sophgo"),
+                   help="cuda: NCCL, one GPU per rank; ascend, sophgo: simulated")
     p.add_argument("--op", default="all_reduce", choices=OPS)
     p.add_argument("--world", type=int, default=2, choices=(1, 2))
     p.add_argument("--rounds", type=int, default=40)

@@ -217,6 +217,7 @@ def runtime_rows(runtime: VendorRuntime) -> list[Row]:
     for fault in runtime.faults:
         typed = "PeerFailure" if fault.kind is Fault.PEER_LOST else "CollectiveTimeout"
         how = ("simulated: the simulated failure carries the vendor's text" if fault.fragment in produced else
+               f"simulated: {fault.simulated_by} raises the vendor's text" if fault.simulated_by else
                "not simulated: no simulated failure produces it")
         out.append(Row(f"fault: {fault.fragment}", fault.meaning, _src(fault.source),
                        f"{how}; checked: xccl raises {typed} for a message that contains it"))

@@ -156,21 +156,25 @@ def test_simulated_hccl_teardown_waits_for_a_stuck_collective_unless_the_device_
 def test_the_stream_holds_from_the_stuck_collective_on_and_stop_and_restart_release_it():
     stream = simulated_stream()
     stream.reset()
+    now = time.monotonic()
     before, epoch = stream.issue()
     stuck, _ = stream.issue()
-    stream.hold(stuck, time.monotonic(), 0.3, "EI0002 (test)")
+    stream.hold(stuck, now, 0.3, "EI0002 (test)")
     after, _ = stream.issue()
-    assert not stream.behind(before) and stream.behind(stuck) and stream.behind(after) and stream.held()
+    assert not stream.behind(before, now) and stream.behind(stuck, now) and stream.behind(after, now)
+    assert stream.held()
     with pytest.raises(RuntimeError, match="Operation timed out"):
         stream.wait(epoch, time.monotonic() + 0.05)  # a wait's own bound, first
     with pytest.raises(RuntimeError, match="EI0002"):
         stream.wait(epoch, None)  # then the vendor's execution timeout
-    assert stream.failed()
+    # The vendor failed the stuck collective and what was queued behind it; what is issued now runs.
+    assert stream.failed() and not stream.held() and not stream.behind(stream.issue()[0], time.monotonic())
+    stream.synchronize()  # a teardown now: nothing held
     stream.stop("FORCE STOP (test)")
     with pytest.raises(RuntimeError, match="FORCE STOP"):
         stream.wait(epoch, None)  # issued before the stop
     new, epoch2 = stream.issue()
-    assert stream.stopped(epoch2) == "FORCE STOP (test)" and not stream.behind(new)
+    assert stream.stopped(epoch2) == "FORCE STOP (test)" and not stream.behind(new, time.monotonic())
     stream.restart()
     assert not stream.held() and stream.stopped(epoch2) == "" and stream.stopped(epoch) == "FORCE STOP (test)"
     stream.synchronize()  # nothing held: returns

@@ -68,13 +68,16 @@ class SimStream(Part):
             return self._tickets, self._epoch
 
     def held(self) -> bool:
-        """Whether a collective issued now is queued behind a stuck one (or the device is stopped)."""
-        return self._stuck is not None or self._stopped
-
-    def behind(self, ticket: int) -> bool:
-        """Whether the collective of ``ticket`` is the stuck one or behind it."""
+        """Whether a collective issued now is queued behind a stuck one the vendor has not failed yet (or the device
+        is stopped)."""
         stuck = self._stuck
-        return stuck is not None and ticket >= stuck[0]
+        return self._stopped or (stuck is not None and time.monotonic() < stuck[1])
+
+    def behind(self, ticket: int, issued: float) -> bool:
+        """Whether the collective of ``ticket``, issued at ``issued``, is the stuck one or queued behind it: once the
+        vendor fails the stuck collective, what is issued afterwards runs."""
+        stuck = self._stuck
+        return stuck is not None and ticket >= stuck[0] and issued < stuck[1]
 
     def failed(self) -> bool:
         """Whether the vendor has failed the stuck collective (its execution timeout passed)."""
@@ -89,7 +92,8 @@ class SimStream(Part):
         """The collective of ``ticket``, issued at ``since``, is stuck on a lost peer: the vendor fails it with
         ``error`` after ``exec_timeout`` seconds (:data:`math.inf`: never)."""
         with self._cond:
-            if self._stuck is None or ticket < self._stuck[0]:
+            stuck = self._stuck
+            if stuck is None or ticket < stuck[0] or time.monotonic() >= stuck[1]:
                 self._stuck = (ticket, since + exec_timeout, error)
             self._cond.notify_all()
 
@@ -112,8 +116,10 @@ class SimStream(Part):
                 self._cond.wait(min(_POLL, until - now, math.inf if end is None else end - now))
 
     def synchronize(self) -> None:
-        """The device's synchronisation, as a teardown that synchronises the stream does it (no timeout)."""
-        self.wait(self._epoch, None)
+        """The device's synchronisation, as a teardown that synchronises the stream does it (no timeout): it waits
+        for a stuck collective until the vendor fails it, and raises its error."""
+        if self.held():
+            self.wait(self._epoch, None)
 
     def stop(self, error: str) -> None:
         """The vendor's abort of the device's tasks (torch_npu's ``stop_device``): every work issued so far, stuck
@@ -170,7 +176,7 @@ class StreamWork(ForwardingWork):
     def wait(self, timeout: Any = None) -> bool:
         """gloo's ``wait``; a lost peer holds the stream instead of reaching the host (see the module)."""
         end = None if not timeout else time.monotonic() + timeout.total_seconds()
-        if self.work is not None and not STREAM.behind(self._ticket) and not STREAM.stopped(self._epoch):
+        if self.work is not None and not STREAM.behind(self._ticket, self._started) and not STREAM.stopped(self._epoch):
             try:
                 return super().wait(timeout)
             except RuntimeError as exc:
@@ -200,7 +206,7 @@ class StreamWork(ForwardingWork):
         """Whether the host would see it done: not while the stream holds it, until the vendor fails it."""
         if STREAM.stopped(self._epoch):
             return True
-        if self.work is not None and not STREAM.behind(self._ticket):
+        if self.work is not None and not STREAM.behind(self._ticket, self._started):
             if not self.work.is_completed():
                 return False
             try:
@@ -214,7 +220,7 @@ class StreamWork(ForwardingWork):
 
     def is_success(self) -> bool:
         """Whether it finished without error."""
-        return self.work is not None and not STREAM.behind(self._ticket) and super().is_success()
+        return self.work is not None and not STREAM.behind(self._ticket, self._started) and super().is_success()
 
     def result(self) -> Any:
         """gloo's output tensors (none for a collective that never ran)."""

@@ -326,6 +326,8 @@ class VendorFault:
     meaning: str
     #: Where this was read.
     source: str
+    #: What makes the simulation raise it, if not the watchdog's or the connect's message (``""``: nothing).
+    simulated_by: str = ""
 
 
 @final

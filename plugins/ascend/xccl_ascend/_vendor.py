@@ -186,6 +186,7 @@ def _runtime(npu: Release) -> VendorRuntime:
                                      ("HCCL OP RETRY FAILED", "HCCL's retry of a failed operation failed"))),
             VendorFault("FORCE STOP", Fault.PEER_LOST, "the device's tasks were aborted (torch_npu's stop_device)",
                         f"{_PGH}:807-811, :3402-3407 (workEnqueue raises 'FORCE STOP.'), "
-                        f"{_PT}csrc/core/npu/NPUQueue.cpp:538-541"),
+                        f"{_PT}csrc/core/npu/NPUQueue.cpp:538-541",
+                        simulated_by="the simulated stop_device (xccl.plugin.SimStream.stop)"),
         ),
     )

@@ -169,16 +169,15 @@ class _Watch:
     """The health watch's hook of one group (innermost: it issues the call and waits for it), for its calls and for
     an emulation's building blocks alike (a block that waits unwatched would hide the loss it waits on)."""
 
-    __slots__ = ("first", "key", "limit", "st")
+    __slots__ = ("first", "limit", "st")
 
     def __init__(self, st: Any, limit: float) -> None:
         self.st, self.limit, self.first = st, limit, _dt.timedelta(seconds=limit)
-        self.key = tuple(sorted(st.ranks))
 
     def stage(self, inner: Callable[..., Any]) -> Callable[..., Any]:
         """Issue asynchronously; a blocking call waits here, an asynchronous one hands out a watched handle. A call
         on a group already found to have lost ranks raises at once, before it communicates."""
-        st, limit, first, key = self.st, self.limit, self.first, self.key
+        st, limit, first, key = self.st, self.limit, self.first, tuple(sorted(self.st.ranks))
 
         def watched(spec: Any, kargs: Sequence[Any], kernel: Callable[..., Any], async_op: bool) -> Any:
             if spec.fused:  # a fused op returns its output, not a work to wait for
