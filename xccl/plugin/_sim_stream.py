@@ -235,14 +235,16 @@ class StreamWork(ForwardingWork):
 
         def done(fut: torch.futures.Future[Any]) -> None:
             try:
-                out.set_result(fut.value())
+                value = fut.value()
+                if not STREAM.behind(self._ticket, self._started):  # else queued behind a stuck one: held too
+                    out.set_result(value)
+                    return
             except RuntimeError as exc:
                 if _timed_out(exc) or STREAM.stopped(self._epoch):
                     out.set_exception(self._fault(exc))
                     return
                 self._hold()
-                held = _thread_future(self.wait, self.result)
-                held.add_done_callback(lambda f: _relay(f, out))
+            _thread_future(self.wait, self.result).add_done_callback(lambda f: _relay(f, out))
 
         self.work.get_future().add_done_callback(done)
         return out
