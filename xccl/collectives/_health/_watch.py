@@ -12,16 +12,19 @@ process lives, independent of the backend (``_liveness``), so this hook does not
   legitimately long wait costs a look now and then, not one per slice;
 * a look that finds a member gone, or finds the verdict another survivor published, raises
   :class:`~xccl.PeerFailure` naming the same ranks on every survivor, those that were not talking to the lost rank
-  included; ``dist.shrink_group(err.ranks)`` can follow at once (docs/elastic.md). A look that finds every member
-  alive marks nothing and keeps nothing: the call waits on, and a silent peer stays the backend's timeout;
+  included; ``dist.shrink_group(err.ranks)`` can follow at once (docs/elastic.md). With it the vendor's abort of the
+  device's tasks runs, where it has one (``Runtime.stop_device``): what else waits on the stuck collective returns.
+  A look that finds every member alive marks nothing and keeps nothing: the call waits on, and a silent peer stays
+  the backend's timeout;
 * an asynchronous call's handle waits the same way (FSDP2's waits, DDP's end-of-backward wait through the typed
-  faults' final callback); a wait given its own timeout keeps it.
+  faults' final callback); a wait given its own timeout keeps it;
+* a call on a group whose verdict this process already holds raises it at once, before it communicates.
 
 The watch is a hook of the groups whose waits block the host, the groups that compute on it (cpu, and every
 simulated vendor: gloo moves their bytes). A device vendor's ``wait()`` orders a stream and returns; a wait with a
-timeout means something else there (NCCL's blocks the host, and marks the work failed when it runs out). Releasing
-a host blocked in a device synchronisation is the vendor's abort's work, not a sliced wait's (not built yet). A
-group of one rank, or of a fake world, has no watch: nobody to lose.
+timeout means something else there (NCCL's blocks the host, and marks the work failed when it runs out); watching
+a device's outstanding work from a thread of its own is not built yet. A group of one rank, or of a fake world, has
+no watch: nobody to lose.
 """
 
 from __future__ import annotations
