@@ -208,6 +208,61 @@ def test_which_gloo_works_ignore_a_waits_timeout(op):
     assert (took > 1.0) == (op in _health.IN_THREAD), took
 
 
+def body_late_sender() -> str:
+    """Rank 1 receives (asynchronously, then waits) what rank 0 sends 2.5 s late: past the watch's deadline."""
+    t = torch.zeros(4)
+    if xccl.get_world().rank == 0:
+        time.sleep(2.5)
+        xccl.send(torch.ones(4), 1)
+        return "sent"
+    xccl.irecv(t, 0).wait()
+    return f"received {t.tolist()}"
+
+
+@pytest.mark.parametrize("vendor", list(VENDORS))
+def test_a_receive_that_waits_past_the_deadline_for_a_late_sender_completes(vendor):
+    """The watch waits for a point-to-point work in a thread: a sliced wait would close gloo's pair (below) and fail
+    the late sender as if its peer had died (CI saw it: torch.distributed.pipelining's first recv on simulated
+    Sophgo, whose send and recv run on the host's gloo group)."""
+    with RankPool(2, {"timeout": 300, **VENDORS[vendor]}, start_method="forkserver", start_timeout=60) as pool:
+        sent, received = pool.run_ok(body_late_sender, timeout=60)
+    assert sent == "sent" and received == "received [1.0, 1.0, 1.0, 1.0]", (sent, received)
+
+
+def body_gloo_recv() -> str:
+    """Rank 0 waits 0.3 s for a receive that rank 1 sends 2 s late, on a plain gloo group; what rank 1's send and
+    rank 0's next wait then say."""
+    import torch.distributed as dist
+
+    g = dist.new_group(backend="gloo")
+    t = torch.ones(4)
+    if dist.get_rank() == 1:
+        time.sleep(2)
+        try:
+            dist.send(t, 0, group=g)
+            return "sent"
+        except RuntimeError as exc:
+            return f"send failed: {exc}"
+    work = dist.irecv(t, 1, group=g)
+    with contextlib.suppress(RuntimeError):  # the wait gave up
+        work.wait(datetime.timedelta(seconds=0.3))
+    try:
+        work.wait()
+        return "received"
+    except RuntimeError as exc:
+        return f"recv failed: {exc}"
+
+
+def test_a_gloo_receive_whose_wait_times_out_closes_its_pair():
+    """Why the watch waits for point-to-point works in a thread (``_watch.IN_THREAD``): on this torch, a receive's
+    wait that runs out closes the connection, and the late sender fails as if its peer had died. Should a torch keep
+    the pair, this fails, and IN_THREAD can lose send and recv."""
+    with RankPool(2, {"timeout": 60}, start_method="forkserver", start_timeout=60) as pool:
+        recv, send = pool.run_ok(body_gloo_recv, timeout=60)
+    assert recv.startswith("recv failed") and send.startswith("send failed"), (recv, send)
+    assert {"send", "recv", "isend", "irecv"} <= _health.IN_THREAD
+
+
 # ------------------------------------------------------------------------------------------------ the setting
 
 

@@ -49,10 +49,12 @@ DEFAULT_DEADLINE: Final = 1.0
 ENV: Final = "XCCL_HEALTH_DEADLINE"
 #: How long each slice of a wait past the deadline is, at most.
 _SLICE: Final = 0.25
-#: The calls whose gloo work ignores ``wait(timeout)``: it runs the whole collective in the waiting thread, and is
-#: not complete until someone waits (torch 2.13: gloo's reduce-scatters; ``tests/test_health.py`` checks it). Their
-#: work is waited for by a thread of its own, and the call waits, in slices, for that thread.
-IN_THREAD: Final = frozenset({"reduce_scatter", "reduce_scatter_tensor"})
+#: The calls whose gloo work cannot be waited for in slices, so a thread of its own waits for it without a timeout
+#: and the call waits, in slices, for that thread (``tests/test_health.py`` checks both facts on the installed torch):
+#: gloo's reduce-scatters ignore ``wait(timeout)`` (torch 2.13 runs the whole collective in the waiting thread, and
+#: the work is not complete until someone waits); a point-to-point work's timeout that runs out closes the pair
+#: ("Application timeout caused pair closure"), so the peer's send fails as if this rank had died.
+IN_THREAD: Final = frozenset({"reduce_scatter", "reduce_scatter_tensor", "send", "recv", "isend", "irecv"})
 #: What c10d's ``Work::wait(timeout)`` raises when the timeout passes first (``Work.cpp``; its text is the whole message).
 _RAN_OUT: Final = "Operation timed out!"
 _monotonic: Final = time.monotonic
