@@ -4,10 +4,16 @@ simulated Sophgo and Ascend, one of them SIGKILLed mid-training.
 The lighthouse runs in this process (torchft's Rust ``LighthouseServer``); each replica group is a process of its
 own with its own world of one (``xccl.init()``, as under one torchrun per replica group), started by
 ``job_torchft.py``. Replica 1 kills itself at step 2, after that step's quorum and before its all_reduce: replica 0's
-all_reduce fails with xccl's ``PeerFailure``, which the group reports to torchft, which discards the step; the next
+all_reduce fails (on cpu with xccl's ``PeerFailure``), which the group reports to torchft, which discards the step; the next
 quorum has replica 0 alone, the group is rebuilt at size 1 and training goes on. Checked against one process: the
 whole batch (the two replicas' halves averaged) until the kill, nothing at the discarded step, replica 0's half
 after.
+
+On the simulated vendors, as on their hardware, the backend tells replica 0 nothing at once: its all_reduce is stuck
+on the device's stream (``xccl/plugin/_sim_stream.py``), and torchft's replica groups have no liveness ports for
+xccl's health watch to look at. On Ascend HCCL fails the collective after ``HCCL_EXEC_TIMEOUT`` (20 s here), which
+the group reports, and training goes on; SCCL never does, so on Sophgo replica 0 stays stuck behind the lost
+collective: a strict xfail, the gap issue 39 leaves open (a Sophgo process ending itself for the launcher).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ pytestmark = [pytest.mark.frameworks, pytest.mark.skipif(bool(MISSING), reason=M
 BACKENDS = {"cpu": "xccl_gloo", "sophgo": "xccl_sccl", "ascend": "xccl_hccl"}
 STEPS, DIE_AT = 5, 2
 TIMEOUT = 180
+EXEC = 20  # HCCL_EXEC_TIMEOUT on simulated Ascend, seconds
 
 
 @pytest.fixture
@@ -85,13 +92,18 @@ def _close(got: dict[str, Any], want: dict[str, Any], what: str) -> None:
         assert torch.allclose(a, b, atol=_job.TOL), f"{what}: {name} differs by {(a - b).abs().max().item()}"
 
 
-@pytest.mark.parametrize("plugin", list(PLUGINS))
+@pytest.mark.parametrize("plugin", [
+    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="SCCL has no abort: replica 0 stays stuck behind the "
+                                            "lost replica's collective (issue 39)")) if p == "sophgo" else p
+    for p in PLUGINS])
 def test_torchft_manager_shrinks_to_the_live_replica(plugin: str, lighthouse: str, tmp_path: Path) -> None:
     barrier = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     with contextlib.ExitStack() as logs:
         procs = []
         for replica in range(2):
             env = environment(plugin, tmp_path, {
+                # HCCL tells the host of the lost replica only when its execution timeout fails the collective.
+                **({"HCCL_EXEC_TIMEOUT": str(EXEC)} if plugin == "ascend" else {}),
                 "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                 "MASTER_PORT": str(free_port()), "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "fr" / f"r{replica}_"),
             })
@@ -109,7 +121,10 @@ def test_torchft_manager_shrinks_to_the_live_replica(plugin: str, lighthouse: st
     steps = got["steps"]
     assert [s["participants"] for s in steps] == [2, 2, 2, 1, 1], steps
     assert [s["committed"] for s in steps] == [True, True, False, True, True], steps
-    assert steps[DIE_AT]["error"].startswith("xccl.errors.PeerFailure"), steps[DIE_AT]
+    # gloo's closed connection is PeerFailure at once; HCCL's EI0002 after its execution timeout is a timeout, which
+    # names no rank (torchft's groups have no liveness ports to look at).
+    typed = "xccl.errors.CollectiveTimeout" if plugin == "ascend" else "xccl.errors.PeerFailure"
+    assert steps[DIE_AT]["error"].startswith(typed), steps[DIE_AT]
     assert all(s["error"] is None for i, s in enumerate(steps) if i != DIE_AT), steps
     assert {s["backend"] for s in steps} == {BACKENDS[plugin]}, steps
     assert "size=2" in steps[0]["group"] and "size=1" in steps[-1]["group"], steps
