@@ -291,7 +291,7 @@ class GroupRuntime:
                 self._batch.append(work)
             return None
         s = self.settings
-        if work is None and not (self._streamed and STREAM.held()):
+        if work is None and not self.held():
             return None  # a collective behind a stuck one gets a work that waits on the stream
         if self._streamed:
             work = StreamWork(work, math.inf if s is None else s.exec_timeout, self._exec_error)
