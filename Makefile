@@ -72,7 +72,7 @@ test-frameworks: $(VENV)/.frameworks
 
 $(TVENV)/.torch:
 	$(PYTHON) -m venv $(TVENV)
-	$(TPY) -m pip install --quiet "torch==$(TORCH)"
+	$(TPY) -m pip install --quiet --no-cache-dir "torch==$(TORCH)"
 	touch $@
 
 $(TVENV)/.test: $(TVENV)/.torch pyproject.toml $(PLUGINS)
