@@ -190,6 +190,12 @@ def runtime_rows(runtime: VendorRuntime) -> list[Row]:
                        "lost peer it waits until the device fails it, then can raise", _src(runtime.teardown_syncs),
                        "simulated: the simulated group's shutdown waits on the simulated stream (its error after the "
                        "execution timeout); xccl's shrink stops and restarts the device first (Runtime.stop_device)"))
+    if runtime.stuck_forever:
+        out.append(Row("lost peer", "a collective stuck on a lost peer never returns: "
+                       + runtime.stuck_forever.split(" (")[0], _src(runtime.stuck_forever),
+                       "simulated: it holds the simulated stream for ever (xccl.plugin._sim_stream); at the health "
+                       "watch's verdict, a process that does not shut xccl down within XCCL_LOSS_EXIT_AFTER seconds "
+                       "ends itself with exit code 75 (xccl.collectives._health._ending)"))
     lazy = runtime.lazy_connect
     if lazy is not None:
         out.append(Row("lazy connect", f"a communicator connects at its group's first collective, within "

@@ -25,9 +25,11 @@ import torch
 from torch import nn
 
 import xccl
+from xccl.collectives._health import _ending
 from xccl.collectives._health import _watch as _health
 from xccl.collectives._hooks import OBSERVERS
 from xccl.errors import InitError
+from xccl.plugin import simulated_stream
 from xccl.testing import RankPool
 
 VICTIM = 1
@@ -267,11 +269,13 @@ def test_a_gloo_receive_whose_wait_times_out_closes_its_pair():
 
 
 @pytest.mark.parametrize("raw", ["-1", "soon", "inf", "nan"])
-def test_a_bad_deadline_is_an_init_error_naming_the_variable(monkeypatch, raw):
-    monkeypatch.setenv(_health.ENV, raw)
-    with pytest.raises(InitError, match="XCCL_HEALTH_DEADLINE"):
-        _health.deadline()
-    with pytest.raises(InitError, match="XCCL_HEALTH_DEADLINE"):
+@pytest.mark.parametrize("setting", [_health.deadline, _ending.exit_after], ids=[_health.ENV, _ending.ENV])
+def test_a_bad_setting_is_an_init_error_naming_the_variable(monkeypatch, raw, setting):
+    name = _health.ENV if setting is _health.deadline else _ending.ENV
+    monkeypatch.setenv(name, raw)
+    with pytest.raises(InitError, match=name):
+        setting()
+    with pytest.raises(InitError, match=name):
         xccl.init(vendor="cpu", rank=0, world_size=1)
     xccl.shutdown()
 
@@ -292,3 +296,56 @@ def test_the_watch_is_on_groups_that_can_lose_a_rank_only(monkeypatch):
     Group.device_type = "cpu"
     monkeypatch.setenv(_health.ENV, "0")
     assert _health.hook(Group()) is None
+
+
+def body_synchronise_after(path: str) -> dict[str, Any]:
+    """All ranks: all_reduce until an error; rank 1 dies from a timer. A survivor then synchronises with its device,
+    as ``.item()`` or a checkpoint's copy to the host does after the step (the simulated stream: SCCL's never
+    returns), its stderr to a file of its own."""
+    t = torch.ones(1 << 10)
+    xccl.all_reduce(t)
+    rank = xccl.get_world().rank
+    if rank == VICTIM:
+        _die_later(path, 0.5)
+    try:
+        while True:
+            xccl.all_reduce(t)
+    except xccl.PeerFailure as exc:
+        report = _report(exc)
+    with open(f"{path}.{rank}.err", "wb") as err:
+        os.dup2(err.fileno(), 2)  # the worker's stderr, for the line a process that ends itself writes
+    started = time.monotonic()
+    try:
+        simulated_stream().synchronize()
+        report["synchronised"] = "returned"
+    except RuntimeError as exc:
+        report["synchronised"] = str(exc)
+    report["took"] = time.monotonic() - started
+    return report
+
+
+@pytest.mark.parametrize("vendor", ["ascend", "sophgo"])
+def test_a_host_blocked_on_the_device_after_the_verdict_is_released_by_the_vendors_abort_or_ends_itself(tmp_path,
+                                                                                                       vendor):
+    """Ascend: the verdict ran ``stop_device``, so the synchronisation fails at once (FORCE STOP) instead of at
+    ``HCCL_EXEC_TIMEOUT`` (300 s here). Sophgo has no abort and no timeout: the process ends itself
+    ``XCCL_LOSS_EXIT_AFTER`` seconds (1 here) after the verdict, with exit code 75 and one line that names rank 1."""
+    path = tmp_path / "death"
+    env = {_ending.ENV: "1", "HCCL_EXEC_TIMEOUT": "300"}
+    with RankPool(4, {"timeout": 300, **VENDORS[vendor]}, env=env, start_method="forkserver",
+                  start_timeout=60) as pool:
+        outs = pool.run(body_synchronise_after, str(path), timeout=60)
+    assert outs[VICTIM].raised("RankDied"), str(outs[VICTIM])
+    for o in outs:
+        if o.rank == VICTIM:
+            continue
+        said = Path(f"{path}.{o.rank}.err").read_text()
+        if vendor == "ascend":
+            assert o.ok and o.value["ranks"] == [VICTIM], str(o)
+            assert "FORCE STOP" in o.value["synchronised"] and o.value["took"] < 1, o.value
+            assert "ends itself" not in said, said
+        else:
+            assert o.raised("RankDied") and f"exit code {_ending.EXIT_CODE}" in o.message, str(o)
+            line = [s for s in said.splitlines() if s.startswith("xccl: ")]
+            assert len(line) == 1 and f"rank {o.rank} ends itself with exit code 75: ranks [1] were lost" in line[0], said
+

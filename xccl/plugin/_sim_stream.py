@@ -9,7 +9,9 @@ a stream, a gloo failure that is not a timeout does not reach the host here eith
 collective on (``tests/test_sim_stream.py``). Whatever needs a value from it, or from any collective queued behind
 it, waits until the vendor's execution timeout (then raises its error), forever where it has none, or until the
 device's tasks are stopped (the vendor's abort: :meth:`SimStream.stop`, then its error). A collective issued behind a
-stuck one never reaches the wire. A teardown that synchronises the stream (``ProcessGroupHCCL::shutdown``,
+stuck one never reaches the wire. A synchronisation (:meth:`SimStream.synchronize`) also waits for a collective that
+a bounded wait gave up on while gloo still ran it (a far survivor's, which gloo has not failed: on the device it
+waits for its peers like the others). A teardown that synchronises the stream (``ProcessGroupHCCL::shutdown``,
 ``:1386-1457``) waits the same way (:meth:`SimStream.synchronize`).
 
 Where the simulation differs: it computes on the host, so the host waits where it needs a value (the work's
@@ -23,6 +25,7 @@ before it destroys the groups, so its teardown does not wait for a stuck collect
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 import threading
 import time
@@ -60,6 +63,8 @@ class SimStream(Part):
         self._stuck: tuple[int, float, str] | None = None  # (ticket, until, error)
         self._stopped = False  # the device is stopped (until restart)
         self._abort = ""  # the last abort's error, for the works issued before it
+        #: Works a bounded wait gave up on while gloo still ran them: still on the device until they end.
+        self._pending: dict[int, StreamWork] = {}
 
     def issue(self) -> tuple[int, int]:
         """A new collective's place on the stream: (ticket, epoch)."""
@@ -115,9 +120,20 @@ class SimStream(Part):
                     raise RuntimeError(RAN_OUT)
                 self._cond.wait(min(_POLL, until - now, math.inf if end is None else end - now))
 
+    def pending(self, work: StreamWork, running: bool) -> None:
+        """``work`` is still running after a wait gave up on it (``running``), or has ended."""
+        with self._cond:
+            if running:
+                self._pending[work.ticket] = work
+            else:
+                self._pending.pop(work.ticket, None)
+
     def synchronize(self) -> None:
-        """The device's synchronisation, as a teardown that synchronises the stream does it (no timeout): it waits
-        for a stuck collective until the vendor fails it, and raises its error."""
+        """The device's synchronisation (``.item()``, a teardown that synchronises the stream), without a timeout:
+        it waits for what is still running (a far survivor's collective, which gloo has not failed: on the device
+        it waits for its peers like the rest) and for a stuck collective, until the vendor fails it (its error)."""
+        for _, work in sorted(self._pending.items()):
+            work.settle()
         if self.held():
             self.wait(self._epoch, None)
 
@@ -128,6 +144,7 @@ class SimStream(Part):
             self._epoch += 1
             self._stuck = None
             self._stopped, self._abort = True, error
+            self._pending.clear()  # off the device: nothing is left to synchronise with
             self._cond.notify_all()
 
     def restart(self) -> None:
@@ -142,6 +159,7 @@ class SimStream(Part):
             self._epoch += 1
             self._stuck = None
             self._stopped, self._abort = False, ""
+            self._pending.clear()
             self._cond.notify_all()
 
 
@@ -173,13 +191,21 @@ class StreamWork(ForwardingWork):
         self._started = time.monotonic()
         self._ticket, self._epoch = STREAM.issue()
 
+    @property
+    def ticket(self) -> int:
+        """Its place on the stream."""
+        return self._ticket
+
     def wait(self, timeout: Any = None) -> bool:
         """gloo's ``wait``; a lost peer holds the stream instead of reaching the host (see the module)."""
         end = None if not timeout else time.monotonic() + timeout.total_seconds()
         if self.work is not None and not STREAM.behind(self._ticket, self._started) and not STREAM.stopped(self._epoch):
             try:
-                return super().wait(timeout)
+                done = super().wait(timeout)
+                STREAM.pending(self, False)
+                return done
             except RuntimeError as exc:
+                STREAM.pending(self, timeout is not None and _timed_out(exc))  # given up on, or gloo's timeout
                 if _timed_out(exc) or STREAM.stopped(self._epoch):
                     raise
                 self._hold()
@@ -191,6 +217,17 @@ class StreamWork(ForwardingWork):
                 raise
             raise error from exc
         return True
+
+    def settle(self) -> None:
+        """Wait for it as a device synchronisation does: until it ends, the vendor fails it at its execution timeout
+        (its error), or the device is stopped."""
+        left = self._started + self._exec_timeout - time.monotonic()
+        try:
+            self.wait(None if left == math.inf else _dt.timedelta(seconds=max(left, 0.001)))
+        except RuntimeError as exc:
+            if self._exec_error and str(exc).startswith(RAN_OUT):
+                raise RuntimeError(self._exec_error) from exc
+            raise
 
     def _hold(self) -> None:
         STREAM.hold(self._ticket, self._started, self._exec_timeout,

@@ -355,6 +355,10 @@ class VendorRuntime:
     #: Where the vendor's teardown of a group (``destroy_process_group``) synchronises the group's streams first, so
     #: that it waits for a collective stuck on a lost peer; "" when it does not.
     teardown_syncs: str = ""
+    #: Why a collective stuck on a lost peer never returns (no execution timeout and no abort), with its source; ""
+    #: when something ends it. Where set, a process the health watch finds has lost a peer ends itself
+    #: (``XCCL_LOSS_EXIT_AFTER`` seconds later, exit code 75) unless it shut xccl down first.
+    stuck_forever: str = ""
 
     @property
     def patches_on_import(self) -> tuple[TorchPatch, ...]:

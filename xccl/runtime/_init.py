@@ -24,6 +24,7 @@ import torch.distributed as dist
 from ..collectives._backend import backend_name, register_backend
 from ..collectives._flight_dump import start_watch
 from ..collectives._groups import state_of
+from ..collectives._health._ending import exit_after as loss_exit_after
 from ..collectives._health._liveness import close_quietly
 from ..collectives._health._watch import deadline as health_deadline
 from ..collectives._islands import islands_of
@@ -281,6 +282,7 @@ def _create_world(
     tmo = timeout_of(timeout)
     setup = setup_timeout_of(setup_timeout, tmo)
     health_deadline()  # a bad XCCL_HEALTH_DEADLINE fails here, not at the first group
+    loss_exit_after()  # and a bad XCCL_LOSS_EXIT_AFTER, not at a verdict
     t = PROCESS.lap("launcher variables", t)
     plugin, sim = _select(vendor, simulate, registry)
     t = PROCESS.lap("plugin discovery", t)

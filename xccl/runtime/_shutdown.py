@@ -12,6 +12,7 @@ import torch.distributed as dist
 from ..collectives._flight import FLIGHT
 from ..collectives._flight_dump import dump_at_exit, stop_watch
 from ..collectives._groups import close_all
+from ..collectives._health._ending import disarm
 from ..collectives._health._liveness import close_quietly
 from ..collectives._process_group import backend_name
 from ..collectives._state import PROCESS
@@ -79,3 +80,4 @@ def _teardown(*, destroy: bool) -> None:
     # frames that created it alive). Collect them now: if the collector only meets them during interpreter
     # shutdown, gloo's worker threads need the GIL to drop their last tensor and the process aborts.
     gc.collect()
+    disarm()  # last: a teardown that waits on a device stuck for ever is what the armed end is for

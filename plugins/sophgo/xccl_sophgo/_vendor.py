@@ -63,14 +63,18 @@ ADAPTOR_PATCHES: Final = (
     _one_rank_noop("irecv", "18-25,131,133"),
 )
 
+#: Why a collective with a dead chip never returns (``no_shrink``, ``stuck_forever``).
+_NEVER_RETURNS: Final = (
+    "it has no timeout, no error path and no abort, so a collective with the dead chip stays on the TPU stream that "
+    "compute shares, and nothing can drain it (sophgo/torch-tpu@fe9b478 "
+    "torch_tpu/csrc/distributed/c10d/ProcessGroupSCCL.cpp:168-191, third_party/sccl/include/sccl.h:41-45,67-96)")
+
 #: SCCL's run-time behaviour. Completion: WorkSCCL::isCompleted() and wait() return true at once, for every op,
 #: barrier included (ProcessGroupSCCL.cpp:183-191, 745-782); the op is queued on the current TPU stream.
 SCCL_RUNTIME: Final = VendorRuntime(
     completion=Completion.AT_ONCE,
     completion_source="sophgo/torch-tpu@fe9b478 torch_tpu/csrc/distributed/c10d/ProcessGroupSCCL.cpp:183-191,745-782",
     patches=ADAPTOR_PATCHES,
-    no_shrink=("SCCL cannot survive a lost chip in place: it has no timeout, no error path and no abort, so a "
-               "collective with the dead chip stays on the TPU stream that compute shares, and nothing can drain it "
-               "(sophgo/torch-tpu@fe9b478 torch_tpu/csrc/distributed/c10d/ProcessGroupSCCL.cpp:168-191, "
-               "third_party/sccl/include/sccl.h:41-45,67-96)"),
+    no_shrink=f"SCCL cannot survive a lost chip in place: {_NEVER_RETURNS}",
+    stuck_forever=_NEVER_RETURNS,
 )

@@ -13,7 +13,9 @@ process lives, independent of the backend (``_liveness``), so this hook does not
 * a look that finds a member gone, or finds the verdict another survivor published, raises
   :class:`~xccl.PeerFailure` naming the same ranks on every survivor, those that were not talking to the lost rank
   included; ``dist.shrink_group(err.ranks)`` can follow at once (docs/elastic.md). With it the vendor's abort of the
-  device's tasks runs, where it has one (``Runtime.stop_device``): what else waits on the stuck collective returns.
+  device's tasks runs, where it has one (``Runtime.stop_device``): what else waits on the stuck collective returns;
+  where the vendor's stuck collectives never return, the process ends itself a few seconds later unless it shut
+  xccl down first (``._ending``).
   A look that finds every member alive marks nothing and keeps nothing: the call waits on, and a silent peer stays
   the backend's timeout;
 * an asynchronous call's handle waits the same way (FSDP2's waits, DDP's end-of-backward wait through the typed
@@ -40,6 +42,7 @@ from ...errors import InitError
 from ...plugin._fake_world import transport
 from ...plugin._work import ForwardingWork
 from .._faults import watched_loss
+from ._ending import at_verdict
 from ._liveness import known_loss, watch_look
 
 __all__ = ["DEFAULT_DEADLINE", "ENV", "IN_THREAD", "Watched", "deadline", "hook"]
@@ -154,7 +157,8 @@ class Watched(ForwardingWork):
             if now >= self._look_at:  # first: the blocking path's first wait may have spent the deadline already
                 verdict = watch_look(self._st.ranks)
                 if verdict is not None:
-                    self._st.runtime.stop_device()  # the vendor's abort, where it has one: the stuck stream returns
+                    st = self._st  # the vendor's abort, where it has one, else the end where nothing ever returns
+                    at_verdict(st.runtime, st.ranks[st.rank], verdict.ranks)
                     raise watched_loss(verdict, self._st, self._op, self._started)
                 now = _monotonic()
                 self._look_at = now + max(self._limit, (now - self._started) / 4)

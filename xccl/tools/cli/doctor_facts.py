@@ -237,6 +237,7 @@ COMPARED: Final[tuple[tuple[str, Callable[[RankFacts], str], Status], ...]] = (
     ("python", lambda f: f.python, "warn"),
     ("XCCL_TIMEOUT", _env_of("XCCL_TIMEOUT"), "warn"),
     ("XCCL_HEALTH_DEADLINE", _env_of("XCCL_HEALTH_DEADLINE"), "warn"),
+    ("XCCL_LOSS_EXIT_AFTER", _env_of("XCCL_LOSS_EXIT_AFTER"), "warn"),
     ("MASTER_ADDR", _env_of("MASTER_ADDR"), "warn"),
     ("MASTER_PORT", _env_of("MASTER_PORT"), "warn"),
 )
