@@ -48,3 +48,17 @@ def test_first_hour_needs_a_vendor(capsys, monkeypatch):
     monkeypatch.delenv("XCCL_VENDOR", raising=False)
     assert main(["doctor", "--first-hour", "--ranks", "2", "--lose", "3"]) == 2
     assert "needs --vendor" in capsys.readouterr().out
+
+
+def test_a_survivor_that_ended_itself_is_reported_as_such():
+    """On a vendor without an abort (Sophgo) a survivor still waiting ``--alive-after`` seconds after the verdict ends
+    itself with exit code 75 (``xccl.collectives._health._ending``): the report says so rather than a bare death."""
+    from xccl.collectives._health._ending import EXIT_CODE
+    from xccl.tools.cli.doctor_first_hour import render_hour
+
+    outcome = {"rank": 2, "error": f"rank 2: RankDied exit code {EXIT_CODE}"}
+    other = {"rank": 3, "error": "rank 3: RankDied exit code 1"}
+    text = render_hour({"vendor": "sophgo", "simulated": True, "world": 4, "lost": 1, "not_checked": [],
+                        "rounds": {"shrink": [outcome, other]}})
+    assert f"rank 2: ended itself (exit code {EXIT_CODE}) after the loss" in text, text
+    assert "rank 3: rank 3: RankDied exit code 1" in text, text

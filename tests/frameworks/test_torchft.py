@@ -13,7 +13,9 @@ On the simulated vendors, as on their hardware, the backend tells replica 0 noth
 on the device's stream (``xccl/plugin/_sim_stream.py``), and torchft's replica groups have no liveness ports for
 xccl's health watch to look at. On Ascend HCCL fails the collective after ``HCCL_EXEC_TIMEOUT`` (20 s here), which
 the group reports, and training goes on; SCCL never does, so on Sophgo replica 0 stays stuck behind the lost
-collective: a strict xfail, the gap issue 39 leaves open (a Sophgo process ending itself for the launcher).
+collective: a strict xfail, the gap issue 39 leaves open. Where xccl's health watch reaches a verdict, a Sophgo
+process ends itself for its launcher (``xccl.collectives._health._ending``), but torchft's replica groups have no
+liveness ports, so no verdict comes.
 """
 
 from __future__ import annotations
@@ -93,8 +95,9 @@ def _close(got: dict[str, Any], want: dict[str, Any], what: str) -> None:
 
 
 @pytest.mark.parametrize("plugin", [
-    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="SCCL has no abort: replica 0 stays stuck behind the "
-                                            "lost replica's collective (issue 39)")) if p == "sophgo" else p
+    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="SCCL has no abort and torchft's replica groups no "
+                                            "liveness ports: replica 0 stays stuck behind the lost replica's "
+                                            "collective (issue 39)")) if p == "sophgo" else p
     for p in PLUGINS])
 def test_torchft_manager_shrinks_to_the_live_replica(plugin: str, lighthouse: str, tmp_path: Path) -> None:
     barrier = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)

@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from ...collectives._health._ending import EXIT_CODE
+
 __all__ = ["ROUNDS", "first_hour", "render_hour"]
 
 ROUNDS: Final = ("silent", "shrink", "shrink_abort")
@@ -155,7 +157,9 @@ def render_hour(result: Mapping[str, Any]) -> str:
     for name, ranks in result["rounds"].items():
         for r in ranks:
             if "error" in r:
-                lines.append(f"  {name:<13} rank {r['rank']}: {r['error']}")
+                ended = f"exit code {EXIT_CODE}" in r["error"]  # a vendor without an abort: xccl's end, as documented
+                lines.append(f"  {name:<13} rank {r['rank']}: "
+                             + (f"ended itself (exit code {EXIT_CODE}) after the loss" if ended else r["error"]))
                 continue
             seen, shrink = r["failed_step"], r.get("shrink")
             heard = f"{seen['type']} after {seen['seconds']:g} s" if seen["type"] else seen["message"]
