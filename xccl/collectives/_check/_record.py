@@ -13,13 +13,12 @@ reports it.
 from __future__ import annotations
 
 import logging
-import math
-import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Final, final
 
-from ...errors import CollectiveMismatch, InitError
+from ...errors import CollectiveMismatch
+from ...ops._settings import seconds
 from .._faults import notify
 from .._state import PROCESS, Part
 from . import _fingerprint as F
@@ -65,19 +64,6 @@ class Config:
     slice: float = 0.05
 
 
-def _seconds(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise InitError(f"environment variable {name}={raw!r} is not a number of seconds; fix or unset it") from None
-    if not math.isfinite(value) or value <= 0:
-        raise InitError(f"environment variable {name}={raw!r} must be a positive number of seconds")
-    return value
-
-
 def config(timeout: float) -> Config:
     """Settings for a collective timeout of ``timeout`` seconds.
 
@@ -87,8 +73,8 @@ def config(timeout: float) -> Config:
     Raises:
         InitError: one of them is not a positive number.
     """
-    stall = _seconds("XCCL_CHECK_STALL", min(2.0, timeout / 4))
-    interval = _seconds("XCCL_CHECK_INTERVAL", 0.5)
+    stall = seconds("XCCL_CHECK_STALL", min(2.0, timeout / 4))
+    interval = seconds("XCCL_CHECK_INTERVAL", 0.5)
     return Config(timeout, stall, interval, fast=min(0.05, interval), slice=min(0.05, stall / 4))
 
 

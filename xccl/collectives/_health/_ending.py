@@ -18,7 +18,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Final
 
-from ...errors import InitError
+from ...ops._settings import seconds
 
 __all__ = ["DEFAULT_AFTER", "ENV", "EXIT_CODE", "at_verdict", "disarm", "exit_after"]
 
@@ -40,15 +40,7 @@ def exit_after() -> float:
         InitError: the variable is not a number of seconds >= 0 (``xccl.init`` asks first, so a bad value fails
             there).
     """
-    raw = os.environ.get(ENV, "").strip()
-    try:
-        value = float(raw) if raw else DEFAULT_AFTER
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise InitError(f"{ENV}={raw!r} is not a number of seconds >= 0 (0: a process whose vendor cannot abort a "
-                        "collective stuck on a lost peer never ends itself)")
-    return value
+    return seconds(ENV, DEFAULT_AFTER, zero="never ends a process whose vendor cannot abort")
 
 
 def at_verdict(runtime: Any, rank: int, lost: Sequence[int]) -> None:

@@ -32,13 +32,12 @@ no watch: nobody to lose.
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from ...errors import InitError
+from ...ops._settings import seconds
 from ...plugin._fake_world import transport
 from ...plugin._work import ForwardingWork
 from .._faults import watched_loss
@@ -70,14 +69,7 @@ def deadline() -> float:
         InitError: the variable is not a number of seconds >= 0 (``xccl.init`` asks first, so a bad value fails
             there).
     """
-    raw = os.environ.get(ENV, "").strip()
-    try:
-        value = float(raw) if raw else DEFAULT_DEADLINE
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise InitError(f"{ENV}={raw!r} is not a number of seconds >= 0 (0 turns the health watch off)")
-    return value
+    return seconds(ENV, DEFAULT_DEADLINE, zero="turns the health watch off")
 
 
 def _ran_out(exc: BaseException | None) -> bool:
