@@ -132,7 +132,9 @@ class SimStream(Part):
         """The device's synchronisation (``.item()``, a teardown that synchronises the stream), without a timeout:
         it waits for what is still running (a far survivor's collective, which gloo has not failed: on the device
         it waits for its peers like the rest) and for a stuck collective, until the vendor fails it (its error)."""
-        for _, work in sorted(self._pending.items()):
+        with self._cond:
+            running = [work for _, work in sorted(self._pending.items())]
+        for work in running:
             work.settle()
         if self.held():
             self.wait(self._epoch, None)
