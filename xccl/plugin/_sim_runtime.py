@@ -33,9 +33,9 @@ from torch._C._distributed_c10d import PrefixStore
 
 from ..ops._parts import Part
 from ._fake_world import transport
-from ._sim_stream import STREAM, StreamWork
+from ._sim_stream import STREAM, StreamWork, VendorWork
 from ._vendor_runtime import CommMemory, Completion, ErrorHandling, LazyConnect, TorchPatch, VendorRuntime, Watchdog
-from ._work import ForwardingWork, Work
+from ._work import Work
 
 __all__ = [
     "SIM_CONNECT_ENV",
@@ -211,23 +211,6 @@ def _fire(entry: _Watched, now: float) -> None:
 # ------------------------------------------------------------------------------------------------------ works
 
 
-class _VendorWork(ForwardingWork):
-    """A simulated collective's handle: gloo's, with the vendor's execution-timeout text on failure."""
-
-    __slots__ = ("_exec_error",)
-
-    def __init__(self, work: Any, exec_error: str) -> None:
-        super().__init__(work)
-        self._exec_error = exec_error
-
-    def _fault(self, exc: RuntimeError) -> BaseException:
-        """A timeout fails with the vendor's text (``wait`` and ``synchronize``: the simulation computes on the host)."""
-        low = str(exc).lower()
-        if self._exec_error and ("timed out" in low or "timeout" in low):
-            return RuntimeError(self._exec_error)
-        return exc
-
-
 # ------------------------------------------------------------------------------------------------ per group
 
 
@@ -302,7 +285,7 @@ class GroupRuntime:
             describe = (f"Work{self._vendor}(SeqNum={self._seq}, OpType={method.upper()}, "
                         f"Timeout(ms)={round(s.timeout * 1000)})")
             _WATCHDOG.watch(_Watched(work, time.monotonic(), s.timeout, s.mode, describe, self._rank))
-        return work if self._streamed else _VendorWork(work, self._exec_error)
+        return work if self._streamed else VendorWork(work, self._exec_error)
 
     def held(self) -> bool:
         """Whether a collective issued now is queued behind one stuck on the device's stream: it never reaches

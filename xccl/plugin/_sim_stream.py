@@ -36,7 +36,7 @@ import torch
 from ..ops._parts import Part
 from ._work import ForwardingWork, _thread_future
 
-__all__ = ["STREAM", "SimStream", "StreamWork", "simulated_stream"]
+__all__ = ["STREAM", "SimStream", "StreamWork", "VendorWork", "simulated_stream"]
 
 #: What c10d's ``Work::wait(timeout)`` raises when the timeout passes first (its whole text).
 RAN_OUT: Final = "Operation timed out!"
@@ -176,7 +176,23 @@ def simulated_stream() -> SimStream:
     return STREAM
 
 
-class StreamWork(ForwardingWork):
+class VendorWork(ForwardingWork):
+    """A simulated collective's handle: gloo's, with the vendor's execution-timeout text on failure."""
+
+    __slots__ = ("_exec_error",)
+
+    def __init__(self, work: Any, exec_error: str) -> None:
+        super().__init__(work)
+        self._exec_error = exec_error
+
+    def _fault(self, exc: RuntimeError) -> BaseException:
+        """A timeout fails with the vendor's text (``wait`` and ``synchronize``: the simulation computes on the host)."""
+        if self._exec_error and _timed_out(exc):
+            return RuntimeError(self._exec_error)
+        return exc
+
+
+class StreamWork(VendorWork):
     """A simulated collective's handle on the stream: gloo's outcome, unless the stream holds the collective.
 
     Args:
@@ -185,11 +201,11 @@ class StreamWork(ForwardingWork):
         exec_error: what the vendor fails a collective with when it runs out (``""``: gloo's own timeout text).
     """
 
-    __slots__ = ("_epoch", "_exec_error", "_exec_timeout", "_started", "_ticket")
+    __slots__ = ("_epoch", "_exec_timeout", "_started", "_ticket")
 
     def __init__(self, work: Any, exec_timeout: float, exec_error: str) -> None:
-        super().__init__(work)
-        self._exec_timeout, self._exec_error = exec_timeout, exec_error
+        super().__init__(work, exec_error)
+        self._exec_timeout = exec_timeout
         self._started = time.monotonic()
         self._ticket, self._epoch = STREAM.issue()
 
@@ -234,12 +250,6 @@ class StreamWork(ForwardingWork):
     def _hold(self) -> None:
         STREAM.hold(self._ticket, self._started, self._exec_timeout,
                     self._exec_error or f"{RAN_OUT} (the collective never completed: a peer was lost)")
-
-    def _fault(self, exc: RuntimeError) -> BaseException:
-        """A timeout fails with the vendor's execution-timeout text (the simulation computes on the host)."""
-        if self._exec_error and _timed_out(exc):
-            return RuntimeError(self._exec_error)
-        return exc
 
     def is_completed(self) -> bool:
         """Whether the host would see it done: not while the stream holds it, until the vendor fails it."""
