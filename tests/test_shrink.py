@@ -79,6 +79,7 @@ def body_shrink_and_train_on(victim: int, path: str) -> dict[str, Any]:
     opt = torch.optim.SGD(module.parameters(), lr=LR)
     for step in range(STEPS_BEFORE):
         _step(model, opt, step, w.rank, w.world_size)
+    comms_before = [(c.ranks, c.memory_mb) for c in xccl.runtime.communicators()]
     if w.rank == victim:
         _die(path)  # between steps: no survivor can finish the next one
     try:
@@ -112,7 +113,8 @@ def body_shrink_and_train_on(victim: int, path: str) -> dict[str, Any]:
         "is_world": new_world is dist.group.WORLD, "rank": dist.get_rank(), "size": dist.get_world_size(),
         "xccl_world": (nw.rank, nw.world_size), "backend": str(dist.get_backend()),
         "start": start, "final": [p.detach().clone() for p in module.parameters()],
-        "reduce_scatter": out.tolist(), "notes": notes,
+        "reduce_scatter": out.tolist(), "notes": notes, "comms_before": comms_before,
+        "comms_after": [(c.ranks, c.memory_mb) for c in xccl.runtime.communicators()],
     }
 
 
@@ -150,6 +152,13 @@ def test_survivors_shrink_the_world_and_train_on(tmp_path: Path, vendor: str) ->
         assert rep["reduce_scatter"] == [3.0, 3.0], rep
         assert len(rep["notes"]) == 1 and "excluded [3]" in rep["notes"][0], rep["notes"]
         assert rep["faulted"] - died < TIMEOUT + 5, rep
+        # The old world's communicators are gone: what is left is the new world's, as many as the old world had
+        # (the world's; DDP uses it), so the device memory they hold is the new world's, not the old one's on top.
+        before, after = rep["comms_before"], rep["comms_after"]
+        assert {ranks for ranks, _ in before} == {(0, 1, 2, 3)} and {ranks for ranks, _ in after} == {(0, 1, 2)}, rep
+        assert len(after) == len(before) and [mb for _, mb in after] == [mb for _, mb in before], rep
+        if vendor == "ascend":
+            assert all(mb for _, mb in after), after  # HCCL's 2 x HCCL_BUFFSIZE each
     ref = _reference(reports[0]["start"])
     for r, rep in enumerate(reports):
         for a, b in zip(rep["start"], reports[0]["start"], strict=True):
