@@ -122,6 +122,8 @@ class SimStream(Part):
 
     def pending(self, work: StreamWork, running: bool) -> None:
         """``work`` is still running after a wait gave up on it (``running``), or has ended."""
+        if not running and work.ticket not in self._pending:
+            return  # nearly every wait: nothing to forget, no lock taken
         with self._cond:
             if running:
                 self._pending[work.ticket] = work
