@@ -7,7 +7,8 @@ Per launch, in seconds after the kill (the slowest survivor's):
 
 * ``fault``: the typed error (the table gives the middle survivor's and the last one's) (``PeerFailure``). A survivor that was talking to the lost rank sees it at once; one
   that was not (its ring neighbours gave up on the step), which the backend tells nothing until the collective
-  timeout, hears it from xccl's health watch about a second into its wait (``XCCL_HEALTH_DEADLINE``);
+  timeout, hears it from xccl's health watch, which looks at once when the sentinel's alarm reaches it (the lost
+  rank's neighbours read its reset connections as it dies), or at its deadline (``XCCL_HEALTH_DEADLINE``);
 * ``shrunk``: ``dist.shrink_group`` returned (the survivors met, the new world exists);
 * ``first step``: DDP rebuilt (its broadcast of the weights) and one step done on the world of 3.
 

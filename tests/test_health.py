@@ -153,6 +153,80 @@ def test_without_the_watch_a_survivor_hears_nothing_from_the_backend(tmp_path):
     assert not any("health watch" in r["message"] for r in reports), reports
 
 
+@pytest.mark.parametrize("vendor", list(VENDORS))
+def test_the_sentinels_alarm_brings_the_look_forward_from_a_long_deadline(tmp_path, vendor):
+    """With a deadline of 30 s, only the sentinel's alarm (``_sentinel``) can make the far survivor look within its
+    own 6 s bound: its neighbours read rank 1's reset as it dies, and the alarm reaches every survivor."""
+    reports = _lose_rank_1(tmp_path, body_calls, VENDORS[vendor], env={_health.ENV: "30"})
+    for r in reports:
+        assert r["type"] == "PeerFailure" and r["ranks"] == [VICTIM], r
+        assert r["after"] < BOUND.total_seconds() - 2, r  # well before any survivor's own bound runs out
+    assert any("health watch" in r["message"] for r in reports), reports
+
+
+def body_idle_at_the_loss(path: str) -> dict[str, Any]:
+    """Rank 1 dies while the others are in no call of xccl's (computing, or blocked on their device outside xccl,
+    as on a device vendor's hardware); 3 s later they call again."""
+    t = torch.ones(64)
+    xccl.all_reduce(t)
+    if xccl.get_world().rank == VICTIM:
+        _die_later(path, 0.3)
+    time.sleep(3)
+    started = time.monotonic()
+    try:
+        xccl.all_reduce(t)
+    except Exception as exc:
+        return {**_report(exc), "took": time.monotonic() - started}
+    return {"type": "none"}
+
+
+@pytest.mark.parametrize("vendor", list(VENDORS))
+def test_a_loss_while_no_call_waits_is_found_by_the_sentinel(tmp_path, vendor):
+    """No call of xccl's waits, so only the sentinel's own look can reach a verdict: the next call raises it before it
+    communicates (on cpu, the far survivor would otherwise wait for its deadline), and on Sophgo, where nothing
+    releases a host blocked on the device, the process ends itself while it is still idle (after 1 s here)."""
+    path = tmp_path / "death"
+    with RankPool(4, {"timeout": 300, **VENDORS[vendor]}, env={_ending.ENV: "1"}, start_method="forkserver",
+                  start_timeout=60) as pool:
+        outs = pool.run(body_idle_at_the_loss, str(path), timeout=60)
+    for o in outs:
+        if o.rank == VICTIM:
+            assert o.raised("RankDied"), str(o)
+        elif vendor == "sophgo":
+            assert o.raised("RankDied") and f"exit code {_ending.EXIT_CODE}" in o.message, str(o)
+        else:
+            assert o.ok and o.value["type"] == "PeerFailure" and o.value["ranks"] == [VICTIM], str(o)
+            assert o.value["took"] < 0.5, o.value  # known before the call: no look, no wait
+
+
+def body_leave_then_lose(path: str) -> dict[str, int]:
+    """Rank 3 shuts xccl down and ends; later rank 2 is SIGKILLed. Ranks 0 and 1, in no call at all, count the
+    sentinel's alarms after each."""
+    from xccl.collectives._health._liveness import alarms
+
+    rank = xccl.get_world().rank
+    xccl.all_reduce(torch.ones(4))
+    if rank == 3:
+        xccl.shutdown()
+        os._exit(0)  # ends without a word more: only the goodbye tells its neighbours it left on purpose
+    time.sleep(1.0)
+    after_leave = alarms()
+    if rank == 2:
+        _die_later(path, 0.0)
+        time.sleep(60)
+    end = time.monotonic() + BOUND.total_seconds()
+    while alarms() == after_leave and time.monotonic() < end:
+        time.sleep(0.01)
+    return {"after_leave": after_leave, "after_loss": alarms()}
+
+
+def test_a_rank_that_leaves_is_no_alarm_and_one_that_dies_is_heard_outside_any_call(tmp_path):
+    with RankPool(4, {"timeout": 300}, start_method="forkserver", start_timeout=60) as pool:
+        outs = pool.run(body_leave_then_lose, str(tmp_path / "death"), timeout=60)
+    for o in outs[:2]:
+        assert o.ok and o.value["after_leave"] == 0 and o.value["after_loss"] > 0, str(o)
+
+
 def body_silent_peer() -> dict[str, Any] | str:
     """Rank 1 is alive but 3 s late; rank 0 waits on its handle with a bound of its own, 1.5 s."""
     if xccl.get_world().rank == 1:
@@ -291,8 +365,8 @@ def test_the_watch_is_on_groups_that_can_lose_a_rank_only(monkeypatch):
     assert _health.hook(Group()) is not None
     Group.size = 1  # a world of one: nobody to lose
     assert _health.hook(Group()) is None
-    Group.size, Group.device_type = 4, "cuda"  # a device vendor's wait does not block the host
-    assert _health.hook(Group()) is None
+    Group.size, Group.device_type = 4, "cuda"  # a device vendor's wait does not block the host: a known loss only
+    assert type(_health.hook(Group())).__name__ == "_Known"
     Group.device_type = "cpu"
     monkeypatch.setenv(_health.ENV, "0")
     assert _health.hook(Group()) is None

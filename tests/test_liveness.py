@@ -78,9 +78,9 @@ def test_the_probe_tells_a_live_port_from_a_closed_one():
 
 
 def test_a_loopback_address_is_probed_only_from_its_own_host():
-    assert L._probeable(_facts(addr="127.0.0.1", host=socket.gethostname()))
-    assert not L._probeable(_facts(addr="127.0.1.1", host="another-host"))
-    assert not L._probeable(_facts(port=0))
+    assert L.probeable(_facts(addr="127.0.0.1", host=socket.gethostname()))
+    assert not L.probeable(_facts(addr="127.0.1.1", host="another-host"))
+    assert not L.probeable(_facts(port=0))
 
 
 def test_route_address_is_this_machines_side_of_the_route():

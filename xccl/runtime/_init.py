@@ -26,6 +26,7 @@ from ..collectives._flight_dump import start_watch
 from ..collectives._groups import state_of
 from ..collectives._health._ending import exit_after as loss_exit_after
 from ..collectives._health._liveness import close_quietly
+from ..collectives._health._sentinel import start as start_sentinel
 from ..collectives._health._watch import deadline as health_deadline
 from ..collectives._islands import islands_of
 from ..collectives._state import DEFAULT_TIMEOUT, GROUPS, PROCESS, Fallback, World
@@ -331,6 +332,7 @@ def _create_world(
         runtime.shutdown()
         raise error
     PROCESS.liveness = live
+    start_sentinel(live, size)
     _at_exit()
     group_tmo = getattr(dist.group.WORLD, "timeout", tmo)
     return World(rank_, size, job.local_rank, device, plugin.name, runtime.backend, sim, fallback, check, group_tmo, name,

@@ -28,6 +28,7 @@ from ..collectives._flight import mark
 from ..collectives._groups import close_all, state_of
 from ..collectives._health._facts import Facts
 from ..collectives._health._liveness import Liveness
+from ..collectives._health._sentinel import start as start_sentinel
 from ..collectives._mixed import MixedProcessGroup
 from ..collectives._process_group import XcclProcessGroup
 from ..collectives._state import GROUPS, PROCESS
@@ -142,6 +143,7 @@ def _shrink_world(old: XcclProcessGroup, excluded: Sequence[int], flags: int, pg
             raise
         raise _not_met(exc, base, size, rank, kept, time.monotonic() - started) from exc
     PROCESS.liveness = live
+    start_sentinel(live, new_size)
     PROCESS.world = dataclasses.replace(world, rank=new_rank, world_size=new_size)
     st = GROUPS.default = state_of(dist.group.WORLD)
     laps.append(("new world", time.monotonic()))
@@ -183,6 +185,7 @@ def _teardown_old(flags: int) -> None:
 def _carry_liveness(live: Liveness, kept: Sequence[int], size: int, rank: int, new_rank: int) -> Liveness:
     """This rank's liveness port under its new rank: its Facts published again under the new world's prefix, so
     that a rank lost after the shrink is named by its new rank. The store's host and its ranks carry over."""
+    live.leave()  # the old world's neighbours: the new world's are known once the survivors have met
     renumber = {old: new for new, old in enumerate(kept)}
     new_size = len(kept)
     prefix = f"{live.prefix}/{_PREFIX}/{size}:{','.join(map(str, kept))}"

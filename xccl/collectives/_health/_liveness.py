@@ -4,9 +4,10 @@ gloo reports a lost peer as "Connection closed by peer [addr]:port" on whichever
 once the first survivors fail they close connections of their own: the address quoted is not reliably the lost
 rank's, and the error carries no rank. So at ``xccl.init`` every rank of a world of more than one publishes its
 :class:`~._facts.Facts` in the rendezvous store (``xccl.runtime._rendezvous``, which also compares them) and opens a
-*liveness port*: a listening TCP socket that nothing ever accepts on. The kernel completes a connection to it
-for as long as the process lives, and refuses it once the process is gone, without the process doing anything:
-a rank stuck in a collective, or holding the GIL, still answers. At a closed connection, :func:`lost_peers`:
+*liveness port*: a listening TCP socket that answers without the process doing anything. The kernel completes a
+connection to it for as long as the process lives, and refuses it once the process is gone: a rank stuck in a
+collective, or holding the GIL, still answers. (The sentinel, ``._sentinel``, accepts on it: its neighbours'
+connections, whose reset tells them at once that the process ended, and the probes, which it closes.) At a closed connection, :func:`lost_peers`:
 
 1. reaches the store (a bare TCP connect first, bounded by :func:`look_wait`, so that a store whose host is gone
    costs no more than that);
@@ -62,8 +63,8 @@ from .._state import PROCESS
 from ._facts import Facts, describe_ranks
 
 __all__ = [
-    "ALIVE", "Liveness", "Verdict", "close_quietly", "lost_peers", "look_wait", "open_port", "probe", "route_address",
-    "watch_look",
+    "ALIVE", "Liveness", "Verdict", "alarms", "close_quietly", "lost_peers", "look_wait", "open_port", "probe",
+    "probeable", "route_address", "watch_look",
 ]
 
 #: The longest one step of a look takes (store connect, port probes), and the shortest.
@@ -96,7 +97,7 @@ def route_address(host: str, port: int) -> tuple[str, int]:
 
 
 def open_port(family: int = socket.AF_INET) -> socket.socket:
-    """A listening socket on every address of ``family``, that nothing accepts on (see the module docstring)."""
+    """A listening socket on every address of ``family``, that answers for the process (see the module docstring)."""
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", 0))
@@ -116,7 +117,7 @@ def look_wait(timeout: _dt.timedelta) -> float:
 def _close_in_child(ref: weakref.ref[Liveness]) -> None:
     live = ref()
     if live is not None:
-        live.close()
+        live.sock.close()  # only the port: the sentinel's goodbye would speak for the parent (``_sentinel``)
 
 
 @final
@@ -135,7 +136,8 @@ class Liveness:
         wait: :func:`look_wait` of the world's timeout.
     """
 
-    __slots__ = ("__weakref__", "hosted_by", "prefix", "rank", "sock", "store", "store_peers", "verdicts", "wait")
+    __slots__ = ("__weakref__", "hosted_by", "prefix", "rank", "sentinel", "sock", "store", "store_peers", "verdicts",
+                 "wait")
 
     def __init__(self, sock: socket.socket, rank: int, store: tuple[str, int], prefix: str, hosted_by: str,
                  store_peers: Sequence[Facts], wait: float) -> None:
@@ -148,12 +150,23 @@ class Liveness:
         self.wait: Final = wait
         #: Sorted member tuple -> the verdict already reached for it.
         self.verdicts: dict[tuple[int, ...], Verdict] = {}
+        #: The neighbours' connections (``_sentinel.Sentinel``), once every rank has published its Facts.
+        self.sentinel: Any = None
         # A forked child (a DataLoader worker) would keep the port open after this process died: close its copy.
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=partial(_close_in_child, ref))
 
     def close(self) -> None:
+        """Leave on purpose: the sentinel says goodbye to its neighbours, then the port closes."""
+        self.leave(self.wait * 3 + 1)  # a look of the sentinel's under way ends first (not at interpreter exit)
         self.sock.close()
+
+    def leave(self, wait: float = 2.0) -> None:
+        """Stop the sentinel with a goodbye (the shrink's old world; :meth:`close`), waiting up to ``wait`` seconds
+        for its thread; the port stays open."""
+        sentinel, self.sentinel = self.sentinel, None
+        if sentinel is not None:
+            sentinel.stop(wait)
 
 
 # ------------------------------------------------------------------------------------------------ probing
@@ -205,7 +218,7 @@ def _outcome(err: int) -> str:
     return GONE if err == errno.ECONNREFUSED else SILENT
 
 
-def _probeable(f: Facts) -> bool:
+def probeable(f: Facts) -> bool:
     # A loopback address names the prober's own machine unless the rank runs there.
     loopback = f.addr.startswith("127.") or f.addr == "::1"
     return f.port > 0 and (not loopback or f.host == socket.gethostname())
@@ -239,12 +252,29 @@ def lost_peers(members: Sequence[int]) -> Verdict | None:
     return live.verdicts[key]
 
 
+def alarms() -> int:
+    """How many losses and alarms this process's sentinel has heard (``_sentinel``): the health watch looks when
+    the count moves. 0 without a sentinel."""
+    live = PROCESS.liveness
+    sentinel = live.sentinel if isinstance(live, Liveness) else None
+    return 0 if sentinel is None else int(sentinel.alarms)
+
+
 def known_loss(key: tuple[int, ...]) -> Verdict | None:
     """The verdict naming lost ranks that this process already holds for the group of ``key`` (its sorted global
-    ranks), or None: a dict read, no look."""
+    ranks), or None: no look. A verdict on a larger group (the world's, which the sentinel looks at) that names
+    members of this one is this group's too: the same on every survivor, as the larger one is."""
     live = PROCESS.liveness
-    known = live.verdicts.get(key) if isinstance(live, Liveness) else None
-    return known if known is not None and known.ranks else None
+    if not isinstance(live, Liveness) or not live.verdicts:
+        return None
+    known = live.verdicts.get(key)
+    if known is not None:
+        return known if known.ranks else None
+    for members, verdict in list(live.verdicts.items()):  # the sentinel's thread may add one meanwhile
+        lost = tuple(r for r in verdict.ranks if r in key)
+        if lost and set(key) <= set(members):
+            return Verdict(verdict.text, lost, verdict.agreed)
+    return None
 
 
 def watch_look(members: Sequence[int]) -> Verdict | None:
@@ -318,7 +348,7 @@ def _look(live: Liveness, others: list[int], key: tuple[int, ...] = (), watch: b
 
 def _found(store: Any, live: Liveness, others: list[int], facts: dict[int, Facts], survivors: set[int],
            started: float, watch: bool = False) -> Verdict:
-    suspects = {r: f for r, f in facts.items() if r not in survivors and _probeable(f)}
+    suspects = {r: f for r, f in facts.items() if r not in survivors and probeable(f)}
     states = _settled(suspects, live.wait, 0.0 if watch else _NOTHING)
     # A survivor marks itself before it raises, and closes its port only after (at exit or xccl.shutdown): one
     # found closed now but marked by now saw the fault too, and is no suspect.
@@ -382,7 +412,7 @@ def _without_store(live: Liveness, why: str, started: float) -> Verdict:
     addr, port = live.store
     where = f"the rendezvous store at {addr}:{port} ({live.hosted_by}) cannot be reached ({why})"
     peers = dict(live.store_peers)
-    states = _settled({r: f for r, f in peers.items() if r != live.rank and _probeable(f)}, live.wait)
+    states = _settled({r: f for r, f in peers.items() if r != live.rank and probeable(f)}, live.wait)
     took = time.monotonic() - started
     tail = f" (xccl looked {took:.2f} s after the fault; ranks on other hosts cannot be looked up without the store)"
     closed = sorted(r for r, s in states.items() if s in (GONE, SILENT))

@@ -1,15 +1,17 @@
-"""The health watch: a lost rank named on every survivor within about a second, whatever the backend reports.
+"""The health watch: a lost rank named on every survivor within a second, whatever the backend reports.
 
 A backend tells a waiting rank of a lost peer only when that rank was talking to it. gloo's other waiters (a ring's
 far side) hear nothing until the collective timeout; HCCL tells the host nothing until ``HCCL_EXEC_TIMEOUT`` and
 SCCL never (``../shared/vendor-api/RUNTIME-AUDIT-3.md``). xccl's liveness ports answer in milliseconds whether a
 process lives, independent of the backend (``_liveness``), so this hook does not wait for the backend to speak:
 
-* a call is issued asynchronously and waited for with a timeout of the *deadline* (``XCCL_HEALTH_DEADLINE``
-  seconds, 1 by default; 0 turns the watch off). A call done within it, the common case, costs that one wait;
-* past the deadline the wait goes on in slices, and the group's liveness is looked at
-  (:func:`~._liveness.watch_look`), again every deadline or a quarter of the time waited, whichever is longer: a
-  legitimately long wait costs a look now and then, not one per slice;
+* a call is issued asynchronously and waited for in slices of :data:`_SLICE`; a call done within one, the common
+  case, costs that one wait;
+* the group's liveness is looked at (:func:`~._liveness.watch_look`) as soon as the sentinel hears of a loss (its
+  alarm count moved, ``._sentinel``: a lost rank's neighbours read its reset connections as it dies), and
+  otherwise past the *deadline* (``XCCL_HEALTH_DEADLINE`` seconds, 1 by default; 0 turns the watch off), again
+  every deadline or a quarter of the time waited, whichever is longer: a legitimately long wait costs a look now
+  and then, not one per slice; a lost host, whose kernel resets nothing, is found there;
 * a look that finds a member gone, or finds the verdict another survivor published, raises
   :class:`~xccl.PeerFailure` naming the same ranks on every survivor, those that were not talking to the lost rank
   included; ``dist.shrink_group(err.ranks)`` can follow at once (docs/elastic.md). With it the vendor's abort of the
@@ -42,15 +44,15 @@ from ...plugin._fake_world import transport
 from ...plugin._work import ForwardingWork
 from .._faults import watched_loss
 from ._ending import at_verdict
-from ._liveness import known_loss, watch_look
+from ._liveness import alarms, known_loss, watch_look
 
 __all__ = ["DEFAULT_DEADLINE", "ENV", "IN_THREAD", "Watched", "deadline", "hook"]
 
 #: Seconds a call waits before its group's liveness is looked at, unless ``XCCL_HEALTH_DEADLINE`` says otherwise.
 DEFAULT_DEADLINE: Final = 1.0
 ENV: Final = "XCCL_HEALTH_DEADLINE"
-#: How long each slice of a wait past the deadline is, at most.
-_SLICE: Final = 0.25
+#: How long each slice of a wait is, at most: between two, the sentinel's alarm count is read (``_sentinel``).
+_SLICE: Final = 0.1
 #: The calls whose gloo work cannot be waited for in slices, so a thread of its own waits for it without a timeout
 #: and the call waits, in slices, for that thread (``tests/test_health.py`` checks both facts on the installed torch):
 #: gloo's reduce-scatters ignore ``wait(timeout)`` (torch 2.13 runs the whole collective in the waiting thread, and
@@ -96,13 +98,14 @@ class Watched(ForwardingWork):
         op: the public collective's name.
         started: ``time.monotonic()`` at the call.
         limit: the deadline, seconds.
+        heard: the sentinel's alarm count at the call (:func:`~._liveness.alarms`).
     """
 
-    __slots__ = ("_done", "_error", "_limit", "_look_at", "_op", "_st", "_started", "_threaded")
+    __slots__ = ("_alarms", "_done", "_error", "_limit", "_look_at", "_op", "_st", "_started", "_threaded")
 
-    def __init__(self, work: Any, st: Any, op: str, started: float, limit: float) -> None:
+    def __init__(self, work: Any, st: Any, op: str, started: float, limit: float, heard: int) -> None:
         super().__init__(work)
-        self._st, self._op, self._started, self._limit = st, op, started, limit
+        self._st, self._op, self._started, self._limit, self._alarms = st, op, started, limit, heard
         self._look_at = started + limit
         self._threaded = op in IN_THREAD
         self._done: threading.Event | None = None
@@ -137,7 +140,8 @@ class Watched(ForwardingWork):
             self._done.set()
 
     def wait(self, timeout: _dt.timedelta | None = None) -> bool:
-        """``Work.wait``, watched past the deadline; a ``timeout`` of the caller's fails as the backend's would.
+        """``Work.wait``, watched past the deadline or at an alarm; a ``timeout`` of the caller's fails as the
+        backend's would.
 
         Raises:
             PeerFailure: a look found a member gone, or adopted the verdict another survivor published.
@@ -145,16 +149,18 @@ class Watched(ForwardingWork):
         work = self.work
         end = None if not timeout else _monotonic() + timeout.total_seconds()
         while True:
-            now = _monotonic()
-            if now >= self._look_at:  # first: the blocking path's first wait may have spent the deadline already
+            now, heard = _monotonic(), alarms()
+            # First: the blocking path's first wait may have spent the deadline, or heard the alarm, already.
+            if now >= self._look_at or heard != self._alarms:
+                self._alarms = heard
                 verdict = watch_look(self._st.ranks)
                 if verdict is not None:
                     st = self._st  # the vendor's abort, where it has one, else the end where nothing ever returns
                     at_verdict(st.runtime, st.ranks[st.rank], verdict.ranks)
                     raise watched_loss(verdict, self._st, self._op, self._started)
                 now = _monotonic()
-                self._look_at = now + max(self._limit, (now - self._started) / 4)
-            stop = self._look_at if now < self._look_at else now + _SLICE
+                self._look_at = max(self._look_at, now + max(self._limit, (now - self._started) / 4))
+            stop = min(self._look_at, now + _SLICE)
             if end is not None:
                 stop = min(stop, end)
             try:
@@ -173,7 +179,7 @@ class _Watch:
     __slots__ = ("first", "limit", "st")
 
     def __init__(self, st: Any, limit: float) -> None:
-        self.st, self.limit, self.first = st, limit, _dt.timedelta(seconds=limit)
+        self.st, self.limit, self.first = st, limit, _dt.timedelta(seconds=min(limit, _SLICE))
 
     def stage(self, inner: Callable[..., Any]) -> Callable[..., Any]:
         """Issue asynchronously; a blocking call waits here, an asynchronous one hands out a watched handle. A call
@@ -183,20 +189,21 @@ class _Watch:
         def watched(spec: Any, kargs: Sequence[Any], kernel: Callable[..., Any], async_op: bool) -> Any:
             if spec.fused:  # a fused op returns its output, not a work to wait for
                 return inner(spec, kargs, kernel, async_op)
-            started = _monotonic()
+            started, heard = _monotonic(), alarms()
             known = known_loss(key)
             if known is not None:
+                at_verdict(st.runtime, st.ranks[st.rank], known.ranks)  # the sentinel's look may have found it
                 raise watched_loss(known, st, spec.name, started)
             work = inner(spec, kargs, kernel, True)
             if work is None:
                 return None
             if not async_op and spec.name not in IN_THREAD:
                 try:
-                    work.wait(first)  # the common case: done within the deadline
+                    work.wait(first)  # the common case: done within a slice
                     return None
                 except (RuntimeError, TypeError):
                     pass  # still under way, failed, or a wait() without a timeout: the watched wait sorts it out
-            handle = Watched(work, st, spec.name, started, limit)
+            handle = Watched(work, st, spec.name, started, limit, heard)
             if async_op:
                 return handle
             handle.wait()
@@ -207,9 +214,35 @@ class _Watch:
     inner_stage = stage
 
 
-def hook(st: Any) -> _Watch | None:
-    """The health watch of a group of more than one rank that computes on the host (``_hooks.OBSERVERS``)."""
+class _Known:
+    """The watch of a group whose waits do not block the host (a device vendor's on its hardware): nothing to wait
+    on, but a call on a group whose lost ranks the sentinel's look already found raises it before it communicates
+    (it would never complete) and runs the vendor's abort or the end, as a watched wait's verdict does."""
+
+    __slots__ = ("st",)
+
+    def __init__(self, st: Any) -> None:
+        self.st = st
+
+    def stage(self, inner: Callable[..., Any]) -> Callable[..., Any]:
+        st, key = self.st, tuple(sorted(self.st.ranks))
+
+        def checked(spec: Any, kargs: Sequence[Any], kernel: Callable[..., Any], async_op: bool) -> Any:
+            known = known_loss(key)
+            if known is not None:
+                at_verdict(st.runtime, st.ranks[st.rank], known.ranks)
+                raise watched_loss(known, st, spec.name, _monotonic())
+            return inner(spec, kargs, kernel, async_op)
+
+        return checked
+
+    inner_stage = stage
+
+
+def hook(st: Any) -> _Watch | _Known | None:
+    """The health watch of a group of more than one rank (``_hooks.OBSERVERS``): a watch of its waits where they
+    block the host (cpu, the simulated vendors), else the check of a loss already known."""
     limit = deadline()
-    if st.size == 1 or limit == 0 or st.device_type != "cpu" or not transport().waits:
+    if st.size == 1 or limit == 0 or not transport().waits:
         return None
-    return _Watch(st, limit)
+    return _Watch(st, limit) if st.device_type == "cpu" else _Known(st)
