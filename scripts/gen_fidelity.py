@@ -194,7 +194,8 @@ def runtime_rows(runtime: VendorRuntime) -> list[Row]:
         out.append(Row("lost peer", "a collective stuck on a lost peer never returns: "
                        + runtime.stuck_forever.split(" (")[0], _src(runtime.stuck_forever),
                        "simulated: it holds the simulated stream for ever (xccl.plugin._sim_stream); at the health "
-                       "watch's verdict, a process that does not shut xccl down within XCCL_LOSS_EXIT_AFTER seconds "
+                       "watch's or the sentinel's verdict (with or without a call of xccl's waiting), a process that "
+                       "does not shut xccl down within XCCL_LOSS_EXIT_AFTER seconds "
                        "ends itself with exit code 75 (xccl.collectives._health._ending)"))
     lazy = runtime.lazy_connect
     if lazy is not None:

@@ -311,9 +311,10 @@ CLAIMS: Final[tuple[Claim, ...]] = (
            "../shared/vendor-api/RUNTIME-AUDIT-3.md L2, L6"),
           "simulated (xccl.plugin._sim_stream): gloo's 'connection closed' does not reach the host; the simulated "
           "stream holds the collective and everything behind it until HCCL_EXEC_TIMEOUT, then EI0002; the simulated "
-          "stop_device fails them with FORCE STOP (tests/test_sim_stream.py). xccl's health watch names the lost "
-          "rank within about a second and stops the device; a host blocked outside xccl (a .item()) is reached only "
-          "through that stop"),
+          "stop_device fails them with FORCE STOP (tests/test_sim_stream.py). xccl's sentinel hears of the "
+          "loss as the lost rank's process ends (its connections reset): its look names the lost rank and stops the "
+          "device within a second, with or without a call of xccl's waiting, and so releases a host blocked outside "
+          "xccl (a .item()) (tests/test_health.py)"),
     Claim("HCCL_CONNECT_TIMEOUT range", "an integer in [120, 7200], default 120; from CANN 8.2 the wait is 20 s longer",
           ("CANN https://www.hiascend.com/document/detail/zh/canncommercial/850/maintenref/envvar/envref_07_0149.html",),
           "checked and simulated: a value outside is taken as the nearest bound, with a warning (whether HCCL clamps "

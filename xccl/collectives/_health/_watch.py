@@ -26,9 +26,10 @@ process lives, independent of the backend (``_liveness``), so this hook does not
 
 The watch is a hook of the groups whose waits block the host, the groups that compute on it (cpu, and every
 simulated vendor: gloo moves their bytes). A device vendor's ``wait()`` orders a stream and returns; a wait with a
-timeout means something else there (NCCL's blocks the host, and marks the work failed when it runs out); watching
-a device's outstanding work from a thread of its own is not built yet. A group of one rank, or of a fake world, has
-no watch: nobody to lose.
+timeout means something else there (NCCL's blocks the host, and marks the work failed when it runs out). Such a
+group's calls only check for a loss already known (:class:`_Known`): the sentinel's own look finds it, and stops the
+device or arms the end, with no call of xccl's waiting (``._sentinel``). A group of one rank, or of a fake world,
+has no watch: nobody to lose.
 """
 
 from __future__ import annotations
