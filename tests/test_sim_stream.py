@@ -26,6 +26,7 @@ import torch
 import xccl
 from xccl.collectives._health import _watch as _health
 from xccl.plugin import simulated_stream
+from xccl.plugin._sim_stream import StreamWork
 from xccl.testing import RankPool
 
 VICTIM = 1
@@ -178,4 +179,26 @@ def test_the_stream_holds_from_the_stuck_collective_on_and_stop_and_restart_rele
     stream.restart()
     assert not stream.held() and stream.stopped(epoch2) == "" and stream.stopped(epoch) == "FORCE STOP (test)"
     stream.synchronize()  # nothing held: returns
+    stream.reset()
+
+
+class _StoppedMeanwhile:
+    """A gloo work still running (a far survivor's collective) whose wait gives up, while another thread (the
+    sentinel's verdict) stops the device."""
+
+    def wait(self, timeout: Any = None) -> bool:
+        simulated_stream().stop("FORCE STOP (test)")
+        raise RuntimeError("Operation timed out!")
+
+
+def test_a_work_given_up_on_while_the_device_was_stopped_is_not_synchronised_with_after_the_restart():
+    """The shrink restarts the device and tears the old world down, which synchronises: a work the abort took off
+    the device must not fail it (it did, once the sentinel could stop the device from its own thread)."""
+    stream = simulated_stream()
+    stream.reset()
+    work = StreamWork(_StoppedMeanwhile(), 5.0, "")  # "": gloo's own timeout text
+    with pytest.raises(RuntimeError, match="timed out"):  # the wait gave up
+        work.wait(datetime.timedelta(seconds=0.01))
+    stream.restart()
+    stream.synchronize()  # returns at once: nothing of the old epoch is left to wait for
     stream.reset()

@@ -120,6 +120,10 @@ def _shrink_world(old: XcclProcessGroup, excluded: Sequence[int], flags: int, pg
         base.set(f"{_PREFIX}/{size}/asked/{rank}", ",".join(map(str, kept)))
     live = PROCESS.liveness
     laps = [("", time.monotonic())]  # (the step done, when): what each step took goes into the recorder's mark
+    if isinstance(live, Liveness):
+        # The old world's neighbours, first: a look of the sentinel's under way ends (and stops the device, if it
+        # does) before the device is stopped and restarted for the new world, not after.
+        live.leave(live.wait * 3 + 1)
     _free_device(runtime)
     _teardown_old(flags)
     laps.append(("old world destroyed", time.monotonic()))
@@ -185,7 +189,6 @@ def _teardown_old(flags: int) -> None:
 def _carry_liveness(live: Liveness, kept: Sequence[int], size: int, rank: int, new_rank: int) -> Liveness:
     """This rank's liveness port under its new rank: its Facts published again under the new world's prefix, so
     that a rank lost after the shrink is named by its new rank. The store's host and its ranks carry over."""
-    live.leave()  # the old world's neighbours: the new world's are known once the survivors have met
     renumber = {old: new for new, old in enumerate(kept)}
     new_size = len(kept)
     prefix = f"{live.prefix}/{_PREFIX}/{size}:{','.join(map(str, kept))}"

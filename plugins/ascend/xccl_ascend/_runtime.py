@@ -156,8 +156,7 @@ class AscendRuntime(Runtime):
         teardown, which synchronises its streams first, then returns (Ascend/pytorch@082cb38
         ``torch_npu/npu/_recovery.py``: ``stop_device``, ``restart_device``; Huawei's own in-process recovery
         stops the device first)."""
-        if not self._stopped:  # the sentinel's verdict and a call's may both ask: the device is stopped once
-            self.sdk.stop_device()
+        self.sdk.stop_device()
         self._stopped = True
         return True
 

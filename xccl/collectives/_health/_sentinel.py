@@ -235,5 +235,5 @@ def _look(live: Liveness, size: int) -> None:
     if PROCESS.liveness is not live or runtime is None:  # shut down, or shrunk, meanwhile
         return
     verdict = watch_look(range(size))
-    if verdict is not None:
+    if verdict is not None and PROCESS.liveness is live:  # a shrink waits for this look before it restarts the device
         at_verdict(runtime, live.rank, verdict.ranks)

@@ -92,14 +92,20 @@ def body(round_: str, victim: int, bound: float, alive_after: float) -> dict[str
 
     seen = _bounded(step, bound)
     out: dict[str, Any] = {"rank": world.rank, "failed_step": seen, "memory_before": before}
-    if round_ == "silent" or not seen["ranks"]:
+    lost = seen["ranks"]
+    if round_ != "silent" and not lost and seen["type"]:
+        # On a device the sentinel's abort (Ascend's stop_device) fails the synchronisation with the vendor's own
+        # error; the verdict is then the next call's, raised before it communicates.
+        out["next_call"] = _bounded(lambda: xccl.all_reduce(t), bound)
+        lost = out["next_call"]["ranks"]
+    if round_ == "silent" or not lost:
         return out
     time.sleep(alive_after)
     out["alive_after"] = alive_after
     started = time.monotonic()
     try:  # torch before 2.10 has neither: the AttributeError is the answer
         flags = dist.distributed_c10d.SHRINK_ABORT if round_ == "shrink_abort" else 0
-        dist.shrink_group(list(seen["ranks"]), shrink_flags=flags)
+        dist.shrink_group(list(lost), shrink_flags=flags)
     except Exception as refused:
         out["shrink"] = _outcome(refused, started)
         return out
