@@ -120,12 +120,12 @@ class SimStream(Part):
                     raise RuntimeError(RAN_OUT)
                 self._cond.wait(min(_POLL, until - now, math.inf if end is None else end - now))
 
-    def pending(self, work: StreamWork, running: bool, epoch: int) -> None:
-        """``work``, issued in ``epoch``, is still running after a wait gave up on it (``running``), or has ended."""
+    def pending(self, work: StreamWork, running: bool) -> None:
+        """``work`` is still running after a wait gave up on it (``running``), or has ended."""
         if not running and work.ticket not in self._pending:
             return  # nearly every wait: nothing to forget, no lock taken
         with self._cond:
-            if running and epoch != self._epoch:
+            if running and work.epoch != self._epoch:
                 return  # issued before a stop (another thread's: the sentinel's verdict): off the device already
             if running:
                 self._pending[work.ticket] = work
@@ -218,16 +218,21 @@ class StreamWork(VendorWork):
         """Its place on the stream."""
         return self._ticket
 
+    @property
+    def epoch(self) -> int:
+        """The stream's epoch when it was issued (a stop of the device's tasks begins a new one)."""
+        return self._epoch
+
     def wait(self, timeout: Any = None) -> bool:
         """gloo's ``wait``; a lost peer holds the stream instead of reaching the host (see the module)."""
         end = None if not timeout else time.monotonic() + timeout.total_seconds()
         if self.work is not None and not STREAM.behind(self._ticket, self._started) and not STREAM.stopped(self._epoch):
             try:
                 done = super().wait(timeout)
-                STREAM.pending(self, False, self._epoch)
+                STREAM.pending(self, False)
                 return done
             except RuntimeError as exc:
-                STREAM.pending(self, timeout is not None and _timed_out(exc), self._epoch)  # given up on, or timed out
+                STREAM.pending(self, timeout is not None and _timed_out(exc))  # given up on, or gloo's timeout
                 if _timed_out(exc) or STREAM.stopped(self._epoch):
                     raise
                 self._hold()

@@ -277,18 +277,19 @@ def known_loss(key: tuple[int, ...]) -> Verdict | None:
     return None
 
 
-def watch_look(members: Sequence[int]) -> Verdict | None:
+def watch_look(members: Sequence[int], *, reset: bool = False) -> Verdict | None:
     """The health watch's look at ``members`` (``_health``): the verdict when a member is found lost or another
     survivor published one, else None. Unlike :func:`lost_peers` it marks this rank a survivor and keeps the
     verdict only when ranks are named (the call it watches may yet complete), and probes once while nothing is
-    found gone."""
+    found gone; with ``reset`` (the sentinel read a connection's reset: a process is ending) it probes on for a
+    while, as at a backend's fault (a process under load closes its sockets one after another)."""
     live = PROCESS.liveness
     if not isinstance(live, Liveness):
         return None
     key = tuple(sorted(members))
     known = live.verdicts.get(key)
     if known is None or not known.ranks:
-        known = _look(live, [r for r in key if r != live.rank], key, watch=True)
+        known = _look(live, [r for r in key if r != live.rank], key, watch=True, nothing=_NOTHING if reset else 0.0)
         if not known.ranks:
             return None
         live.verdicts[key] = known
@@ -315,7 +316,8 @@ def _agreed(store: Any, key: tuple[int, ...], mine: Verdict) -> Verdict:
     return Verdict(f"{text} (as the first survivor to look found it)", ranks)
 
 
-def _look(live: Liveness, others: list[int], key: tuple[int, ...] = (), watch: bool = False) -> Verdict:
+def _look(live: Liveness, others: list[int], key: tuple[int, ...] = (), watch: bool = False,
+          nothing: float = _NOTHING) -> Verdict:
     started = time.monotonic()
     addr, port = live.store
     store_state = probe({-1: (addr, port)}, live.wait).get(-1, UNKNOWN)
@@ -339,7 +341,7 @@ def _look(live: Liveness, others: list[int], key: tuple[int, ...] = (), watch: b
             store, why = None, _reason(exc, live.wait)
     if store is None:
         return _without_store(live, why, started)
-    verdict = _agreed(store, key, _found(store, live, others, facts, survivors, started, watch))
+    verdict = _agreed(store, key, _found(store, live, others, facts, survivors, started, nothing))
     if watch and verdict.ranks:
         with contextlib.suppress(RuntimeError):
             store.append("survivors", f"{live.rank},")  # before it raises, as lost_peers marks
@@ -347,9 +349,9 @@ def _look(live: Liveness, others: list[int], key: tuple[int, ...] = (), watch: b
 
 
 def _found(store: Any, live: Liveness, others: list[int], facts: dict[int, Facts], survivors: set[int],
-           started: float, watch: bool = False) -> Verdict:
+           started: float, nothing: float = _NOTHING) -> Verdict:
     suspects = {r: f for r, f in facts.items() if r not in survivors and probeable(f)}
-    states = _settled(suspects, live.wait, 0.0 if watch else _NOTHING)
+    states = _settled(suspects, live.wait, nothing)
     # A survivor marks itself before it raises, and closes its port only after (at exit or xccl.shutdown): one
     # found closed now but marked by now saw the fault too, and is no suspect.
     with contextlib.suppress(RuntimeError):

@@ -8,11 +8,12 @@ listening socket of ``._liveness``), and the sentinel, one daemon thread, accept
 When a process ends, however it ends (SIGKILL, a crash, the OOM killer), its kernel resets these connections, and
 its neighbours read the reset within a millisecond. A neighbour that reads one, or reads a peer's alarm, sends an
 alarm on each of its own connections (once per world) and bumps :attr:`Sentinel.alarms`; every rank hears it
-within about log2(world) hops. At its first alarm the sentinel looks at the world itself (the look and the verdict
-every survivor shares are ``._liveness``'s): a verdict that names ranks is kept, so that every later call on a group
-with a lost member raises it before it communicates, and runs the vendor's abort, or arms the end where the vendor
-has none (``._ending``), which releases a host blocked on the device outside xccl. A watched wait that sees the count
-move looks now (``._watch``). An alarm costs a look; a look that finds every member alive changes nothing.
+within about log2(world) hops. At an alarm the sentinel looks at the world itself, until a look names lost ranks
+(the look, and the verdict every survivor shares, are ``._liveness``'s): a verdict that names ranks is kept, so that
+every later call on a group with a lost member raises it before it communicates, and runs the vendor's abort, or
+arms the end where the vendor has none (``._ending``), which releases a host blocked on the device outside xccl. A
+watched wait that sees the count move looks now (``._watch``). An alarm costs a look; a look that finds every member
+alive changes nothing.
 
 A rank that leaves on purpose (``xccl.shutdown``, xccl's teardown at exit, the shrink that replaces this world)
 says goodbye on each connection first, so its neighbours raise no alarm. A host that goes down sends no reset: TCP
@@ -77,14 +78,16 @@ class Sentinel:
     Args:
         listen: this rank's liveness port (owned by ``Liveness``: never closed here).
         peers: rank -> ``(address, port)`` of the liveness ports to connect to.
-        react: called once, on this thread, at the first alarm (:func:`start`: the look at the world).
+        react: called on this thread at an alarm until it returns True (:func:`start`: the look at the world,
+            until it finds ranks lost).
     """
 
-    __slots__ = ("__weakref__", "_conns", "_listen", "_react", "_sel", "_sent", "_thread", "_wake", "alarms")
+    __slots__ = ("__weakref__", "_conns", "_found", "_listen", "_react", "_sel", "_sent", "_thread", "_wake",
+                 "alarms")
 
     def __init__(self, listen: socket.socket, peers: Mapping[int, tuple[str, int]],
-                 react: Callable[[], object] = lambda: None) -> None:
-        self._listen, self._react = listen, react
+                 react: Callable[[], bool] = lambda: True) -> None:
+        self._listen, self._react, self._found = listen, react, False
         #: Losses and alarms heard so far; a watched wait that sees it move looks at once.
         self.alarms = 0
         self._sent = False
@@ -166,16 +169,18 @@ class Sentinel:
                 self._lost()
 
     def _lost(self) -> None:
-        """A peer was lost, or an alarm came: count it, and pass the alarm on once."""
+        """A peer was lost, or an alarm came: count it, pass the alarm on once, and react until the reaction finds
+        what it looks for (a look too early, while the lost process was still closing its sockets, finds nothing:
+        its other connections' resets come next)."""
         self.alarms += 1
-        if self._sent:
-            return
-        self._sent = True
-        self._send(_ALARM)
-        self._react()
+        if not self._sent:
+            self._sent = True
+            self._send(_ALARM)
+        if not self._found:
+            self._found = self._react()
 
     def _send(self, byte: bytes) -> None:
-        for conn, peer in self._conns.items():
+        for conn, peer in list(self._conns.items()):  # a stop's goodbye, while a look keeps the thread: a copy
             if peer:
                 with contextlib.suppress(OSError):
                     conn.send(byte)
@@ -226,14 +231,16 @@ def start(live: Any, size: int) -> None:
     live.sentinel = Sentinel(live.sock, peers, partial(_look, live, size))
 
 
-def _look(live: Liveness, size: int) -> None:
-    """The first alarm: look at the world from this thread, without waiting for a call to look. A verdict is kept
+def _look(live: Liveness, size: int) -> bool:
+    """An alarm: look at the world from this thread, without waiting for a call to look; whether it is done (ranks
+    found lost, or this world is over). A verdict is kept
     (every later call on a group with a lost member raises it before it communicates, ``._watch``) and runs the
     vendor's abort, or arms the end where nothing ever returns (``._ending``): the host may be blocked on the
     device outside xccl, as on a device vendor's hardware, where no call of xccl's waits."""
     runtime = PROCESS.runtime
     if PROCESS.liveness is not live or runtime is None:  # shut down, or shrunk, meanwhile
-        return
-    verdict = watch_look(range(size))
+        return True
+    verdict = watch_look(range(size), reset=True)
     if verdict is not None and PROCESS.liveness is live:  # a shrink waits for this look before it restarts the device
         at_verdict(runtime, live.rank, verdict.ranks)
+    return verdict is not None

@@ -86,6 +86,16 @@ def _ran_out(exc: BaseException | None) -> bool:
     return False
 
 
+def _raise_known(st: Any, key: tuple[int, ...], op: str, started: float) -> None:
+    """Raise the loss this process already knows of in the group ``st`` (sorted global ranks ``key``), before the
+    call communicates (it would never complete), running the vendor's abort or the end as a verdict does: the
+    sentinel's look, on its thread, may have found it."""
+    known = known_loss(key)
+    if known is not None:
+        at_verdict(st.runtime, st.ranks[st.rank], known.ranks)
+        raise watched_loss(known, st, op, started)
+
+
 class _Slice(Exception):
     """A slice of a watched wait ran out with the work still under way."""
 
@@ -191,10 +201,7 @@ class _Watch:
             if spec.fused:  # a fused op returns its output, not a work to wait for
                 return inner(spec, kargs, kernel, async_op)
             started, heard = _monotonic(), alarms()
-            known = known_loss(key)
-            if known is not None:
-                at_verdict(st.runtime, st.ranks[st.rank], known.ranks)  # the sentinel's look may have found it
-                raise watched_loss(known, st, spec.name, started)
+            _raise_known(st, key, spec.name, started)
             work = inner(spec, kargs, kernel, True)
             if work is None:
                 return None
@@ -229,10 +236,7 @@ class _Known:
         st, key = self.st, tuple(sorted(self.st.ranks))
 
         def checked(spec: Any, kargs: Sequence[Any], kernel: Callable[..., Any], async_op: bool) -> Any:
-            known = known_loss(key)
-            if known is not None:
-                at_verdict(st.runtime, st.ranks[st.rank], known.ranks)
-                raise watched_loss(known, st, spec.name, _monotonic())
+            _raise_known(st, key, spec.name, _monotonic())
             return inner(spec, kargs, kernel, async_op)
 
         return checked
