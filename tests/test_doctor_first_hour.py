@@ -62,3 +62,17 @@ def test_a_survivor_that_ended_itself_is_reported_as_such():
                         "rounds": {"shrink": [outcome, other]}})
     assert f"rank 2: ended itself (exit code {EXIT_CODE}) after the loss" in text, text
     assert "rank 3: rank 3: RankDied exit code 1" in text, text
+
+
+def test_a_synchronisation_released_by_the_vendors_abort_is_reported_with_the_next_calls_verdict():
+    """On the hardware, the sentinel's ``stop_device`` fails a survivor's ``.item()`` with FORCE STOP: the report
+    shows that, and the next call's ``PeerFailure``, which is the verdict the shrink then uses."""
+    from xccl.tools.cli.doctor_first_hour import render_hour
+
+    r = {"rank": 2, "memory_before": 0,
+         "failed_step": {"seconds": 0.4, "type": "RuntimeError", "ranks": [], "message": "FORCE STOP"},
+         "next_call": {"seconds": 0.001, "type": "PeerFailure", "ranks": [1], "message": "rank 1 is gone"},
+         "shrink": {"seconds": 0.3, "type": "", "ranks": [], "message": ""}}
+    text = render_hour({"vendor": "ascend", "simulated": False, "world": 4, "lost": 1, "not_checked": [],
+                        "rounds": {"shrink": [r]}})
+    assert "rank 2: RuntimeError after 0.4 s; next call: PeerFailure after 0.001 s; shrink done in 0.3 s" in text, text

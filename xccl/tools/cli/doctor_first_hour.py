@@ -170,6 +170,9 @@ def render_hour(result: Mapping[str, Any]) -> str:
             seen, shrink = r["failed_step"], r.get("shrink")
             heard = f"{seen['type']} after {seen['seconds']:g} s" if seen["type"] else seen["message"]
             line = f"  {name:<13} rank {r['rank']}: {heard}"
+            if "next_call" in r:  # the synchronisation failed with the vendor's own error (the sentinel's abort)
+                nxt = r["next_call"]
+                line += f"; next call: {nxt['type'] or 'returned'} after {nxt['seconds']:g} s"
             if shrink is not None:
                 line += f"; shrink {shrink['type'] or 'done'} in {shrink['seconds']:g} s"
             if "new_world" in r:
