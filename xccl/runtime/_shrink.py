@@ -123,7 +123,7 @@ def _shrink_world(old: XcclProcessGroup, excluded: Sequence[int], flags: int, pg
     if isinstance(live, Liveness):
         # The old world's neighbours, first: a look of the sentinel's under way ends (and stops the device, if it
         # does) before the device is stopped and restarted for the new world, not after.
-        live.leave(live.wait * 3 + 1)
+        live.leave()
     _free_device(runtime)
     _teardown_old(flags)
     laps.append(("old world destroyed", time.monotonic()))

@@ -7,7 +7,8 @@ rank's, and the error carries no rank. So at ``xccl.init`` every rank of a world
 *liveness port*: a listening TCP socket that answers without the process doing anything. The kernel completes a
 connection to it for as long as the process lives, and refuses it once the process is gone: a rank stuck in a
 collective, or holding the GIL, still answers. (The sentinel, ``._sentinel``, accepts on it: its neighbours'
-connections, whose reset tells them at once that the process ended, and the probes, which it closes.) At a closed connection, :func:`lost_peers`:
+connections, whose reset tells them at once that the process ended, and the probes, which it closes.) At a closed
+connection, :func:`lost_peers`:
 
 1. reaches the store (a bare TCP connect first, bounded by :func:`look_wait`, so that a store whose host is gone
    costs no more than that);
@@ -158,15 +159,16 @@ class Liveness:
 
     def close(self) -> None:
         """Leave on purpose: the sentinel says goodbye to its neighbours, then the port closes."""
-        self.leave(self.wait * 3 + 1)  # a look of the sentinel's under way ends first (not at interpreter exit)
+        self.leave()
         self.sock.close()
 
-    def leave(self, wait: float = 2.0) -> None:
-        """Stop the sentinel with a goodbye (the shrink's old world; :meth:`close`), waiting up to ``wait`` seconds
-        for its thread; the port stays open."""
+    def leave(self) -> None:
+        """Stop the sentinel with a goodbye (the shrink's old world; :meth:`close`); the port stays open. A look of
+        the sentinel's under way (at most three look steps) ends first: not at interpreter exit, not after a shrink
+        has restarted the device."""
         sentinel, self.sentinel = self.sentinel, None
         if sentinel is not None:
-            sentinel.stop(wait)
+            sentinel.stop(self.wait * 3 + 1)
 
 
 # ------------------------------------------------------------------------------------------------ probing
